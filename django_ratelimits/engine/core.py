@@ -1,0 +1,206 @@
+"""The engine: every limit of a request decided in one round trip to Redis."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from redis import Redis
+from redis.cluster import RedisCluster
+from redis.exceptions import NoScriptError, RedisClusterException, RedisError
+
+from django_ratelimits.engine import script
+from django_ratelimits.engine.decision import Decision, LimitResult
+from django_ratelimits.engine.keys import KeySpace, ident, label, printable
+from django_ratelimits.engine.limits import Check, Identity, Limit
+from django_ratelimits.exceptions import BackendError
+
+RedisClient = Redis | RedisCluster
+_REDIS_ERRORS = (RedisError, RedisClusterException)
+
+
+class Clock(Protocol):
+    """A source of time other than Redis' own, for tests only.
+
+    Nothing in settings can install one: only code that builds an
+    :class:`Engine` itself (see :mod:`django_ratelimits.testing`).
+    """
+
+    def now_us(self) -> int: ...
+
+
+@dataclass
+class _Call:
+    """One script call: the groups of identities that share one slot."""
+
+    keys: list[str] = field(default_factory=list)
+    args: list[str | int] = field(default_factory=list)
+    pairs: list[tuple[Identity, Limit]] = field(default_factory=list)
+    groups: int = 0
+
+
+class Engine:
+    """Decides limits against one Redis (standalone, sentinel or cluster).
+
+    ``check`` charges, ``peek`` only looks; both take every :class:`Check` of
+    one request and cost one network round trip on standalone Redis (one per
+    node involved, sent together, on a cluster). Any Redis failure raises
+    :class:`~django_ratelimits.exceptions.BackendError`.
+    """
+
+    def __init__(
+        self,
+        client: RedisClient,
+        *,
+        keys: KeySpace | None = None,
+        metadata_max_entries: int = 50,
+        metadata_ttl: int = 3600,
+        offender_retention: int = 86400,
+        offender_index_max: int = 1_000_000,
+        clock: Clock | None = None,
+    ) -> None:
+        self.client = client
+        self.keys = keys or KeySpace()
+        self.clock = clock
+        self._cluster = isinstance(client, RedisCluster)
+        per_shard = -(-offender_index_max // self.keys.shards)
+        self._tail: list[str | int] = [
+            metadata_max_entries,
+            metadata_ttl * 1000,
+            offender_retention * 1000,
+            per_shard,
+        ]
+
+    def check(self, checks: Iterable[Check], *, cost: int = 1) -> Decision:
+        """Charge ``cost`` to every limit of every check that admits it.
+
+        Each check (one identity) is all or nothing: if one of its limits
+        denies, none of its limits is charged. A denial is recorded in the
+        offender index; metadata, if given, in the identity's metadata list.
+        """
+        if cost < 1:
+            raise ValueError(f"cost must be at least 1, not {cost}")
+        return self._run(list(checks), "c", cost)
+
+    def peek(self, checks: Iterable[Check], *, cost: int = 0) -> Decision:
+        """What ``check`` would decide for ``cost``, writing nothing.
+
+        With the default cost of 0, ``remaining`` is the quota left now.
+        """
+        if cost < 0:
+            raise ValueError(f"cost must not be negative, not {cost}")
+        return self._run(list(checks), "p", cost)
+
+    def reset(self, identity: Identity, limits: Sequence[Limit] = (), *, forget: bool = False) -> None:
+        """Clear ``identity``'s state under ``limits``.
+
+        With ``forget``, also drop its metadata list and offender record and
+        take it out of the offender index.
+        """
+        who = ident(identity)
+        names = [self.keys.state(who, limit) for limit in limits]
+        if forget:
+            names += [self.keys.metadata(who), self.keys.record(who)]
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            if names:
+                pipe.delete(*names)
+            if forget:
+                pipe.zrem(self.keys.index(self.keys.shard(who)), who)
+            pipe.execute()
+        except _REDIS_ERRORS as exc:
+            raise BackendError(f"could not reset {label(identity)}: {exc}") from exc
+
+    def _run(self, checks: list[Check], mode: str, cost: int) -> Decision:
+        for chk in checks:
+            for limit in chk.limits:
+                if cost > limit.capacity:
+                    raise ValueError(
+                        f"cost {cost} exceeds the capacity {limit.capacity} of {limit.policy} "
+                        f"({limit.rate}): such a request could never pass"
+                    )
+        calls = self._plan([c for c in checks if c.limits], mode, cost)
+        if not calls:
+            return Decision(results=(), now_us=0)
+        replies = self._execute(calls)
+        results: list[LimitResult] = []
+        for call, reply in zip(calls, replies, strict=True):
+            values = [int(v) for v in reply[1:]]
+            for n, (identity, limit) in enumerate(call.pairs):
+                allowed, remaining, retry, reset = values[4 * n : 4 * n + 4]
+                results.append(LimitResult(identity, limit, bool(allowed), remaining, retry, reset))
+        return Decision(results=tuple(results), now_us=max(int(r[0]) for r in replies))
+
+    def _plan(self, checks: list[Check], mode: str, cost: int) -> list[_Call]:
+        """Group the checks into script calls: one call, or one per slot on a cluster."""
+        now = "" if self.clock is None else self.clock.now_us()
+        calls: dict[int, _Call] = {}
+        for chk in checks:
+            who = ident(chk.identity)
+            state_keys = [self.keys.state(who, limit) for limit in chk.limits]
+            if len(set(state_keys)) != len(state_keys):
+                raise ValueError(f"a limit is given twice for {label(chk.identity)}")
+            slot = self._slot(state_keys[0])
+            call = calls.get(slot)
+            if call is None:
+                call = calls[slot] = _Call()
+            call.groups += 1
+            call.keys += [
+                self.keys.metadata(who),
+                self.keys.record(who),
+                self.keys.index(self.keys.shard(who)),
+                *state_keys,
+            ]
+            metadata = "" if chk.metadata is None else printable(chk.metadata, 300)
+            call.args += [len(chk.limits), who, label(chk.identity), metadata]
+            for limit in chk.limits:
+                call.args += [
+                    limit.algorithm.code,
+                    limit.rate.limit,
+                    limit.rate.window_us,
+                    limit.capacity,
+                    limit.policy,
+                ]
+                call.pairs.append((chk.identity, limit))
+        for call in calls.values():
+            call.args[:0] = [now, mode, cost, call.groups, *self._tail]
+        return list(calls.values())
+
+    def _slot(self, key: str) -> int:
+        if isinstance(self.client, RedisCluster):
+            return int(self.client.keyslot(key))
+        return 0
+
+    def _execute(self, calls: list[_Call]) -> list[list[Any]]:
+        try:
+            if len(calls) == 1:
+                return [self._eval(calls[0])]
+            return self._eval_many(calls)
+        except _REDIS_ERRORS as exc:
+            raise BackendError(f"rate-limit check failed: {exc}") from exc
+
+    def _eval(self, call: _Call) -> list[Any]:
+        try:
+            return self.client.execute_command(  # type: ignore[no-any-return]
+                "EVALSHA", script.SHA, len(call.keys), *call.keys, *call.args
+            )
+        except NoScriptError:
+            # Redis restarted or its script cache was flushed: EVAL runs the
+            # script and caches it again, so the next call uses EVALSHA.
+            return self.client.execute_command(  # type: ignore[no-any-return]
+                "EVAL", script.SOURCE, len(call.keys), *call.keys, *call.args
+            )
+
+    def _eval_many(self, calls: list[_Call]) -> list[list[Any]]:
+        """One script call per slot, pipelined: nodes are written before any is read."""
+        pipe = self.client.pipeline(transaction=False)
+        for call in calls:
+            pipe.execute_command("EVALSHA", script.SHA, len(call.keys), *call.keys, *call.args)
+        replies: list[Any] = pipe.execute(raise_on_error=False)
+        for n, reply in enumerate(replies):
+            if isinstance(reply, NoScriptError):
+                replies[n] = self._eval(calls[n])
+            elif isinstance(reply, Exception):
+                raise reply
+        return replies

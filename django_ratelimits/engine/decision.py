@@ -1,0 +1,67 @@
+"""What the engine answers: one result per (identity, limit), and the whole."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django_ratelimits.engine.limits import Identity, Limit
+
+
+@dataclass(frozen=True)
+class LimitResult:
+    """The outcome of one limit for one identity.
+
+    ``remaining`` is the quota left after this request if it was allowed, or
+    the quota left now if it was denied. ``retry_after_us`` is how long until
+    the same request would be allowed (0 when allowed); ``reset_after_us`` how
+    long until the quota is whole again if no request comes. Both are measured
+    on Redis' clock, in microseconds.
+    """
+
+    identity: Identity
+    limit: Limit
+    allowed: bool
+    remaining: int
+    retry_after_us: int
+    reset_after_us: int
+
+    @property
+    def retry_after(self) -> float:
+        """Seconds until the same request would be allowed."""
+        return self.retry_after_us / 1_000_000
+
+    @property
+    def reset_after(self) -> float:
+        """Seconds until the quota is whole again."""
+        return self.reset_after_us / 1_000_000
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Everything one engine call decided, and Redis' time when it decided."""
+
+    results: tuple[LimitResult, ...]
+    now_us: int
+
+    @property
+    def allowed(self) -> bool:
+        return all(r.allowed for r in self.results)
+
+    @property
+    def denied(self) -> tuple[LimitResult, ...]:
+        return tuple(r for r in self.results if not r.allowed)
+
+    @property
+    def retry_after_us(self) -> int:
+        """How long until every denied limit would admit the request (0 if allowed)."""
+        return max((r.retry_after_us for r in self.results if not r.allowed), default=0)
+
+    @property
+    def retry_after(self) -> float:
+        return self.retry_after_us / 1_000_000
+
+    def tightest(self) -> LimitResult | None:
+        """The result closest to denying: a denied one first, else least remaining."""
+        if not self.results:
+            return None
+        return min(self.results, key=lambda r: (r.allowed, r.remaining, -r.reset_after_us))

@@ -1,0 +1,106 @@
+"""What the engine is asked: identities, limits and the checks that pair them."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from django_ratelimits.rates import Rate
+
+# GCRA keeps interval * capacity in a Lua double: it must stay exact.
+_MAX_TOLERANCE_US = 2**52
+_KIND_RE = re.compile(r"[a-z][a-z0-9_]{0,15}")
+
+
+class Algorithm(StrEnum):
+    """The algorithms a limit can use. The value is what admin stores."""
+
+    FIXED_WINDOW = "fixed_window"
+    SLIDING_WINDOW = "sliding_window"
+    SLIDING_WINDOW_COUNTER = "sliding_window_counter"
+    SLIDING_LOG = "sliding_log"
+    TOKEN_BUCKET = "token_bucket"
+    GCRA = "gcra"
+
+    @property
+    def code(self) -> str:
+        """The short name used in Redis keys and by the Lua script."""
+        return _CODES[self]
+
+    @property
+    def has_burst(self) -> bool:
+        """Whether a burst (bucket capacity) other than the limit makes sense."""
+        return self in (Algorithm.TOKEN_BUCKET, Algorithm.GCRA)
+
+
+_CODES = {
+    Algorithm.FIXED_WINDOW: "fw",
+    Algorithm.SLIDING_WINDOW: "sw",
+    Algorithm.SLIDING_WINDOW_COUNTER: "swc",
+    Algorithm.SLIDING_LOG: "log",
+    Algorithm.TOKEN_BUCKET: "tb",
+    Algorithm.GCRA: "gcra",
+}
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who is counted: a kind (``ip``, ``user``, ``header``...) and a value.
+
+    The value may be anything a client sent; the engine never puts it raw
+    into a key (see :mod:`django_ratelimits.engine.keys`).
+    """
+
+    kind: str
+    value: str
+
+    def __post_init__(self) -> None:
+        if not _KIND_RE.fullmatch(self.kind):
+            raise ValueError(
+                f"identity kind {self.kind!r} must be 1-16 lowercase letters, digits or _"
+            )
+
+
+@dataclass(frozen=True)
+class Limit:
+    """One rate of one policy, with the algorithm that enforces it.
+
+    ``burst`` is the bucket capacity for the token bucket and GCRA (default:
+    the rate's limit); other algorithms have none.
+    """
+
+    policy: str
+    rate: Rate
+    algorithm: Algorithm = Algorithm.SLIDING_WINDOW
+    burst: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.policy:
+            raise ValueError("a limit needs a policy name")
+        if self.burst is not None:
+            if not self.algorithm.has_burst:
+                raise ValueError(f"{self.algorithm} has no burst; leave it unset")
+            if not 1 <= self.burst <= 1_000_000:
+                raise ValueError(f"burst must be between 1 and 1000000, not {self.burst}")
+            if -(-self.rate.window_us // self.rate.limit) * self.burst > _MAX_TOLERANCE_US:
+                raise ValueError(f"burst {self.burst} is too large for the rate {self.rate}")
+
+    @property
+    def capacity(self) -> int:
+        """The most a request may cost under this limit."""
+        return self.burst if self.burst is not None else self.rate.limit
+
+
+@dataclass(frozen=True)
+class Check:
+    """The limits to apply to one identity, decided all or nothing.
+
+    ``metadata`` (e.g. ``"user:42|/login"``), when given, is appended to the
+    identity's capped metadata list together with the time and the outcome.
+    """
+
+    identity: Identity
+    limits: Sequence[Limit] = field(default_factory=tuple)
+    metadata: str | None = None

@@ -1,0 +1,46 @@
+-- Sliding log: a ZSET with one member per unit of cost, scored by its time.
+-- Exact; memory grows with the limit. Members are "time:ordinal" so requests
+-- in the same microsecond stay distinct.
+ALG.log = {}
+
+local function log_score_at(key, now, window, rank, reverse)
+  local lo, hi = string.format('(%d', now - window), '+inf'
+  local r
+  if reverse then
+    r = redis.call('ZREVRANGEBYSCORE', key, hi, lo, 'WITHSCORES', 'LIMIT', rank, 1)
+  else
+    r = redis.call('ZRANGEBYSCORE', key, lo, hi, 'WITHSCORES', 'LIMIT', rank, 1)
+  end
+  return tonumber(r[2])
+end
+
+function ALG.log.peek(key, now, limit, window, capacity, cost)
+  local count = redis.call('ZCOUNT', key, string.format('(%d', now - window), '+inf')
+  if count + cost <= limit then
+    local reset = window
+    if cost == 0 then
+      reset = (count > 0) and (log_score_at(key, now, window, 0, true) + window - now) or 0
+    end
+    return true, limit - count - cost, 0, reset, count
+  end
+  local reset = log_score_at(key, now, window, 0, true) + window - now
+  local retry = reset
+  local need = count + cost - limit
+  if need <= count then
+    retry = log_score_at(key, now, window, need - 1, false) + window - now
+  end
+  return false, max(0, limit - count), retry, reset, nil
+end
+
+function ALG.log.commit(key, now, limit, window, capacity, cost, count)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - window))
+  if cost > 0 then
+    local args = {}
+    for i = 0, cost - 1 do
+      args[#args + 1] = now
+      args[#args + 1] = string.format('%d:%d', now, count + i)
+    end
+    redis.call('ZADD', key, unpack(args))
+  end
+  expire_in(key, window)
+end

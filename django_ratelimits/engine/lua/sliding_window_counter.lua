@@ -1,0 +1,59 @@
+-- Sliding window counter: the current and the previous fixed window's counts,
+-- the previous one weighted by how much of it still overlaps the sliding
+-- window (HASH w, c, p). O(1) memory; an approximation of the sliding log.
+ALG.swc = {}
+
+local function swc_estimate(prev, cur, window, elapsed)
+  return cur + floor(prev * ((window - elapsed) / window))
+end
+
+-- First elapsed time (us into the window, >= from) at which
+-- swc_estimate(prev, cur, ...) + cost <= limit. Solves the inequality, then
+-- steps forward over the last microseconds of float rounding.
+local function swc_first_fit(prev, cur, window, limit, cost, from)
+  local room = limit - cost - cur
+  local e = from
+  if prev > 0 then
+    e = max(from, floor(window - (room + 1) * window / prev) + 1)
+  end
+  while e < window and swc_estimate(prev, cur, window, e) + cost > limit do
+    e = e + 1
+  end
+  return min(e, window)
+end
+
+function ALG.swc.peek(key, now, limit, window, capacity, cost)
+  local w = floor(now / window)
+  local v = redis.call('HMGET', key, 'w', 'c', 'p')
+  local sw = tonumber(v[1])
+  local cur, prev = 0, 0
+  if sw == w then
+    cur, prev = tonumber(v[2]), tonumber(v[3])
+  elseif sw == w - 1 then
+    prev = tonumber(v[2])
+  end
+  local start = w * window
+  local elapsed = now - start
+  local est = swc_estimate(prev, cur, window, elapsed)
+  local function reset_for(c)
+    if c > 0 then return start + 2 * window - now end
+    if prev > 0 then return start + window - now end
+    return 0
+  end
+  if est + cost <= limit then
+    return true, limit - est - cost, 0, reset_for(cur + cost), {w, cur + cost, prev}
+  end
+  local retry
+  if cur + cost <= limit then
+    retry = start + swc_first_fit(prev, cur, window, limit, cost, elapsed) - now
+  else
+    -- Not in this window: in the next one the current count becomes `prev`.
+    retry = start + window + swc_first_fit(cur, 0, window, limit, cost, 0) - now
+  end
+  return false, max(0, limit - est), retry, reset_for(cur), nil
+end
+
+function ALG.swc.commit(key, now, limit, window, capacity, cost, state)
+  redis.call('HSET', key, 'w', state[1], 'c', state[2], 'p', state[3])
+  expire_in(key, (state[1] + 2) * window - now)
+end

@@ -1,0 +1,34 @@
+"""Shared pieces of the engine tests."""
+
+from __future__ import annotations
+
+import itertools
+
+from redis import Redis
+from redis.cluster import RedisCluster
+
+from django_ratelimits.engine import Engine, KeySpace
+from django_ratelimits.testing import FakeClock
+
+_prefixes = itertools.count()
+# A fixed, realistic epoch (2027-01-15) so window arithmetic sees real magnitudes.
+EPOCH_US = 1_800_000_000_000_000
+
+
+def fresh_engine(client: Redis | RedisCluster, clock: FakeClock | None = None, **kw: int) -> Engine:
+    """An engine with a key prefix no other test or example has used."""
+    return Engine(client, keys=KeySpace(prefix=f"t{next(_prefixes)}"), clock=clock, **kw)
+
+
+def all_keys(client: Redis | RedisCluster) -> list[bytes]:
+    """Every key in the test Redis (tests may scan; the engine never does)."""
+    if isinstance(client, RedisCluster):
+        return list(client.scan_iter(count=1000, target_nodes=RedisCluster.PRIMARIES))
+    return list(client.scan_iter(count=1000))
+
+
+def outcomes(decision: object) -> list[tuple[bool, int, int, int]]:
+    return [
+        (r.allowed, r.remaining, r.retry_after_us, r.reset_after_us)
+        for r in decision.results  # type: ignore[attr-defined]
+    ]

@@ -1,0 +1,175 @@
+"""Pure-Python reference model of every algorithm and of the check script.
+
+Each function mirrors its Lua twin operation for operation, including where
+Lua computes in doubles (``float`` here), so the model and Redis must agree on
+every decision, remaining count, retry time and reset time, to the microsecond.
+Property tests drive both with the same requests and the same fake clock.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from django_ratelimits.engine import Algorithm, Check, KeySpace
+from django_ratelimits.engine.keys import ident
+
+Outcome = tuple[bool, int, int, int, Any]  # allowed, remaining, retry, reset, new state
+SW_BUCKETS = 10
+
+
+def fixed_window(state: Any, now: int, limit: int, window: int, capacity: int, cost: int) -> Outcome:
+    w = now // window
+    n = state[1] if state is not None and state[0] == w else 0
+    window_end = (w + 1) * window - now
+    if n + cost <= limit:
+        after = n + cost
+        return True, limit - after, 0, window_end if after > 0 else 0, (w, after)
+    return False, max(0, limit - n), window_end, window_end, None
+
+
+def sliding_window(state: Any, now: int, limit: int, window: int, capacity: int, cost: int) -> Outcome:
+    step = window // SW_BUCKETS
+    b = now // step
+    live = {i: c for i, c in (state or {}).items() if i >= b - SW_BUCKETS + 1}
+    total = sum(live.values())
+    newest = max((i for i, c in live.items() if c > 0), default=None)
+    if total + cost <= limit:
+        if cost > 0 and (newest is None or b > newest):
+            newest = b
+        reset = (newest + SW_BUCKETS) * step - now if newest is not None else 0
+        new = dict(live)
+        new[b] = new.get(b, 0) + cost
+        return True, limit - total - cost, 0, reset, new
+    assert newest is not None
+    reset = (newest + SW_BUCKETS) * step - now
+    need, freed, retry = total + cost - limit, 0, reset
+    for i in sorted(live):
+        freed += live[i]
+        if freed >= need:
+            retry = (i + SW_BUCKETS) * step - now
+            break
+    return False, max(0, limit - total), retry, reset, None
+
+
+def _swc_estimate(prev: int, cur: int, window: int, elapsed: int) -> int:
+    return cur + math.floor(prev * ((window - elapsed) / window))
+
+
+def _swc_first_fit(prev: int, cur: int, window: int, limit: int, cost: int, start: int) -> int:
+    room = limit - cost - cur
+    e = start
+    if prev > 0:
+        e = max(start, math.floor(window - float((room + 1) * window) / prev) + 1)
+    while e < window and _swc_estimate(prev, cur, window, e) + cost > limit:
+        e += 1
+    return min(e, window)
+
+
+def sliding_window_counter(
+    state: Any, now: int, limit: int, window: int, capacity: int, cost: int
+) -> Outcome:
+    w = now // window
+    cur = prev = 0
+    if state is not None and state[0] == w:
+        cur, prev = state[1], state[2]
+    elif state is not None and state[0] == w - 1:
+        prev = state[1]
+    start = w * window
+    elapsed = now - start
+    est = _swc_estimate(prev, cur, window, elapsed)
+
+    def reset_for(c: int) -> int:
+        if c > 0:
+            return start + 2 * window - now
+        return start + window - now if prev > 0 else 0
+
+    if est + cost <= limit:
+        return True, limit - est - cost, 0, reset_for(cur + cost), (w, cur + cost, prev)
+    if cur + cost <= limit:
+        retry = start + _swc_first_fit(prev, cur, window, limit, cost, elapsed) - now
+    else:
+        retry = start + window + _swc_first_fit(cur, 0, window, limit, cost, 0) - now
+    return False, max(0, limit - est), retry, reset_for(cur), None
+
+
+def sliding_log(state: Any, now: int, limit: int, window: int, capacity: int, cost: int) -> Outcome:
+    live = sorted(s for s in (state or []) if s > now - window)
+    count = len(live)
+    if count + cost <= limit:
+        reset = window
+        if cost == 0:
+            reset = live[-1] + window - now if count else 0
+        return True, limit - count - cost, 0, reset, live + [now] * cost
+    reset = live[-1] + window - now
+    retry = live[count + cost - limit - 1] + window - now
+    return False, max(0, limit - count), retry, reset, None
+
+
+def token_bucket(state: Any, now: int, limit: int, window: int, capacity: int, cost: int) -> Outcome:
+    cap = float(capacity)
+    if state is None:
+        tokens, ts = cap, now
+    else:
+        tokens, ts = state
+        if now > ts:
+            tokens = min(cap, tokens + float(now - ts) * limit / window)
+    stamp = max(ts, now)
+    if tokens >= cost:
+        left = tokens - cost
+        reset = math.ceil((cap - left) * window / limit)
+        return True, math.floor(left), 0, reset, (left, stamp)
+    retry = math.ceil((cost - tokens) * window / limit)
+    return False, math.floor(tokens), retry, math.ceil((cap - tokens) * window / limit), None
+
+
+def gcra(state: Any, now: int, limit: int, window: int, capacity: int, cost: int) -> Outcome:
+    interval = math.ceil(window / limit)
+    tolerance = interval * capacity
+    tat = max(state if state is not None else now, now)
+    new_tat = tat + cost * interval
+    allow_at = new_tat - tolerance
+    if now >= allow_at:
+        remaining = math.floor((tolerance - (new_tat - now)) / interval)
+        return True, remaining, 0, new_tat - now, new_tat
+    remaining = max(0, math.floor((tolerance - (tat - now)) / interval))
+    return False, remaining, allow_at - now, tat - now, None
+
+
+MODELS: dict[Algorithm, Callable[..., Outcome]] = {
+    Algorithm.FIXED_WINDOW: fixed_window,
+    Algorithm.SLIDING_WINDOW: sliding_window,
+    Algorithm.SLIDING_WINDOW_COUNTER: sliding_window_counter,
+    Algorithm.SLIDING_LOG: sliding_log,
+    Algorithm.TOKEN_BUCKET: token_bucket,
+    Algorithm.GCRA: gcra,
+}
+
+
+class ReferenceEngine:
+    """The check script's driver in Python: groups all or nothing, in order."""
+
+    def __init__(self, keys: KeySpace) -> None:
+        self.keys = keys
+        self.state: dict[str, Any] = {}
+
+    def run(
+        self, checks: Iterable[Check], now: int, cost: int, *, charge: bool
+    ) -> list[tuple[bool, int, int, int]]:
+        out: list[tuple[bool, int, int, int]] = []
+        for chk in checks:
+            pending: list[tuple[str, Any]] = []
+            all_allowed = True
+            for limit in chk.limits:
+                key = self.keys.state(ident(chk.identity), limit)
+                allowed, remaining, retry, reset, new = MODELS[limit.algorithm](
+                    self.state.get(key), now, limit.rate.limit, limit.rate.window_us,
+                    limit.capacity, cost,
+                )
+                out.append((allowed, remaining, retry, reset))
+                all_allowed = all_allowed and allowed
+                pending.append((key, new))
+            if charge and all_allowed:
+                self.state.update(pending)
+        return out
