@@ -1,0 +1,211 @@
+"""Settings: one dict, ``settings.DJANGO_RATELIMITS``, merged over documented defaults.
+
+The defaults are the field defaults of :class:`RateLimitSettings` and nowhere
+else; :data:`DEFAULTS` shows them under their setting names::
+
+    DJANGO_RATELIMITS = {
+        "REDIS": "redis://127.0.0.1:6379/0",
+        "KEY_PREFIX": "shop-rl",
+    }
+
+:func:`get_settings` validates the dict once and caches the result until Django
+sends ``setting_changed`` for ``DJANGO_RATELIMITS`` (as ``override_settings``
+does). A bad value raises ``ImproperlyConfigured`` naming the key and the
+problem. ``docs/configuration.md`` documents every key.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from types import MappingProxyType
+from typing import Any, Final
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+__all__ = ["DEFAULTS", "SETTING_NAME", "RateLimitSettings", "RedisServer", "get_settings"]
+
+SETTING_NAME: Final = "DJANGO_RATELIMITS"
+
+URL_SCHEMES: Final = ("redis", "rediss", "unix")
+CLUSTER_URL_SCHEMES: Final = ("redis", "rediss")
+
+# Keys of REDIS["OPTIONS"] that the package sets itself.
+_RESERVED_OPTIONS: Final = {
+    "socket_timeout": f"set {SETTING_NAME}['SOCKET_TIMEOUT'] instead",
+    "socket_connect_timeout": f"set {SETTING_NAME}['SOCKET_CONNECT_TIMEOUT'] instead",
+    "decode_responses": "the engine works in bytes, so responses must not be decoded",
+}
+
+_KEY_PREFIX: Final = re.compile(r"[A-Za-z0-9_.-]{1,16}")
+
+# Inclusive bounds of the numeric settings, by attribute name.
+_BOUNDS: Final[Mapping[str, tuple[float, int]]] = MappingProxyType(
+    {
+        "socket_timeout": (0.001, 60),
+        "socket_connect_timeout": (0.001, 60),
+        "shards": (1, 1024),
+        "metadata_max_entries": (1, 10_000),
+        "metadata_ttl": (1, 30 * 86_400),
+        "offender_retention": (1, 365 * 86_400),
+        "offender_index_max": (1, 100_000_000),
+    }
+)
+_FLOATS: Final = frozenset({"socket_timeout", "socket_connect_timeout"})
+
+
+def _name(attribute: str) -> str:
+    return f"{SETTING_NAME}[{attribute.upper()!r}]"
+
+
+def _describe(value: object) -> str:
+    return f"{type(value).__name__} {value!r}"
+
+
+@dataclass(frozen=True)
+class RedisServer:
+    """A Redis server or cluster that the package connects to itself (not a cache alias).
+
+    ``url`` is a ``redis://``, ``rediss://`` or ``unix://`` URL; ``options`` are
+    extra keyword arguments for the redis-py client.
+    """
+
+    url: str
+    cluster: bool = False
+    options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}), hash=False)
+
+    def __post_init__(self) -> None:
+        name = _name("redis")
+        if not isinstance(self.url, str):
+            raise ImproperlyConfigured(f"{name} URL must be a str, not {type(self.url).__name__}")
+        if not isinstance(self.cluster, bool):
+            raise ImproperlyConfigured(
+                f"{name} CLUSTER must be True or False, not {self.cluster!r}"
+            )
+        scheme = self.url.partition("://")[0].lower() if "://" in self.url else ""
+        schemes = CLUSTER_URL_SCHEMES if self.cluster else URL_SCHEMES
+        if scheme not in schemes:
+            # Only the scheme is shown: the rest of a URL may hold a password.
+            raise ImproperlyConfigured(
+                f"{name} URL must start with {', '.join(s + '://' for s in schemes)}"
+                f"{' for a cluster' if self.cluster else ''}, "
+                f"not {scheme + '://' if scheme else 'no scheme'}"
+            )
+        if not isinstance(self.options, Mapping):
+            raise ImproperlyConfigured(
+                f"{name} OPTIONS must be a dict, not {type(self.options).__name__}"
+            )
+        for key, value in self.options.items():
+            if not isinstance(key, str):
+                raise ImproperlyConfigured(f"{name} OPTIONS keys must be str, not {key!r}")
+            if key in _RESERVED_OPTIONS and (key != "decode_responses" or value):
+                raise ImproperlyConfigured(
+                    f"{name} OPTIONS must not set {key!r}: {_RESERVED_OPTIONS[key]}"
+                )
+        object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
+
+
+@dataclass(frozen=True)
+class RateLimitSettings:
+    """The validated settings. Field defaults are the documented defaults.
+
+    ``redis`` is ``None`` (find a django-redis cache), the name of a CACHES
+    alias, or a :class:`RedisServer`.
+    """
+
+    redis: str | RedisServer | None = None
+    key_prefix: str = "rl"
+    socket_timeout: float = 0.25
+    socket_connect_timeout: float = 0.25
+    shards: int = 64
+    metadata_max_entries: int = 50
+    metadata_ttl: int = 3600
+    offender_retention: int = 86_400
+    offender_index_max: int = 1_000_000
+
+    def __post_init__(self) -> None:
+        if not (self.redis is None or isinstance(self.redis, str | RedisServer)):
+            raise ImproperlyConfigured(
+                f"{_name('redis')} must be None, a CACHES alias, a URL or a dict, "
+                f"not {type(self.redis).__name__}"
+            )
+        if not isinstance(self.key_prefix, str) or not _KEY_PREFIX.fullmatch(self.key_prefix):
+            raise ImproperlyConfigured(
+                f"{_name('key_prefix')} must be 1 to 16 characters from A-Z, a-z, 0-9, "
+                f"'_', '.' and '-', not {_describe(self.key_prefix)}"
+            )
+        for attribute, (low, high) in _BOUNDS.items():
+            value = getattr(self, attribute)
+            kind = "a number" if attribute in _FLOATS else "an integer"
+            types = (int, float) if attribute in _FLOATS else (int,)
+            if isinstance(value, bool) or not isinstance(value, types) or not low <= value <= high:
+                raise ImproperlyConfigured(
+                    f"{_name(attribute)} must be {kind} from {low} to {high}, "
+                    f"not {_describe(value)}"
+                )
+
+
+DEFAULTS: Final[Mapping[str, object]] = MappingProxyType(
+    {f.name.upper(): f.default for f in fields(RateLimitSettings)}
+)
+
+
+@functools.cache
+def get_settings() -> RateLimitSettings:
+    """The validated settings; cached until ``DJANGO_RATELIMITS`` changes."""
+    return _from_setting(getattr(settings, SETTING_NAME, {}))
+
+
+@receiver(setting_changed)
+def _clear_cache(*, setting: str, **kwargs: object) -> None:
+    if setting == SETTING_NAME:
+        get_settings.cache_clear()
+
+
+def _from_setting(value: object) -> RateLimitSettings:
+    if not isinstance(value, Mapping):
+        raise ImproperlyConfigured(f"{SETTING_NAME} must be a dict, not {type(value).__name__}")
+    for key in value:
+        if key not in DEFAULTS:
+            close = difflib.get_close_matches(str(key).upper(), DEFAULTS, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ImproperlyConfigured(
+                f"{SETTING_NAME} has an unknown key {key!r}{hint}; "
+                f"the valid keys are {', '.join(DEFAULTS)}"
+            )
+    values: dict[str, Any] = {key.lower(): item for key, item in value.items()}
+    values["redis"] = _redis(values.get("redis"))
+    return RateLimitSettings(**values)
+
+
+def _redis(value: object) -> str | RedisServer | None:
+    """``REDIS`` as written: a URL string or a dict becomes a :class:`RedisServer`."""
+    name = _name("redis")
+    if isinstance(value, str):
+        if not value.strip():
+            raise ImproperlyConfigured(f"{name} must not be an empty string")
+        return RedisServer(url=value) if "://" in value else value
+    if isinstance(value, Mapping):
+        for key in value:
+            if key not in ("URL", "CLUSTER", "OPTIONS"):
+                raise ImproperlyConfigured(
+                    f"{name} has an unknown key {key!r}; the valid keys are URL, CLUSTER, OPTIONS"
+                )
+        if "URL" not in value:
+            raise ImproperlyConfigured(f"{name} needs a URL, for example 'redis://127.0.0.1:6379'")
+        return RedisServer(
+            url=value["URL"],
+            cluster=value.get("CLUSTER", False),
+            options=value.get("OPTIONS", {}),
+        )
+    if value is None:
+        return None
+    raise ImproperlyConfigured(
+        f"{name} must be None, a CACHES alias, a URL or a dict, not {type(value).__name__}"
+    )
