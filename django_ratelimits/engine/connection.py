@@ -1,0 +1,161 @@
+"""Getting the Redis client that the engine talks to.
+
+``DJANGO_RATELIMITS['REDIS']`` (see :mod:`django_ratelimits.conf`) names one of:
+
+* a django-redis cache alias (or ``None``: the ``default`` cache if it is a
+  django-redis cache, else the first one in ``CACHES``). The client shares that
+  cache's connection pool, so the cache's own OPTIONS (timeouts, sentinels,
+  passwords) apply;
+* a ``redis://``, ``rediss://`` or ``unix://`` URL, or a dict with ``URL``,
+  ``CLUSTER`` and ``OPTIONS``: a client of our own with the bounded
+  ``SOCKET_TIMEOUT`` / ``SOCKET_CONNECT_TIMEOUT`` and no retries.
+
+Clients are made on first use and kept, one per settings value, until
+``DJANGO_RATELIMITS`` or ``CACHES`` changes. Making a standalone client does
+not touch the network; a cluster client reads the slot map when it is made,
+and a failure there is raised as :class:`~django_ratelimits.exceptions.BackendError`.
+Configuration mistakes raise ``ImproperlyConfigured``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any, Final, TypeAlias
+
+import redis
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+from django.utils.module_loading import import_string
+from redis.backoff import NoBackoff
+from redis.cluster import RedisCluster
+from redis.exceptions import RedisClusterException
+from redis.retry import Retry
+
+from django_ratelimits.conf import SETTING_NAME, RateLimitSettings, RedisServer
+from django_ratelimits.exceptions import BackendError
+
+__all__ = ["RedisClient", "get_redis"]
+
+RedisClient: TypeAlias = redis.Redis | RedisCluster
+
+DJANGO_REDIS_BACKEND: Final = "django_redis.cache.RedisCache"
+
+_clients: dict[RateLimitSettings, RedisClient] = {}
+_lock = threading.Lock()
+
+
+def get_redis(config: RateLimitSettings) -> RedisClient:
+    """The client for ``config``: the same object on every call with equal settings."""
+    client = _clients.get(config)
+    if client is None:
+        with _lock:
+            client = _clients.get(config)
+            if client is None:
+                client = _clients[config] = _connect(config)
+    return client
+
+
+@receiver(setting_changed)
+def _forget_clients(*, setting: str, **kwargs: object) -> None:
+    """Drop cached clients when the settings they were made from change."""
+    if setting in (SETTING_NAME, "CACHES"):
+        with _lock:
+            _clients.clear()
+
+
+def _connect(config: RateLimitSettings) -> RedisClient:
+    target = config.redis
+    if isinstance(target, RedisServer):
+        return _from_server(target, config)
+    return _from_cache(target if target is not None else _default_alias())
+
+
+def _from_server(server: RedisServer, config: RateLimitSettings) -> RedisClient:
+    kwargs: dict[str, Any] = {
+        "socket_timeout": config.socket_timeout,
+        "socket_connect_timeout": config.socket_connect_timeout,
+        # No retries: a script re-sent after a timeout could be counted twice,
+        # and a retry loop would stretch the bounded timeouts.
+        "retry": Retry(NoBackoff(), 0),
+        **server.options,
+    }
+    if not server.cluster:
+        client: RedisClient = redis.Redis.from_url(server.url, **kwargs)
+    else:
+        try:
+            client = RedisCluster.from_url(server.url, **kwargs)
+        except (redis.RedisError, RedisClusterException) as error:
+            raise BackendError(f"cannot reach the Redis Cluster: {error}") from error
+    if _decodes_responses(client):
+        client.close()
+        raise _decoding_error(f"{SETTING_NAME}['REDIS'] URL")
+    return client
+
+
+def _is_django_redis(cache: object) -> bool:
+    """Whether a CACHES entry uses django-redis (or a subclass of its backend)."""
+    if not isinstance(cache, Mapping):
+        return False
+    backend = cache.get("BACKEND")
+    if backend == DJANGO_REDIS_BACKEND:
+        return True
+    try:
+        backend_class = import_string(str(backend))
+        django_redis_class = import_string(DJANGO_REDIS_BACKEND)
+    except ImportError:
+        return False
+    return isinstance(backend_class, type) and issubclass(backend_class, django_redis_class)
+
+
+def _default_alias() -> str:
+    caches: Mapping[str, object] = settings.CACHES
+    if _is_django_redis(caches.get("default")):
+        return "default"
+    for alias, cache in caches.items():
+        if _is_django_redis(cache):
+            return alias
+    raise ImproperlyConfigured(
+        f"{SETTING_NAME}['REDIS'] is not set and no cache in CACHES uses "
+        f"{DJANGO_REDIS_BACKEND}: set {SETTING_NAME}['REDIS'] to a redis:// URL "
+        "or add a django-redis cache"
+    )
+
+
+def _from_cache(alias: str) -> RedisClient:
+    name = f"{SETTING_NAME}['REDIS'] = {alias!r}"
+    caches: Mapping[str, object] = settings.CACHES
+    if alias not in caches:
+        raise ImproperlyConfigured(
+            f"{name} names no cache in CACHES (the aliases are {', '.join(map(repr, caches))}) "
+            "and is not a redis://, rediss:// or unix:// URL"
+        )
+    if not _is_django_redis(caches[alias]):
+        raise ImproperlyConfigured(
+            f"{name} names a cache that does not use {DJANGO_REDIS_BACKEND}; "
+            "rate limits need a django-redis cache or a Redis URL"
+        )
+    from django_redis import get_redis_connection
+
+    try:
+        client: redis.Redis = get_redis_connection(alias)
+    except NotImplementedError as error:  # a client class without get_client()
+        raise ImproperlyConfigured(f"{name}: {error}") from error
+    if _decodes_responses(client):
+        raise _decoding_error(name)
+    return client
+
+
+def _decodes_responses(client: RedisClient) -> bool:
+    if isinstance(client, RedisCluster):
+        return bool(client.encoder.decode_responses)
+    return bool(client.connection_pool.connection_kwargs.get("decode_responses", False))
+
+
+def _decoding_error(name: str) -> ImproperlyConfigured:
+    """The engine reads raw bytes; a client that decodes replies is a configuration error."""
+    return ImproperlyConfigured(
+        f"{name} gives a client with decode_responses=True; rate limits need bytes replies"
+    )
