@@ -1,0 +1,174 @@
+"""What users of the engine rely on, on standalone Redis and on a cluster."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import redis
+
+from django_ratelimits.engine import Algorithm, Check, Engine, Identity, Limit
+from django_ratelimits.exceptions import BackendError
+from django_ratelimits.rates import Rate, parse_rates
+from django_ratelimits.testing import FakeClock
+from tests.engine_helpers import EPOCH_US, fresh_engine
+
+IP = Identity("ip", "198.51.100.4")
+USER = Identity("user", "7")
+EXACT = [a for a in Algorithm if a is not Algorithm.SLIDING_WINDOW_COUNTER]
+
+
+def limits(rates: str, algorithm: Algorithm, policy: str = "api") -> list[Limit]:
+    return [Limit(policy, rate, algorithm) for rate in parse_rates(rates)]
+
+
+@pytest.mark.parametrize("algorithm", list(Algorithm))
+def test_admits_exactly_the_limit_then_denies_until_retry_after(
+    redis_client: Any, algorithm: Algorithm
+) -> None:
+    # Start on a second boundary so the fixed windows hold the whole burst.
+    clock = FakeClock(EPOCH_US)
+    engine = fresh_engine(redis_client, clock)
+    checks = [Check(IP, limits("5/s", algorithm))]
+    admitted = [engine.check(checks).allowed for _ in range(8)]
+    assert admitted == [True] * 5 + [False] * 3
+
+    denied = engine.check(checks)
+    assert not denied.allowed
+    assert denied.results[0].remaining == 0
+    # The weighted counter still counts the full previous window at its end.
+    longest = 2_000_000 if algorithm is Algorithm.SLIDING_WINDOW_COUNTER else 1_000_000
+    assert 0 < denied.retry_after_us <= longest
+
+    clock.advance(us=denied.retry_after_us - 1)
+    assert not engine.check(checks).allowed, "admitted before Retry-After"
+    clock.advance(us=1)
+    assert engine.check(checks).allowed, "still denied at Retry-After"
+
+
+@pytest.mark.parametrize("algorithm", list(Algorithm))
+def test_remaining_counts_down_and_reset_is_whole_quota(
+    redis_client: Any, algorithm: Algorithm
+) -> None:
+    clock = FakeClock(EPOCH_US)
+    engine = fresh_engine(redis_client, clock)
+    checks = [Check(IP, limits("4/m", algorithm))]
+    assert [engine.check(checks).results[0].remaining for _ in range(4)] == [3, 2, 1, 0]
+    reset = engine.peek(checks).results[0].reset_after_us
+    assert 0 < reset <= 60_000_000 * (2 if algorithm is Algorithm.SLIDING_WINDOW_COUNTER else 1)
+    clock.advance(us=reset)
+    assert engine.peek(checks).results[0].remaining == 4
+
+
+@pytest.mark.parametrize("algorithm", list(Algorithm))
+def test_a_denied_identity_is_charged_nothing(redis_client: Any, algorithm: Algorithm) -> None:
+    """All or nothing per identity: the 10/s rate is untouched while 2/m denies."""
+    engine = fresh_engine(redis_client, FakeClock(EPOCH_US))
+    checks = [Check(IP, limits("10/s, 2/m", algorithm))]
+    engine.check(checks)
+    engine.check(checks)
+    for _ in range(5):
+        decision = engine.check(checks)
+        assert not decision.allowed
+        assert [r.allowed for r in decision.results] == [True, False]
+    per_second = engine.peek(checks).results[0]
+    assert per_second.remaining == 8, "denied requests were charged to the 10/s window"
+
+
+def test_identities_are_decided_separately(redis_client: Any) -> None:
+    engine = fresh_engine(redis_client, FakeClock(EPOCH_US))
+    user_limits = limits("2/m", Algorithm.FIXED_WINDOW, "user")
+    ip_limits = limits("3/m", Algorithm.FIXED_WINDOW, "ip")
+    request = [Check(IP, ip_limits), Check(USER, user_limits)]
+    assert [engine.check(request).allowed for _ in range(3)] == [True, True, False]
+    third = engine.peek(request)
+    # The third request was denied by the user limit only; the IP was charged.
+    assert [r.remaining for r in third.results] == [0, 0]
+    assert engine.check([Check(IP, ip_limits)]).allowed is False
+
+
+def test_peek_writes_nothing(redis_client: Any) -> None:
+    engine = fresh_engine(redis_client, FakeClock(EPOCH_US))
+    checks = [Check(IP, limits("3/m", algorithm)) for algorithm in Algorithm]
+    checks = [Check(Identity("ip", str(n)), c.limits, metadata="u|/") for n, c in enumerate(checks)]
+    for _ in range(10):
+        decision = engine.peek(checks, cost=1)
+        assert decision.allowed
+        assert {r.remaining for r in decision.results} == {2}
+    prefix = engine.keys.prefix.encode()
+    assert not [k for k in redis_client.keys("*") if k.startswith(prefix)]
+
+
+def test_cost_is_a_weight(redis_client: Any) -> None:
+    engine = fresh_engine(redis_client, FakeClock(EPOCH_US))
+    checks = [Check(IP, limits("10/m", Algorithm.SLIDING_LOG))]
+    assert engine.check(checks, cost=7).results[0].remaining == 3
+    assert not engine.check(checks, cost=4).allowed
+    assert engine.check(checks, cost=3).allowed
+
+
+def test_cost_above_a_capacity_is_a_programming_error(redis_client: Any) -> None:
+    engine = fresh_engine(redis_client)
+    with pytest.raises(ValueError, match="could never pass"):
+        engine.check([Check(IP, limits("5/m", Algorithm.GCRA))], cost=6)
+    with pytest.raises(ValueError, match="at least 1"):
+        engine.check([Check(IP, limits("5/m", Algorithm.GCRA))], cost=0)
+
+
+def test_burst_sets_the_bucket_capacity(redis_client: Any) -> None:
+    engine = fresh_engine(redis_client, FakeClock(EPOCH_US))
+    for algorithm in (Algorithm.TOKEN_BUCKET, Algorithm.GCRA):
+        checks = [Check(IP, [Limit("b", Rate(1, 1), algorithm, burst=20)])]
+        assert sum(engine.check(checks).allowed for _ in range(25)) == 20
+
+
+def test_a_limit_given_twice_is_rejected(redis_client: Any) -> None:
+    engine = fresh_engine(redis_client)
+    twice = limits("5/m", Algorithm.GCRA) * 2
+    with pytest.raises(ValueError, match="twice"):
+        engine.check([Check(IP, twice)])
+
+
+def test_empty_request_needs_no_redis(redis_client: Any) -> None:
+    engine = fresh_engine(redis_client)
+    decision = engine.check([Check(IP, [])])
+    assert decision.allowed and decision.results == ()
+
+
+def test_uses_redis_time_without_a_clock(redis_client: Any) -> None:
+    engine = fresh_engine(redis_client)
+    decision = engine.check([Check(IP, limits("5/s", Algorithm.GCRA))])
+    seconds, micros = redis_client.time()
+    assert abs(decision.now_us - (seconds * 1_000_000 + micros)) < 5_000_000
+
+
+def test_recovers_from_a_flushed_script_cache(redis_client: Any) -> None:
+    engine = fresh_engine(redis_client, FakeClock(EPOCH_US))
+    checks = [Check(IP, limits("3/m", Algorithm.FIXED_WINDOW)), Check(USER, limits("3/m", Algorithm.GCRA))]
+    engine.check(checks)
+    redis_client.script_flush()
+    assert [r.remaining for r in engine.check(checks).results] == [1, 1]
+    assert [r.remaining for r in engine.check(checks).results] == [0, 0]
+
+
+def test_reset_clears_one_policy_or_everything(redis_client: Any) -> None:
+    engine = fresh_engine(redis_client, FakeClock(EPOCH_US))
+    login, api = limits("1/h", Algorithm.SLIDING_LOG, "login"), limits("1/h", Algorithm.GCRA, "api")
+    request = [Check(IP, login + api, metadata="u|/")]
+    engine.check(request)
+    assert not engine.check(request).allowed
+    engine.reset(IP, login)
+    assert [r.allowed for r in engine.peek(request, cost=1).results] == [True, False]
+    engine.reset(IP, login + api, forget=True)
+    assert engine.peek(request, cost=1).allowed
+    prefix = engine.keys.prefix.encode()
+    assert not [k for k in redis_client.keys("*") if k.startswith(prefix) and not k.endswith(b":ox")]
+
+
+def test_an_unreachable_redis_raises_backend_error(redis_standalone: Any) -> None:
+    dead = redis.Redis(port=1, socket_connect_timeout=0.2, socket_timeout=0.2)
+    engine = Engine(dead)
+    with pytest.raises(BackendError):
+        engine.check([Check(IP, limits("5/s", Algorithm.GCRA))])
+    with pytest.raises(BackendError):
+        engine.reset(IP, limits("5/s", Algorithm.GCRA), forget=True)

@@ -1,0 +1,75 @@
+"""Exactness under concurrency: processes and threads race on one identity.
+
+Every process drives the same fixed fake instant, so no window boundary can
+pass during the race: any admission beyond the limit would be a race between
+read and write, which the single-script design must rule out.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
+from multiprocessing.pool import Pool
+from typing import Any
+
+import pytest
+import redis
+from redis.cluster import ClusterNode, RedisCluster
+
+from django_ratelimits.engine import Algorithm, Check, Engine, Identity, KeySpace, Limit
+from django_ratelimits.rates import Rate
+from django_ratelimits.testing import FakeClock
+from tests.engine_helpers import EPOCH_US
+
+PROCESSES, THREADS, ATTEMPTS = 3, 8, 10  # 240 attempts at a 100/m limit
+
+
+def hammer(
+    nodes: list[tuple[str, int]], cluster: bool, prefix: str, algorithm: str, start_at: float
+) -> int:
+    """One process: THREADS threads, ATTEMPTS checks each; returns how many passed."""
+    client: redis.Redis | RedisCluster
+    if cluster:
+        client = RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in nodes])
+    else:
+        client = redis.Redis(host=nodes[0][0], port=nodes[0][1], max_connections=THREADS)
+    engine = Engine(client, keys=KeySpace(prefix=prefix), clock=FakeClock(EPOCH_US))
+    checks = [Check(Identity("ip", "203.0.113.1"), [Limit("race", Rate(100, 60), Algorithm(algorithm))])]
+
+    engine.peek(checks)  # connect and load the script before the start
+    time.sleep(max(0.0, start_at - time.time()))
+
+    def attempts(_: int) -> int:
+        return sum(engine.check(checks).allowed for _ in range(ATTEMPTS))
+
+    with ThreadPoolExecutor(THREADS) as pool:
+        return sum(pool.map(attempts, range(THREADS)))
+
+
+@pytest.fixture(scope="module")
+def processes() -> Iterator[Pool]:
+    with multiprocessing.get_context("spawn").Pool(PROCESSES) as pool:
+        yield pool
+
+
+@pytest.mark.parametrize("algorithm", list(Algorithm))
+def test_exactly_the_limit_is_admitted(
+    redis_client: Any,
+    redis_standalone: Any,
+    request: pytest.FixtureRequest,
+    processes: Pool,
+    algorithm: Algorithm,
+) -> None:
+    cluster = isinstance(redis_client, RedisCluster)
+    if cluster:
+        nodes = request.getfixturevalue("redis_cluster").nodes
+    else:
+        nodes = [(redis_standalone.host, redis_standalone.port)]
+    prefix = f"race{algorithm.code}"
+    start_at = time.time() + 1.5  # every process connected and waiting by then
+    args = (nodes, cluster, prefix, algorithm.value, start_at)
+    admitted = processes.starmap(hammer, [args] * PROCESSES)
+    assert sum(admitted) == 100
+    assert all(n > 0 for n in admitted), "some process never got through: not a real race"

@@ -1,0 +1,149 @@
+"""Keys: bounded and unbreakable, one slot per identity, every one with a TTL;
+and what one request costs in round trips."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import redis
+from redis.cluster import RedisCluster
+from redis.connection import Connection
+
+from django_ratelimits.engine import Algorithm, Check, Engine, Identity, KeySpace, Limit
+from django_ratelimits.engine.keys import ident
+from django_ratelimits.rates import parse_rates
+from django_ratelimits.testing import FakeClock
+from tests.engine_helpers import EPOCH_US, all_keys, fresh_engine
+
+HOSTILE = [
+    "x" * 10_000,
+    "{a}",
+    "}{",
+    "a b",
+    "line\nbreak",
+    "nul\x00byte",
+    "\udcff\udcfe not utf-8",
+    "*",
+    "ip:1.2.3.4",
+    "~forged",
+    "é",
+]
+
+
+def seed_000_request(ip: str, user: str, algorithm: Algorithm) -> list[Check]:
+    """Seed 000's case: 10/s, 120/m, 240/h for the IP and for the user."""
+    limits = [Limit("api", rate, algorithm) for rate in parse_rates("10/s, 120/m, 240/h")]
+    return [
+        Check(Identity("ip", ip), limits, metadata=f"user:{user}|/api"),
+        Check(Identity("user", user), limits, metadata=f"ip:{ip}|/api"),
+    ]
+
+
+@pytest.mark.parametrize("value", HOSTILE)
+def test_hostile_identities_yield_bounded_valid_keys(redis_client: Any, value: str) -> None:
+    engine = fresh_engine(redis_client, FakeClock(EPOCH_US))
+    identity = Identity("user", value)
+    limit = Limit("api", parse_rates("1/m")[0], Algorithm.SLIDING_LOG)
+    assert engine.check([Check(identity, [limit], metadata=value)]).allowed
+    assert not engine.check([Check(identity, [limit], metadata=value)]).allowed
+
+    keys = [k for k in all_keys(redis_client) if k.startswith(engine.keys.prefix.encode())]
+    assert len(keys) == 4  # state, metadata, offender record, shard index
+    tag = engine.keys.tag(ident(identity)).encode()
+    for key in keys:
+        assert len(key) < 120
+        assert key.startswith(tag)
+        assert key.count(b"{") == 1 and key.count(b"}") == 1
+        assert not any(ch in key for ch in b" \n\r\t\x00")
+        key.decode("ascii")
+    if isinstance(redis_client, RedisCluster):
+        assert len({redis_client.keyslot(k) for k in keys}) == 1
+    record = redis_client.hgetall(engine.keys.record(ident(identity)))
+    assert len(record[b"id"]) < 1000
+    assert b"\n" not in record[b"id"]
+
+
+def test_distinct_values_never_share_a_key() -> None:
+    idents = {ident(Identity("user", v)) for v in HOSTILE}
+    assert len(idents) == len(HOSTILE)
+    # A raw value can never look like the digest of another one.
+    assert ident(Identity("user", "~forged")) != "user:~forged"
+
+
+def test_shards_spread_identities() -> None:
+    space = KeySpace(shards=64)
+    used = {space.shard(ident(Identity("ip", f"10.0.{n // 256}.{n % 256}"))) for n in range(2000)}
+    assert len(used) == 64
+
+
+@pytest.mark.parametrize("algorithm", list(Algorithm))
+def test_every_key_written_has_a_ttl(redis_client: Any, algorithm: Algorithm) -> None:
+    engine = fresh_engine(redis_client)  # the real Redis clock: real TTLs
+    for n in range(30):
+        engine.check(seed_000_request(f"192.0.2.{n % 3}", str(n % 5), algorithm))
+    keys = [k for k in all_keys(redis_client) if k.startswith(engine.keys.prefix.encode())]
+    assert len(keys) > 10
+    for key in keys:
+        ttl = redis_client.pttl(key)
+        assert 0 < ttl <= 86_400_000, (key, ttl)
+
+
+class CountingConnection(Connection):
+    """A real connection that counts the times it writes to the socket."""
+
+    sends = 0
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        CountingConnection.sends += 1
+        super().send_packed_command(command, check_health)
+
+
+@pytest.mark.parametrize("algorithm", list(Algorithm))
+def test_two_identities_three_rates_cost_one_round_trip(
+    redis_standalone: Any, algorithm: Algorithm
+) -> None:
+    pool = redis.ConnectionPool(
+        connection_class=CountingConnection, host=redis_standalone.host, port=redis_standalone.port
+    )
+    engine = fresh_engine(redis.Redis(connection_pool=pool))
+    request = seed_000_request("203.0.113.50", "42", algorithm)
+    engine.check(request)  # connect and load the script
+    before = CountingConnection.sends
+    decision = engine.check(request)
+    assert CountingConnection.sends - before == 1
+    assert len(decision.results) == 6 and decision.allowed
+    before = CountingConnection.sends
+    engine.peek(request)
+    assert CountingConnection.sends - before == 1
+
+
+def _evalsha_calls(cluster: Any) -> int:
+    total = 0
+    for host, port in cluster.nodes:
+        stats = redis.Redis(host=host, port=port).info("commandstats")
+        total += stats.get("cmdstat_evalsha", {}).get("calls", 0)
+    return total
+
+
+def test_on_a_cluster_one_script_call_per_slot(redis_cluster: Any) -> None:
+    engine = fresh_engine(redis_cluster.client())
+    request = seed_000_request("203.0.113.51", "43", Algorithm.GCRA)
+    engine.check(request)
+    slots = {
+        redis_cluster.client().keyslot(engine.keys.tag(ident(c.identity))) for c in request
+    }
+    before = _evalsha_calls(redis_cluster)
+    assert engine.check(request).allowed
+    assert _evalsha_calls(redis_cluster) - before == len(slots)
+
+
+def test_a_shared_shard_makes_one_call_on_a_cluster(redis_cluster: Any) -> None:
+    # With one shard every identity shares one slot: one call decides both.
+    client = redis_cluster.client()
+    engine = Engine(client, keys=KeySpace(prefix="oneshard", shards=1))
+    request = seed_000_request("203.0.113.52", "44", Algorithm.FIXED_WINDOW)
+    engine.check(request)
+    before = _evalsha_calls(redis_cluster)
+    engine.check(request)
+    assert _evalsha_calls(redis_cluster) - before == 1

@@ -1,0 +1,107 @@
+"""The offender index, offender records and metadata lists the dashboard reads."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django_ratelimits.engine import Algorithm, Check, Engine, Identity, KeySpace, Limit
+from django_ratelimits.engine.keys import ident
+from django_ratelimits.rates import parse_rates
+from django_ratelimits.testing import FakeClock
+from tests.engine_helpers import EPOCH_US, fresh_engine
+
+LOGIN = [Limit("login", rate, Algorithm.SLIDING_WINDOW) for rate in parse_rates("2/m")]
+API = [Limit("api", rate, Algorithm.GCRA) for rate in parse_rates("100/m")]
+
+
+def index_of(engine: Engine, identity: Identity) -> str:
+    return engine.keys.index(engine.keys.shard(ident(identity)))
+
+
+def test_denials_are_recorded_per_identity_and_policy(redis_client: Any) -> None:
+    clock = FakeClock(EPOCH_US)
+    engine = fresh_engine(redis_client, clock)
+    ip = Identity("ip", "203.0.113.7")
+    for _ in range(12):
+        engine.check([Check(ip, LOGIN + API)])
+        clock.advance(0.01)
+    record = redis_client.hgetall(engine.keys.record(ident(ip)))
+    assert record[b"id"] == b"ip:203.0.113.7"
+    assert int(record[b"n"]) == 10
+    assert int(record[b"d:login"]) == 10
+    assert b"d:api" not in record
+    assert int(record[b"first"]) == EPOCH_US // 1000 + 20
+    assert int(record[b"last"]) == EPOCH_US // 1000 + 110
+
+
+def test_the_index_is_written_at_most_once_a_second_per_identity(redis_client: Any) -> None:
+    clock = FakeClock(EPOCH_US)
+    engine = fresh_engine(redis_client, clock)
+    ip = Identity("ip", "203.0.113.8")
+    index = index_of(engine, ip)
+    engine.check([Check(ip, LOGIN)])
+    engine.check([Check(ip, LOGIN)])
+    first = EPOCH_US // 1000
+    for _ in range(50):  # 50 denials within 0.5 s
+        engine.check([Check(ip, LOGIN)])
+        clock.advance(0.01)
+    assert redis_client.zscore(index, ident(ip)) == first
+    clock.advance(0.5)
+    engine.check([Check(ip, LOGIN)])
+    assert redis_client.zscore(index, ident(ip)) == first + 1000
+
+
+def test_the_index_is_capped_and_keeps_the_latest(redis_client: Any) -> None:
+    clock = FakeClock(EPOCH_US)
+    engine = Engine(
+        redis_client, keys=KeySpace(prefix="capped", shards=1), clock=clock, offender_index_max=3
+    )
+    ips = [Identity("ip", f"192.0.2.{n}") for n in range(6)]
+    for ip in ips:
+        for _ in range(3):
+            engine.check([Check(ip, LOGIN)])
+        clock.advance(1)
+    members = redis_client.zrange(engine.keys.index(0), 0, -1)
+    assert members == [ident(ip).encode() for ip in ips[3:]]
+
+
+def test_the_index_forgets_entries_past_retention(redis_client: Any) -> None:
+    clock = FakeClock(EPOCH_US)
+    engine = Engine(
+        redis_client, keys=KeySpace(prefix="retain", shards=1), clock=clock, offender_retention=60
+    )
+    old, new = Identity("ip", "192.0.2.1"), Identity("ip", "192.0.2.2")
+    for _ in range(3):
+        engine.check([Check(old, LOGIN)])
+    clock.advance(61)
+    for _ in range(3):
+        engine.check([Check(new, LOGIN)])
+    assert redis_client.zrange(engine.keys.index(0), 0, -1) == [ident(new).encode()]
+
+
+def test_metadata_list_tells_who_was_behind_an_ip_and_is_capped(redis_client: Any) -> None:
+    clock = FakeClock(EPOCH_US)
+    engine = fresh_engine(redis_client, clock, metadata_max_entries=5)
+    ip = Identity("ip", "203.0.113.9")
+    for n in range(4):
+        engine.check([Check(ip, LOGIN, metadata=f"user:{n % 2}|/login")])
+        clock.advance(0.001)
+    entries = redis_client.lrange(engine.keys.metadata(ident(ip)), 0, -1)
+    now_ms = EPOCH_US // 1000
+    assert entries == [
+        f"user:1|/login|{now_ms + 3}|D".encode(),
+        f"user:0|/login|{now_ms + 2}|D".encode(),
+        f"user:1|/login|{now_ms + 1}|A".encode(),
+        f"user:0|/login|{now_ms}|A".encode(),
+    ]
+    for _ in range(10):
+        engine.check([Check(ip, LOGIN, metadata="user:9|/login")])
+    assert redis_client.llen(engine.keys.metadata(ident(ip))) == 5
+
+
+def test_no_metadata_unless_asked(redis_client: Any) -> None:
+    engine = fresh_engine(redis_client, FakeClock(EPOCH_US))
+    ip = Identity("ip", "203.0.113.10")
+    engine.check([Check(ip, API)])
+    assert not redis_client.exists(engine.keys.metadata(ident(ip)))
+    assert not redis_client.exists(engine.keys.record(ident(ip)))
