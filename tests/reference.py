@@ -19,7 +19,9 @@ Outcome = tuple[bool, int, int, int, Any]  # allowed, remaining, retry, reset, n
 SW_BUCKETS = 10
 
 
-def fixed_window(state: Any, now: int, limit: int, window: int, capacity: int, cost: int) -> Outcome:
+def fixed_window(
+    state: Any, now: int, limit: int, window: int, capacity: int, cost: int
+) -> Outcome:
     w = now // window
     n = state[1] if state is not None and state[0] == w else 0
     window_end = (w + 1) * window - now
@@ -29,7 +31,9 @@ def fixed_window(state: Any, now: int, limit: int, window: int, capacity: int, c
     return False, max(0, limit - n), window_end, window_end, None
 
 
-def sliding_window(state: Any, now: int, limit: int, window: int, capacity: int, cost: int) -> Outcome:
+def sliding_window(
+    state: Any, now: int, limit: int, window: int, capacity: int, cost: int
+) -> Outcome:
     step = window // SW_BUCKETS
     b = now // step
     live = {i: c for i, c in (state or {}).items() if i >= b - SW_BUCKETS + 1}
@@ -107,7 +111,9 @@ def sliding_log(state: Any, now: int, limit: int, window: int, capacity: int, co
     return False, max(0, limit - count), retry, reset, None
 
 
-def token_bucket(state: Any, now: int, limit: int, window: int, capacity: int, cost: int) -> Outcome:
+def token_bucket(
+    state: Any, now: int, limit: int, window: int, capacity: int, cost: int
+) -> Outcome:
     cap = float(capacity)
     if state is None:
         tokens, ts = cap, now
@@ -164,8 +170,12 @@ class ReferenceEngine:
             for limit in chk.limits:
                 key = self.keys.state(ident(chk.identity), limit)
                 allowed, remaining, retry, reset, new = MODELS[limit.algorithm](
-                    self.state.get(key), now, limit.rate.limit, limit.rate.window_us,
-                    limit.capacity, cost,
+                    self.state.get(key),
+                    now,
+                    limit.rate.limit,
+                    limit.rate.window_us,
+                    limit.capacity,
+                    cost,
                 )
                 out.append((allowed, remaining, retry, reset))
                 all_allowed = all_allowed and allowed

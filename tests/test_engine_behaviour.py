@@ -144,7 +144,10 @@ def test_uses_redis_time_without_a_clock(redis_client: Any) -> None:
 
 def test_recovers_from_a_flushed_script_cache(redis_client: Any) -> None:
     engine = fresh_engine(redis_client, FakeClock(EPOCH_US))
-    checks = [Check(IP, limits("3/m", Algorithm.FIXED_WINDOW)), Check(USER, limits("3/m", Algorithm.GCRA))]
+    checks = [
+        Check(IP, limits("3/m", Algorithm.FIXED_WINDOW)),
+        Check(USER, limits("3/m", Algorithm.GCRA)),
+    ]
     engine.check(checks)
     redis_client.script_flush()
     assert [r.remaining for r in engine.check(checks).results] == [1, 1]
@@ -162,7 +165,9 @@ def test_reset_clears_one_policy_or_everything(redis_client: Any) -> None:
     engine.reset(IP, login + api, forget=True)
     assert engine.peek(request, cost=1).allowed
     prefix = engine.keys.prefix.encode()
-    assert not [k for k in redis_client.keys("*") if k.startswith(prefix) and not k.endswith(b":ox")]
+    assert not [
+        k for k in redis_client.keys("*") if k.startswith(prefix) and not k.endswith(b":ox")
+    ]
 
 
 def test_an_unreachable_redis_raises_backend_error(redis_standalone: Any) -> None:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import multiprocessing
 import time
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.pool import Pool
 from typing import Any
 
@@ -36,7 +36,9 @@ def hammer(
     else:
         client = redis.Redis(host=nodes[0][0], port=nodes[0][1], max_connections=THREADS)
     engine = Engine(client, keys=KeySpace(prefix=prefix), clock=FakeClock(EPOCH_US))
-    checks = [Check(Identity("ip", "203.0.113.1"), [Limit("race", Rate(100, 60), Algorithm(algorithm))])]
+    checks = [
+        Check(Identity("ip", "203.0.113.1"), [Limit("race", Rate(100, 60), Algorithm(algorithm))])
+    ]
 
     engine.peek(checks)  # connect and load the script before the start
     time.sleep(max(0.0, start_at - time.time()))

@@ -130,9 +130,7 @@ def test_on_a_cluster_one_script_call_per_slot(redis_cluster: Any) -> None:
     engine = fresh_engine(redis_cluster.client())
     request = seed_000_request("203.0.113.51", "43", Algorithm.GCRA)
     engine.check(request)
-    slots = {
-        redis_cluster.client().keyslot(engine.keys.tag(ident(c.identity))) for c in request
-    }
+    slots = {redis_cluster.client().keyslot(engine.keys.tag(ident(c.identity))) for c in request}
     before = _evalsha_calls(redis_cluster)
     assert engine.check(request).allowed
     assert _evalsha_calls(redis_cluster) - before == len(slots)

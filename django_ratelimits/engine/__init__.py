@@ -11,6 +11,8 @@ Later layers (middleware, decorators, DRF, dashboard) all go through here.
 
 from __future__ import annotations
 
+from django_ratelimits.conf import get_settings
+from django_ratelimits.engine.connection import get_redis
 from django_ratelimits.engine.core import Clock, Engine
 from django_ratelimits.engine.decision import Decision, LimitResult
 from django_ratelimits.engine.keys import KeySpace
@@ -26,4 +28,30 @@ __all__ = [
     "KeySpace",
     "Limit",
     "LimitResult",
+    "get_engine",
 ]
+
+_current: tuple[object, object, Engine] | None = None
+
+
+def get_engine() -> Engine:
+    """The engine ``DJANGO_RATELIMITS`` configures, shared by the whole process.
+
+    Built on first use (no network call until the first check) and rebuilt
+    when the settings or the Redis client they resolve to change.
+    """
+    global _current
+    config = get_settings()
+    client = get_redis(config)
+    current = _current
+    if current is None or current[0] is not config or current[1] is not client:
+        engine = Engine(
+            client,
+            keys=KeySpace(prefix=config.key_prefix, shards=config.shards),
+            metadata_max_entries=config.metadata_max_entries,
+            metadata_ttl=config.metadata_ttl,
+            offender_retention=config.offender_retention,
+            offender_index_max=config.offender_index_max,
+        )
+        current = _current = (config, client, engine)
+    return current[2]

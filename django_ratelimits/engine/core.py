@@ -92,7 +92,9 @@ class Engine:
             raise ValueError(f"cost must not be negative, not {cost}")
         return self._run(list(checks), "p", cost)
 
-    def reset(self, identity: Identity, limits: Sequence[Limit] = (), *, forget: bool = False) -> None:
+    def reset(
+        self, identity: Identity, limits: Sequence[Limit] = (), *, forget: bool = False
+    ) -> None:
         """Clear ``identity``'s state under ``limits``.
 
         With ``forget``, also drop its metadata list and offender record and

@@ -1,0 +1,34 @@
+"""The engine that DJANGO_RATELIMITS configures."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.test import override_settings
+
+from django_ratelimits.engine import Algorithm, Check, Identity, Limit, get_engine
+from django_ratelimits.engine.keys import ident
+from django_ratelimits.rates import Rate
+
+
+def test_get_engine_follows_the_settings(redis_standalone: Any) -> None:
+    config = {
+        "REDIS": redis_standalone.url,
+        "KEY_PREFIX": "cfg",
+        "SHARDS": 4,
+        "METADATA_MAX_ENTRIES": 2,
+    }
+    with override_settings(DJANGO_RATELIMITS=config):
+        engine = get_engine()
+        assert get_engine() is engine
+        assert engine.keys.prefix == "cfg" and engine.keys.shards == 4
+        identity = Identity("ip", "192.0.2.77")
+        check = Check(identity, [Limit("s", Rate(5, 60), Algorithm.FIXED_WINDOW)], metadata="m")
+        for _ in range(4):
+            assert engine.check([check]).allowed
+        client = redis_standalone.client()
+        assert client.llen(engine.keys.metadata(ident(identity))) == 2
+        assert engine.keys.metadata(ident(identity)).startswith("cfg:{s")
+    with override_settings(DJANGO_RATELIMITS={**config, "KEY_PREFIX": "cfg2"}):
+        assert get_engine() is not engine
+        assert get_engine().keys.prefix == "cfg2"
