@@ -36,23 +36,23 @@ def sliding_window(
 ) -> Outcome:
     step = window // SW_BUCKETS
     b = now // step
-    live = {i: c for i, c in (state or {}).items() if i >= b - SW_BUCKETS + 1}
+    live = {i: c for i, c in (state or {}).items() if i >= b - SW_BUCKETS}
     total = sum(live.values())
     newest = max((i for i, c in live.items() if c > 0), default=None)
     if total + cost <= limit:
         if cost > 0 and (newest is None or b > newest):
             newest = b
-        reset = (newest + SW_BUCKETS) * step - now if newest is not None else 0
+        reset = (newest + SW_BUCKETS + 1) * step - now if newest is not None else 0
         new = dict(live)
         new[b] = new.get(b, 0) + cost
         return True, limit - total - cost, 0, reset, new
     assert newest is not None
-    reset = (newest + SW_BUCKETS) * step - now
+    reset = (newest + SW_BUCKETS + 1) * step - now
     need, freed, retry = total + cost - limit, 0, reset
     for i in sorted(live):
         freed += live[i]
         if freed >= need:
-            retry = (i + SW_BUCKETS) * step - now
+            retry = (i + SW_BUCKETS + 1) * step - now
             break
     return False, max(0, limit - total), retry, reset, None
 
