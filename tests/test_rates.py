@@ -107,7 +107,9 @@ def test_parse_rates_rejects(text: str, position: int, reason: str) -> None:
         parse_rates(text)
     assert (caught.value.position, caught.value.reason) == (position, reason)
     assert caught.value.text == text
-    assert str(caught.value) == f"invalid rate {text!r} at position {position}: {reason}"
+    assert str(caught.value).endswith(f" at position {position}: {reason}")
+    if len(text) <= 80:
+        assert str(caught.value) == f"invalid rate {text!r} at position {position}: {reason}"
 
 
 def test_error_is_a_value_error() -> None:
@@ -243,3 +245,13 @@ def test_worst_case_inputs_are_fast(text: str) -> None:
 
 def test_docstring_examples() -> None:
     assert doctest.testmod(rates_module).failed == 0
+
+
+def test_error_messages_quote_a_bounded_excerpt_of_long_input() -> None:
+    text = "10/s," + " " * 900 + "10/x"
+    with pytest.raises(RateParseError) as caught:
+        parse_rates(text)
+    message = str(caught.value)
+    assert len(message) < 250
+    assert "10/x" in message and f"({len(text)} characters)" in message
+    assert caught.value.text == text
