@@ -85,7 +85,8 @@ def measure(decide: Decide, trace: Sequence[int]) -> tuple[int, float]:
 
 
 def table() -> str:
-    rows = ["| algorithm | " + " | ".join(f"{name}: admitted, worst window" for name in TRACES) + " |"]
+    heads = " | ".join(f"{name}: admitted, worst window" for name in TRACES)
+    rows = [f"| algorithm | {heads} |"]
     rows.append("|---" * (len(TRACES) + 1) + "|")
     for algorithm in Algorithm:
         cells = []

@@ -145,3 +145,26 @@ def test_a_shared_shard_makes_one_call_on_a_cluster(redis_cluster: Any) -> None:
     before = _evalsha_calls(redis_cluster)
     engine.check(request)
     assert _evalsha_calls(redis_cluster) - before == 1
+
+
+def test_on_a_cluster_one_write_per_node_involved(redis_cluster: Any) -> None:
+    client = redis_cluster.client()
+    for node in client.get_nodes():  # the pools make counting connections from now on
+        pool = node.redis_connection.connection_pool
+        pool.disconnect()
+        pool.connection_class = CountingConnection
+        pool.reset()
+    engine = fresh_engine(client)
+    # Identities spread over shards; find two whose slots live on different nodes.
+    checks = seed_000_request("203.0.113.60", "60", Algorithm.SLIDING_WINDOW)
+    nodes = {client.get_node_from_key(engine.keys.tag(ident(c.identity))).name for c in checks}
+    for n in range(61, 200):
+        if len(nodes) == 2:
+            break
+        checks = seed_000_request(f"203.0.113.{n}", str(n), Algorithm.SLIDING_WINDOW)
+        nodes = {client.get_node_from_key(engine.keys.tag(ident(c.identity))).name for c in checks}
+    assert len(nodes) == 2
+    engine.check(checks)  # connect to both nodes and load the script
+    before = CountingConnection.sends
+    assert engine.check(checks).allowed
+    assert CountingConnection.sends - before == 2
