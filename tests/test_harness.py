@@ -134,6 +134,20 @@ def test_lookup_honours_redis_server_env(
     assert redis_harness.find_redis_server() == chosen
 
 
+def test_lookup_keeps_the_name_on_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A redis-server on PATH that is a symlink (Debian's points at redis-check-rdb,
+    which decides what to be from its name) is returned under its own name."""
+    target = tmp_path / "redis-check-rdb"
+    target.write_text("#!/bin/sh\n")
+    target.chmod(0o755)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "redis-server").symlink_to(target)
+    monkeypatch.delenv("REDIS_SERVER", raising=False)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    assert redis_harness.find_redis_server() == bin_dir / "redis-server"
+
+
 def test_lookup_rejects_a_wrong_redis_server(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
