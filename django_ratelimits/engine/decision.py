@@ -59,9 +59,3 @@ class Decision:
     @property
     def retry_after(self) -> float:
         return self.retry_after_us / 1_000_000
-
-    def tightest(self) -> LimitResult | None:
-        """The result closest to denying: a denied one first, else least remaining."""
-        if not self.results:
-            return None
-        return min(self.results, key=lambda r: (r.allowed, r.remaining, -r.reset_after_us))

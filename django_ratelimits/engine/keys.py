@@ -79,7 +79,3 @@ class KeySpace:
 
     def index(self, shard: int) -> str:
         return f"{self.prefix}:{{s{shard}}}:ox"
-
-    def indexes(self) -> list[str]:
-        """The offender index of every shard, for the dashboard."""
-        return [self.index(n) for n in range(self.shards)]

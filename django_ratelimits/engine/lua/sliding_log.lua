@@ -23,12 +23,10 @@ function ALG.log.peek(key, now, limit, window, capacity, cost)
     end
     return true, limit - count - cost, 0, reset, count
   end
+  -- Denied: the request fits once the oldest `count + cost - limit` entries
+  -- have left the window (cost <= limit, so that many exist).
   local reset = log_score_at(key, now, window, 0, true) + window - now
-  local retry = reset
-  local need = count + cost - limit
-  if need <= count then
-    retry = log_score_at(key, now, window, need - 1, false) + window - now
-  end
+  local retry = log_score_at(key, now, window, count + cost - limit - 1, false) + window - now
   return false, max(0, limit - count), retry, reset, nil
 end
 
