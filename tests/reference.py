@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from django_ratelimits.engine import Algorithm, Check, KeySpace
-from django_ratelimits.engine.keys import ident
 
 Outcome = tuple[bool, int, int, int, Any]  # allowed, remaining, retry, reset, new state
 SW_BUCKETS = 10
@@ -168,7 +167,7 @@ class ReferenceEngine:
             pending: list[tuple[str, Any]] = []
             all_allowed = True
             for limit in chk.limits:
-                key = self.keys.state(ident(chk.identity), limit)
+                key = self.keys.of(chk.identity).state(limit)
                 allowed, remaining, retry, reset, new = MODELS[limit.algorithm](
                     self.state.get(key),
                     now,

@@ -50,7 +50,7 @@ def test_hostile_identities_yield_bounded_valid_keys(redis_client: Any, value: s
 
     keys = [k for k in all_keys(redis_client) if k.startswith(engine.keys.prefix.encode())]
     assert len(keys) == 4  # state, metadata, offender record, shard index
-    tag = engine.keys.tag(ident(identity)).encode()
+    tag = engine.keys.of(identity).tag.encode()
     for key in keys:
         assert len(key) < 120
         assert key.startswith(tag)
@@ -59,7 +59,7 @@ def test_hostile_identities_yield_bounded_valid_keys(redis_client: Any, value: s
         key.decode("ascii")
     if isinstance(redis_client, RedisCluster):
         assert len({redis_client.keyslot(k) for k in keys}) == 1
-    record = redis_client.hgetall(engine.keys.record(ident(identity)))
+    record = redis_client.hgetall(engine.keys.of(identity).record)
     assert len(record[b"id"]) < 1000
     assert b"\n" not in record[b"id"]
 
@@ -73,7 +73,7 @@ def test_distinct_values_never_share_a_key() -> None:
 
 def test_shards_spread_identities() -> None:
     space = KeySpace(shards=64)
-    used = {space.shard(ident(Identity("ip", f"10.0.{n // 256}.{n % 256}"))) for n in range(2000)}
+    used = {space.of(Identity("ip", f"10.0.{n // 256}.{n % 256}")).index for n in range(2000)}
     assert len(used) == 64
 
 
@@ -130,7 +130,7 @@ def test_on_a_cluster_one_script_call_per_slot(redis_cluster: Any) -> None:
     engine = fresh_engine(redis_cluster.client())
     request = seed_000_request("203.0.113.51", "43", Algorithm.GCRA)
     engine.check(request)
-    slots = {redis_cluster.client().keyslot(engine.keys.tag(ident(c.identity))) for c in request}
+    slots = {redis_cluster.client().keyslot(engine.keys.of(c.identity).tag) for c in request}
     before = _evalsha_calls(redis_cluster)
     assert engine.check(request).allowed
     assert _evalsha_calls(redis_cluster) - before == len(slots)
@@ -157,12 +157,12 @@ def test_on_a_cluster_one_write_per_node_involved(redis_cluster: Any) -> None:
     engine = fresh_engine(client)
     # Identities spread over shards; find two whose slots live on different nodes.
     checks = seed_000_request("203.0.113.60", "60", Algorithm.SLIDING_WINDOW)
-    nodes = {client.get_node_from_key(engine.keys.tag(ident(c.identity))).name for c in checks}
+    nodes = {client.get_node_from_key(engine.keys.of(c.identity).tag).name for c in checks}
     for n in range(61, 200):
         if len(nodes) == 2:
             break
         checks = seed_000_request(f"203.0.113.{n}", str(n), Algorithm.SLIDING_WINDOW)
-        nodes = {client.get_node_from_key(engine.keys.tag(ident(c.identity))).name for c in checks}
+        nodes = {client.get_node_from_key(engine.keys.of(c.identity).tag).name for c in checks}
     assert len(nodes) == 2
     engine.check(checks)  # connect to both nodes and load the script
     before = CountingConnection.sends

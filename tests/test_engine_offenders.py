@@ -15,7 +15,7 @@ API = [Limit("api", rate, Algorithm.GCRA) for rate in parse_rates("100/m")]
 
 
 def index_of(engine: Engine, identity: Identity) -> str:
-    return engine.keys.index(engine.keys.shard(ident(identity)))
+    return engine.keys.of(identity).index
 
 
 def test_denials_are_recorded_per_identity_and_policy(redis_client: Any) -> None:
@@ -25,7 +25,7 @@ def test_denials_are_recorded_per_identity_and_policy(redis_client: Any) -> None
     for _ in range(12):
         engine.check([Check(ip, LOGIN + API)])
         clock.advance(0.01)
-    record = redis_client.hgetall(engine.keys.record(ident(ip)))
+    record = redis_client.hgetall(engine.keys.of(ip).record)
     assert record[b"id"] == b"ip:203.0.113.7"
     assert int(record[b"n"]) == 10
     assert int(record[b"d:login"]) == 10
@@ -86,7 +86,7 @@ def test_metadata_list_tells_who_was_behind_an_ip_and_is_capped(redis_client: An
     for n in range(4):
         engine.check([Check(ip, LOGIN, metadata=f"user:{n % 2}|/login")])
         clock.advance(0.001)
-    entries = redis_client.lrange(engine.keys.metadata(ident(ip)), 0, -1)
+    entries = redis_client.lrange(engine.keys.of(ip).metadata, 0, -1)
     now_ms = EPOCH_US // 1000
     assert entries == [
         f"user:1|/login|{now_ms + 3}|D".encode(),
@@ -96,12 +96,12 @@ def test_metadata_list_tells_who_was_behind_an_ip_and_is_capped(redis_client: An
     ]
     for _ in range(10):
         engine.check([Check(ip, LOGIN, metadata="user:9|/login")])
-    assert redis_client.llen(engine.keys.metadata(ident(ip))) == 5
+    assert redis_client.llen(engine.keys.of(ip).metadata) == 5
 
 
 def test_no_metadata_unless_asked(redis_client: Any) -> None:
     engine = fresh_engine(redis_client, FakeClock(EPOCH_US))
     ip = Identity("ip", "203.0.113.10")
     engine.check([Check(ip, API)])
-    assert not redis_client.exists(engine.keys.metadata(ident(ip)))
-    assert not redis_client.exists(engine.keys.record(ident(ip)))
+    assert not redis_client.exists(engine.keys.of(ip).metadata)
+    assert not redis_client.exists(engine.keys.of(ip).record)

@@ -7,7 +7,6 @@ from typing import Any
 from django.test import override_settings
 
 from django_ratelimits.engine import Algorithm, Check, Identity, Limit, get_engine
-from django_ratelimits.engine.keys import ident
 from django_ratelimits.rates import Rate
 
 
@@ -27,8 +26,8 @@ def test_get_engine_follows_the_settings(redis_standalone: Any) -> None:
         for _ in range(4):
             assert engine.check([check]).allowed
         client = redis_standalone.client()
-        assert client.llen(engine.keys.metadata(ident(identity))) == 2
-        assert engine.keys.metadata(ident(identity)).startswith("cfg:{s")
+        assert client.llen(engine.keys.of(identity).metadata) == 2
+        assert engine.keys.of(identity).metadata.startswith("cfg:{s")
     with override_settings(DJANGO_RATELIMITS={**config, "KEY_PREFIX": "cfg2"}):
         assert get_engine() is not engine
         assert get_engine().keys.prefix == "cfg2"

@@ -12,7 +12,7 @@ from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 
 from django_ratelimits.engine import script
 from django_ratelimits.engine.decision import Decision, LimitResult
-from django_ratelimits.engine.keys import KeySpace, ident, label, printable
+from django_ratelimits.engine.keys import KeySpace, label, printable
 from django_ratelimits.engine.limits import Check, Identity, Limit
 from django_ratelimits.exceptions import BackendError
 
@@ -100,17 +100,17 @@ class Engine:
         With ``forget``, also drop its metadata list and offender record and
         take it out of the offender index.
         """
-        who = ident(identity)
-        names = [self.keys.state(who, limit) for limit in limits]
+        keys = self.keys.of(identity)
+        names = [keys.state(limit) for limit in limits]
         if forget:
-            names += [self.keys.metadata(who), self.keys.record(who)]
+            names += [keys.metadata, keys.record]
         try:
             pipe = self.client.pipeline(transaction=False)
-            route = self._route(self.keys.record(who))  # every key here shares its slot
+            route = self._route(keys.record)  # every key here shares its slot
             if names:
                 pipe.execute_command("UNLINK", *names, **route)
             if forget:
-                pipe.execute_command("ZREM", self.keys.index(self.keys.shard(who)), who, **route)
+                pipe.execute_command("ZREM", keys.index, keys.ident, **route)
             pipe.execute()
         except _REDIS_ERRORS as exc:
             raise BackendError(f"could not reset {label(identity)}: {exc}") from exc
@@ -140,8 +140,8 @@ class Engine:
         now = "" if self.clock is None else self.clock.now_us()
         calls: dict[int, _Call] = {}
         for chk in checks:
-            who = ident(chk.identity)
-            state_keys = [self.keys.state(who, limit) for limit in chk.limits]
+            keys = self.keys.of(chk.identity)
+            state_keys = [keys.state(limit) for limit in chk.limits]
             if len(set(state_keys)) != len(state_keys):
                 raise ValueError(f"a limit is given twice for {label(chk.identity)}")
             slot = self._slot(state_keys[0])
@@ -150,13 +150,13 @@ class Engine:
                 call = calls[slot] = _Call()
             call.groups += 1
             call.keys += [
-                self.keys.metadata(who),
-                self.keys.record(who),
-                self.keys.index(self.keys.shard(who)),
+                keys.metadata,
+                keys.record,
+                keys.index,
                 *state_keys,
             ]
             metadata = "" if chk.metadata is None else printable(chk.metadata, 300)
-            call.args += [len(chk.limits), who, label(chk.identity), metadata]
+            call.args += [len(chk.limits), keys.ident, label(chk.identity), metadata]
             for limit in chk.limits:
                 call.args += [
                     limit.algorithm.code,

@@ -53,29 +53,39 @@ def label(identity: Identity) -> str:
 
 
 @dataclass(frozen=True)
+class IdentityKeys:
+    """Every key name of one identity, from one digest of it."""
+
+    ident: str
+    tag: str  # ``prefix:{sN}``: the start of every key of this identity
+    index: str  # the offender index of the identity's shard
+
+    @property
+    def metadata(self) -> str:
+        return f"{self.tag}:m:{self.ident}"
+
+    @property
+    def record(self) -> str:
+        return f"{self.tag}:o:{self.ident}"
+
+    def state(self, limit: Limit) -> str:
+        policy = key_part(limit.policy)
+        return f"{self.tag}:{limit.algorithm.code}:{policy}:{limit.rate}:{self.ident}"
+
+
+@dataclass(frozen=True)
 class KeySpace:
     """Names every key the engine writes for one prefix and shard count."""
 
     prefix: str = "rl"
     shards: int = 64
 
-    def shard(self, ident: str) -> int:
-        digest = hashlib.blake2b(ident.encode("ascii"), digest_size=4).digest()
-        return int.from_bytes(digest, "big") % self.shards
-
-    def tag(self, ident: str) -> str:
-        """``prefix:{sN}``: the start of every key of this identity."""
-        return f"{self.prefix}:{{s{self.shard(ident)}}}"
-
-    def state(self, ident: str, limit: Limit) -> str:
-        policy = key_part(limit.policy)
-        return f"{self.tag(ident)}:{limit.algorithm.code}:{policy}:{limit.rate}:{ident}"
-
-    def metadata(self, ident: str) -> str:
-        return f"{self.tag(ident)}:m:{ident}"
-
-    def record(self, ident: str) -> str:
-        return f"{self.tag(ident)}:o:{ident}"
+    def of(self, identity: Identity) -> IdentityKeys:
+        who = ident(identity)
+        digest = hashlib.blake2b(who.encode("ascii"), digest_size=4).digest()
+        shard = int.from_bytes(digest, "big") % self.shards
+        return IdentityKeys(who, f"{self.prefix}:{{s{shard}}}", self.index(shard))
 
     def index(self, shard: int) -> str:
+        """The offender index of shard ``shard``."""
         return f"{self.prefix}:{{s{shard}}}:ox"
