@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -55,9 +56,20 @@ _BOUNDS: Final[Mapping[str, tuple[float, int]]] = MappingProxyType(
         "metadata_ttl": (1, 30 * 86_400),
         "offender_retention": (1, 365 * 86_400),
         "offender_index_max": (1, 100_000_000),
+        "ipv4_prefix": (8, 32),
+        "ipv6_prefix": (16, 128),
+        "policy_refresh": (0.05, 3600),
+        "breaker_failures": (1, 1000),
+        "breaker_cooldown": (0.1, 3600),
     }
 )
-_FLOATS: Final = frozenset({"socket_timeout", "socket_connect_timeout"})
+_FLOATS: Final = frozenset(
+    {"socket_timeout", "socket_connect_timeout", "policy_refresh", "breaker_cooldown"}
+)
+_BOOLEANS: Final = ("enabled", "headers_on_allowed")
+_HEADER: Final = re.compile(r"[A-Za-z0-9-]{1,64}")
+_DOTTED: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 def _name(attribute: str) -> str:
@@ -128,6 +140,17 @@ class RateLimitSettings:
     metadata_ttl: int = 3600
     offender_retention: int = 86_400
     offender_index_max: int = 1_000_000
+    enabled: bool = True
+    trusted_proxies: tuple[IPNetwork, ...] = ()
+    client_ip_header: str = "X-Forwarded-For"
+    ipv4_prefix: int = 32
+    ipv6_prefix: int = 64
+    policy_refresh: float = 2.0
+    headers_on_allowed: bool = True
+    response_view: str | None = None
+    fail_closed_status: int = 503
+    breaker_failures: int = 3
+    breaker_cooldown: float = 5.0
 
     def __post_init__(self) -> None:
         if not (self.redis is None or isinstance(self.redis, str | RedisServer)):
@@ -149,6 +172,31 @@ class RateLimitSettings:
                     f"{_name(attribute)} must be {kind} from {low} to {high}, "
                     f"not {_describe(value)}"
                 )
+        for attribute in _BOOLEANS:
+            if not isinstance(getattr(self, attribute), bool):
+                raise ImproperlyConfigured(
+                    f"{_name(attribute)} must be True or False, "
+                    f"not {_describe(getattr(self, attribute))}"
+                )
+        if not isinstance(self.client_ip_header, str) or not _HEADER.fullmatch(
+            self.client_ip_header
+        ):
+            raise ImproperlyConfigured(
+                f"{_name('client_ip_header')} must be a header name such as "
+                f"'X-Forwarded-For' or 'Forwarded', not {_describe(self.client_ip_header)}"
+            )
+        if self.response_view is not None and not (
+            isinstance(self.response_view, str) and _DOTTED.fullmatch(self.response_view)
+        ):
+            raise ImproperlyConfigured(
+                f"{_name('response_view')} must be None or the dotted path of a view, "
+                f"not {_describe(self.response_view)}"
+            )
+        if self.fail_closed_status not in (429, 503):
+            raise ImproperlyConfigured(
+                f"{_name('fail_closed_status')} must be 429 or 503, "
+                f"not {_describe(self.fail_closed_status)}"
+            )
 
 
 DEFAULTS: Final[Mapping[str, object]] = MappingProxyType(
@@ -181,7 +229,27 @@ def _from_setting(value: object) -> RateLimitSettings:
             )
     values: dict[str, Any] = {key.lower(): item for key, item in value.items()}
     values["redis"] = _redis(values.get("redis"))
+    if "trusted_proxies" in values:
+        values["trusted_proxies"] = _networks(values["trusted_proxies"])
     return RateLimitSettings(**values)
+
+
+def _networks(value: object) -> tuple[IPNetwork, ...]:
+    """``TRUSTED_PROXIES``: a list of addresses or CIDRs (``"10.0.0.0/8"``)."""
+    name = _name("trusted_proxies")
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        raise ImproperlyConfigured(
+            f"{name} must be a list of addresses or CIDRs, not {_describe(value)}"
+        )
+    networks = []
+    for item in value:
+        try:
+            networks.append(ipaddress.ip_network(item, strict=False))
+        except (TypeError, ValueError):
+            raise ImproperlyConfigured(
+                f"{name} has {_describe(item)}, which is not an IP address or CIDR"
+            ) from None
+    return tuple(networks)
 
 
 def _redis(value: object) -> str | RedisServer | None:

@@ -57,6 +57,17 @@ def test_defaults_by_setting_name() -> None:
         "METADATA_TTL": 3600,
         "OFFENDER_RETENTION": 86_400,
         "OFFENDER_INDEX_MAX": 1_000_000,
+        "ENABLED": True,
+        "TRUSTED_PROXIES": (),
+        "CLIENT_IP_HEADER": "X-Forwarded-For",
+        "IPV4_PREFIX": 32,
+        "IPV6_PREFIX": 64,
+        "POLICY_REFRESH": 2.0,
+        "HEADERS_ON_ALLOWED": True,
+        "RESPONSE_VIEW": None,
+        "FAIL_CLOSED_STATUS": 503,
+        "BREAKER_FAILURES": 3,
+        "BREAKER_COOLDOWN": 5.0,
     }
 
 
@@ -247,8 +258,38 @@ def test_an_invalid_setting_is_not_cached() -> None:
 def test_the_documentation_lists_every_key_with_its_default() -> None:
     rows = {}
     for line in DOCS.read_text().splitlines():
-        match = re.match(r"\| `([A-Z_]+)` \| `([^`]*)` \|", line)
+        match = re.match(r"\| `([A-Z0-9_]+)` \| `([^`]*)` \|", line)
         if match:
             rows[match[1]] = match[2].replace("_", "")
     expected = {key: repr(value).replace("'", '"') for key, value in DEFAULTS.items()}
     assert rows == expected
+
+
+def test_trusted_proxies_become_networks() -> None:
+    config = settings_from({"TRUSTED_PROXIES": ["10.0.0.0/8", "192.0.2.1", "2001:db8::/32"]})
+    assert [str(n) for n in config.trusted_proxies] == [
+        "10.0.0.0/8",
+        "192.0.2.1/32",
+        "2001:db8::/32",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ({"TRUSTED_PROXIES": "10.0.0.0/8"}, "TRUSTED_PROXIES'] must be a list"),
+        ({"TRUSTED_PROXIES": ["10.0.0.0/33"]}, "not an IP address or CIDR"),
+        ({"TRUSTED_PROXIES": ["proxy.local"]}, "not an IP address or CIDR"),
+        ({"CLIENT_IP_HEADER": "X Forwarded"}, "must be a header name"),
+        ({"IPV6_PREFIX": 129}, "IPV6_PREFIX'] must be an integer from 16 to 128"),
+        ({"IPV4_PREFIX": 7}, "IPV4_PREFIX'] must be an integer from 8 to 32"),
+        ({"ENABLED": "yes"}, "ENABLED'] must be True or False"),
+        ({"RESPONSE_VIEW": "not a path"}, "dotted path of a view"),
+        ({"FAIL_CLOSED_STATUS": 500}, "must be 429 or 503"),
+        ({"POLICY_REFRESH": 0}, "POLICY_REFRESH'] must be a number"),
+        ({"BREAKER_FAILURES": 0}, "BREAKER_FAILURES'] must be an integer"),
+    ],
+)
+def test_request_path_settings_are_validated(value: dict[str, object], message: str) -> None:
+    with pytest.raises(ImproperlyConfigured, match=re.escape(message)):
+        settings_from(value)
