@@ -1,0 +1,82 @@
+"""A policy as the request path uses it: compiled, immutable, no database.
+
+:class:`PolicySpec` is what a ``Policy`` row compiles to, what a decorator's
+defaults declare, and what the middleware, the decorators, DRF and the compat
+layer all enforce through the engine.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass, field
+
+from django.db.models import TextChoices
+from django.utils.translation import gettext_lazy as _
+
+from django_ratelimits.engine import Algorithm, Limit
+from django_ratelimits.rates import Rate
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+class Mode(TextChoices):
+    ENFORCE = "enforce", _("Enforce: deny requests over the limit")
+    SHADOW = "shadow", _("Shadow: count and record, never block")
+
+
+class KeyKind(TextChoices):
+    """What a policy counts by."""
+
+    IP = "ip", _("Client IP")
+    USER = "user", _("User (anonymous requests are not counted)")
+    USER_OR_IP = "user_or_ip", _("User, or client IP when anonymous")
+    IP_AND_USER = "ip_and_user", _("Client IP and user, as two identities")
+    HEADER = "header", _("A request header (e.g. an API key)")
+    CALLABLE = "callable", _("A callable, by dotted path")
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """One enabled policy, ready to enforce.
+
+    ``path`` is a regular expression searched in ``request.path`` by the
+    middleware; empty means the policy applies only where a decorator (or DRF
+    throttle) names it. ``methods`` are upper-case; empty means every method.
+    ``key_arg`` is the header name for :attr:`KeyKind.HEADER` and the dotted
+    path of a ``callable(request) -> str | None`` for :attr:`KeyKind.CALLABLE`.
+    Higher ``priority`` is evaluated (and reported in headers) first.
+    """
+
+    name: str
+    rates: tuple[Rate, ...]
+    algorithm: Algorithm = Algorithm.SLIDING_WINDOW
+    burst: int | None = None
+    mode: Mode = Mode.ENFORCE
+    key: KeyKind = KeyKind.IP
+    key_arg: str = ""
+    path: str = ""
+    methods: frozenset[str] = frozenset()
+    exempt_staff: bool = False
+    exempt_superusers: bool = False
+    allow_cidrs: tuple[IPNetwork, ...] = ()
+    fail_closed: bool = False
+    record_metadata: bool = False
+    priority: int = 0
+    description: str = ""
+    limits: tuple[Limit, ...] = field(init=False, repr=False, compare=False)
+    path_re: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.rates:
+            raise ValueError(f"policy {self.name!r} needs at least one rate")
+        limits = tuple(Limit(self.name, rate, self.algorithm, self.burst) for rate in self.rates)
+        object.__setattr__(self, "limits", limits)
+        object.__setattr__(self, "path_re", re.compile(self.path) if self.path else None)
+
+    @property
+    def shadow(self) -> bool:
+        return self.mode == Mode.SHADOW
+
+    def applies_to_method(self, method: str) -> bool:
+        return not self.methods or method.upper() in self.methods
