@@ -1,0 +1,261 @@
+"""Who a request is: the client address, the user, a header or a callable's key.
+
+The client address is ``REMOTE_ADDR`` unless that peer is one of
+``TRUSTED_PROXIES``; only then may ``CLIENT_IP_HEADER`` name the client, read
+from the right so that nothing a client writes itself is believed. Addresses
+are normalised and grouped by prefix (IPv6 per /64 by default).
+``docs/client-ip.md`` explains the rules.
+
+Nothing here raises on client input: a bad or missing address gives
+:data:`UNKNOWN` or the nearest trusted address, and the work per request is
+bounded however long the headers are.
+"""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+from collections.abc import Callable, Sequence
+from typing import Final
+
+from django.core.exceptions import ImproperlyConfigured
+from django.http import HttpRequest
+from django.utils.module_loading import import_string
+
+from django_ratelimits.conf import get_settings
+from django_ratelimits.engine import Identity
+from django_ratelimits.spec import KeyKind, PolicySpec
+
+__all__ = ["UNKNOWN", "client_ip", "identities", "key_function"]
+
+UNKNOWN: Final = "unknown"
+"""The client address when ``REMOTE_ADDR`` is missing or not an address."""
+
+# Bounds on the proxy header: its last MAX_HEADER_CHARS characters, at most
+# MAX_ENTRIES entries of them. A longer chain only ever loses entries on the
+# left, the side a client writes.
+MAX_HEADER_CHARS: Final = 8192
+MAX_ENTRIES: Final = 100
+# Longer than any address with brackets, a zone and a port.
+_MAX_ADDRESS_CHARS: Final = 100
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+# --------------------------------------------------------------------------- client address
+
+
+def client_ip(request: HttpRequest) -> str:
+    """The client address, normalised and grouped by prefix.
+
+    ``"203.0.113.7"``, ``"203.0.113.0/24"`` when ``IPV4_PREFIX`` is 24,
+    ``"2001:db8:1:2::/64"``; :data:`UNKNOWN` when ``REMOTE_ADDR`` is missing
+    or is not an address.
+    """
+    config = get_settings()
+    peer = parse_address(request.META.get("REMOTE_ADDR"))
+    if peer is None:
+        return UNKNOWN
+    client = peer
+    proxies = config.trusted_proxies
+    if proxies and _is_trusted(peer, proxies):
+        header = request.META.get(_meta_key(config.client_ip_header))
+        if isinstance(header, str):
+            client = _from_header(config.client_ip_header.lower(), header, peer, proxies)
+    return group(client, config.ipv4_prefix, config.ipv6_prefix)
+
+
+def _from_header(name: str, value: str, peer: IPAddress, proxies: Sequence[IPNetwork]) -> IPAddress:
+    """The client a trusted ``peer`` names in header ``name`` (lower case)."""
+    if name == "x-forwarded-for":
+        return _walk(_last_entries(value), parse_address, peer, proxies)
+    if name == "forwarded":
+        return _walk(_last_entries(value), _forwarded_for, peer, proxies)
+    # A single-address header (X-Real-IP...): one address or nothing. A list,
+    # such as two header lines joined, is not an address.
+    return parse_address(value) or peer
+
+
+def _walk(
+    entries: Sequence[str],
+    parse: Callable[[str], IPAddress | None],
+    peer: IPAddress,
+    proxies: Sequence[IPNetwork],
+) -> IPAddress:
+    """The right-most address of ``entries`` that is not a trusted proxy.
+
+    A malformed entry (``parse`` gives ``None``) stops the walk, which answers
+    the last address it read: anything further left may be forged. When every
+    entry is trusted the left-most one is the client.
+    """
+    last = peer
+    for entry in reversed(entries):
+        address = parse(entry)
+        if address is None:
+            break
+        last = address
+        if not _is_trusted(address, proxies):
+            break
+    return last
+
+
+def _last_entries(value: str) -> list[str]:
+    """The right-most comma-separated entries of ``value``, at most :data:`MAX_ENTRIES`.
+
+    An entry the bounds cut (the left-most one of a longer header) is dropped
+    rather than read as a shorter, different address.
+    """
+    clipped = len(value) > MAX_HEADER_CHARS
+    if clipped:
+        value = value[-MAX_HEADER_CHARS:]
+    entries = value.rsplit(",", MAX_ENTRIES)
+    if clipped or len(entries) > MAX_ENTRIES:
+        del entries[0]
+    return entries
+
+
+def _forwarded_for(element: str) -> IPAddress | None:
+    """The address in the ``for`` parameter of one RFC 7239 ``Forwarded`` element.
+
+    ``None`` when there is no ``for``, or it is ``unknown``, an obfuscated
+    ``_name`` or not an address.
+    """
+    found = None
+    for pair in element.split(";"):
+        name, equals, node = pair.partition("=")
+        if equals and name.strip().lower() == "for":
+            if found is not None:  # two ``for`` in one element: malformed
+                return None
+            found = node.strip()
+    if found is None:
+        return None
+    if len(found) >= 2 and found[0] == found[-1] == '"':
+        found = found[1:-1]
+    return parse_address(found)
+
+
+def parse_address(text: object) -> IPAddress | None:
+    """One address as a header or ``REMOTE_ADDR`` writes it, or ``None``.
+
+    Accepts surrounding whitespace, a port (``1.2.3.4:80``, ``[::1]:80``), an
+    IPv6 zone (``fe80::1%eth0``, dropped); an IPv4-mapped IPv6 address
+    becomes the IPv4 address.
+    """
+    if not isinstance(text, str) or len(text) > _MAX_ADDRESS_CHARS:
+        return None
+    return _parse_address(text.strip())
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_address(text: str) -> IPAddress | None:
+    if not text.isascii():
+        return None
+    host = text
+    if text.startswith("["):
+        host, bracket, port = text[1:].partition("]")
+        if not bracket or not (port == "" or (port[:1] == ":" and _is_port(port[1:]))):
+            return None
+    elif text.count(":") == 1:  # IPv4 with a port; IPv6 has at least two colons
+        host, _, port = text.partition(":")
+        if not _is_port(port):
+            return None
+    if ":" in host:
+        host = host.partition("%")[0]
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+def _is_port(text: str) -> bool:
+    """A port number, or an RFC 7239 obfuscated port (``_abc``)."""
+    if text[:1] == "_":
+        return len(text) > 1 and all(ch.isalnum() or ch in "._-" for ch in text)
+    return 1 <= len(text) <= 5 and text.isdigit() and int(text) <= 65535
+
+
+def _is_trusted(address: IPAddress, proxies: Sequence[IPNetwork]) -> bool:
+    return any(address in network for network in proxies)
+
+
+@functools.lru_cache(maxsize=16)
+def _meta_key(header: str) -> str:
+    return "HTTP_" + header.upper().replace("-", "_")
+
+
+@functools.lru_cache(maxsize=4096)
+def group(address: IPAddress, ipv4_prefix: int = 32, ipv6_prefix: int = 64) -> str:
+    """``address`` as its network of the given prefix length.
+
+    IPv4: the bare address at /32, else ``a.b.c.0/NN``. IPv6: always the
+    network with its prefix (``2001:db8:1:2::/64``).
+    """
+    if isinstance(address, ipaddress.IPv4Address):
+        if ipv4_prefix == 32:
+            return str(address)
+        return str(ipaddress.IPv4Network((address, ipv4_prefix), strict=False))
+    return ipaddress.IPv6Network((address, ipv6_prefix), strict=False).compressed
+
+
+# --------------------------------------------------------------------------- identities
+
+
+def identities(request: HttpRequest, spec: PolicySpec) -> list[Identity]:
+    """Who ``spec`` counts for ``request``; an empty list counts nobody."""
+    kind = spec.key
+    if kind == KeyKind.IP:
+        return [_ip(request)]
+    if kind == KeyKind.USER:
+        return _user(request)
+    if kind == KeyKind.USER_OR_IP:
+        return _user(request) or [_ip(request)]
+    if kind == KeyKind.IP_AND_USER:
+        return [_ip(request), *_user(request)]
+    if kind == KeyKind.HEADER:
+        value = request.headers.get(spec.key_arg, "").strip() if spec.key_arg else ""
+        return [Identity("header", value)] if value else [_ip(request)]
+    if kind == KeyKind.CALLABLE:
+        return _from_callable(request, spec.key_arg)
+    raise ValueError(f"policy {spec.name!r} has an unknown key kind {kind!r}")
+
+
+def _ip(request: HttpRequest) -> Identity:
+    return Identity("ip", client_ip(request))
+
+
+def _user(request: HttpRequest) -> list[Identity]:
+    user = getattr(request, "user", None)
+    if user is None or not user.is_authenticated:
+        return []
+    return [Identity("user", str(user.pk))]
+
+
+def _from_callable(request: HttpRequest, path: str) -> list[Identity]:
+    function = key_function(path)
+    value = function(request)
+    if value is None or value == "":
+        return []
+    if not isinstance(value, str):
+        raise TypeError(
+            f"the key function {path} must return a str or None, not {type(value).__name__}"
+        )
+    return [Identity("key", value)]
+
+
+@functools.cache
+def key_function(path: str) -> Callable[[HttpRequest], str | None]:
+    """The callable at dotted ``path``, imported once.
+
+    Raises ``ImproperlyConfigured`` when it cannot be imported or is not callable.
+    """
+    try:
+        function = import_string(path)
+    except ImportError as exc:
+        raise ImproperlyConfigured(f"cannot import the key function {path!r}: {exc}") from exc
+    if not callable(function):
+        raise ImproperlyConfigured(f"the key function {path!r} is not callable")
+    return function  # type: ignore[no-any-return]
