@@ -12,6 +12,7 @@ Later layers (middleware, decorators, DRF, dashboard) all go through here.
 from __future__ import annotations
 
 from django_ratelimits.conf import get_settings
+from django_ratelimits.engine.aconnection import get_async_redis
 from django_ratelimits.engine.connection import get_redis
 from django_ratelimits.engine.core import Clock, Engine
 from django_ratelimits.engine.decision import Decision, LimitResult
@@ -52,6 +53,7 @@ def get_engine() -> Engine:
             metadata_ttl=config.metadata_ttl,
             offender_retention=config.offender_retention,
             offender_index_max=config.offender_index_max,
+            async_client=lambda: get_async_redis(config),
         )
         current = _current = (config, client, engine)
     return current[2]

@@ -70,7 +70,7 @@ def _connect(config: RateLimitSettings) -> RedisClient:
     target = config.redis
     if isinstance(target, RedisServer):
         return _from_server(target, config)
-    return _from_cache(target if target is not None else _default_alias())
+    return _from_cache(target if target is not None else default_alias())
 
 
 def _from_server(server: RedisServer, config: RateLimitSettings) -> RedisClient:
@@ -110,7 +110,8 @@ def _is_django_redis(cache: object) -> bool:
     return isinstance(backend_class, type) and issubclass(backend_class, django_redis_class)
 
 
-def _default_alias() -> str:
+def default_alias() -> str:
+    """The CACHES alias used when REDIS is None: "default", else the first django-redis cache."""
     caches: Mapping[str, object] = settings.CACHES
     if _is_django_redis(caches.get("default")):
         return "default"

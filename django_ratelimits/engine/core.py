@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import asyncio
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from redis import Redis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 
 from django_ratelimits.engine import script
+from django_ratelimits.engine.aconnection import AsyncClient
 from django_ratelimits.engine.decision import Decision, LimitResult
 from django_ratelimits.engine.keys import KeySpace, label, printable
 from django_ratelimits.engine.limits import Check, Identity, Limit
@@ -47,6 +50,11 @@ class Engine:
     one request and cost one network round trip on standalone Redis (one per
     node involved, sent together, on a cluster). Any Redis failure raises
     :class:`~django_ratelimits.exceptions.BackendError`.
+
+    ``acheck`` and ``apeek`` are the same for async code: they use the asyncio
+    client ``async_client()`` gives for the running loop or, when it gives
+    ``None`` (or none was passed), run the sync call in a worker thread, so
+    the event loop is never blocked.
     """
 
     def __init__(
@@ -59,11 +67,12 @@ class Engine:
         offender_retention: int = 86400,
         offender_index_max: int = 1_000_000,
         clock: Clock | None = None,
+        async_client: Callable[[], AsyncClient | None] | None = None,
     ) -> None:
         self.client = client
         self.keys = keys or KeySpace()
         self.clock = clock
-        self._cluster = isinstance(client, RedisCluster)
+        self._async_client = async_client
         per_shard = -(-offender_index_max // self.keys.shards)
         self._tail: list[str | int] = [
             metadata_max_entries,
@@ -79,18 +88,26 @@ class Engine:
         denies, none of its limits is charged. A denial is recorded in the
         offender index; metadata, if given, in the identity's metadata list.
         """
-        if cost < 1:
-            raise ValueError(f"cost must be at least 1, not {cost}")
-        return self._run(list(checks), "c", cost)
+        calls = self._prepare(checks, "c", cost)
+        return self._decode(calls, self._execute(calls) if calls else [])
 
     def peek(self, checks: Iterable[Check], *, cost: int = 0) -> Decision:
         """What ``check`` would decide for ``cost``, writing nothing.
 
         With the default cost of 0, ``remaining`` is the quota left now.
         """
-        if cost < 0:
-            raise ValueError(f"cost must not be negative, not {cost}")
-        return self._run(list(checks), "p", cost)
+        calls = self._prepare(checks, "p", cost)
+        return self._decode(calls, self._execute(calls) if calls else [])
+
+    async def acheck(self, checks: Iterable[Check], *, cost: int = 1) -> Decision:
+        """:meth:`check` for async code."""
+        calls = self._prepare(checks, "c", cost)
+        return self._decode(calls, await self._aexecute(calls) if calls else [])
+
+    async def apeek(self, checks: Iterable[Check], *, cost: int = 0) -> Decision:
+        """:meth:`peek` for async code."""
+        calls = self._prepare(checks, "p", cost)
+        return self._decode(calls, await self._aexecute(calls) if calls else [])
 
     def reset(
         self, identity: Identity, limits: Sequence[Limit] = (), *, forget: bool = False
@@ -115,25 +132,30 @@ class Engine:
         except _REDIS_ERRORS as exc:
             raise BackendError(f"could not reset {label(identity)}: {exc}") from exc
 
-    def _run(self, checks: list[Check], mode: str, cost: int) -> Decision:
-        for chk in checks:
+    def _prepare(self, checks: Iterable[Check], mode: str, cost: int) -> list[_Call]:
+        """Validate one request and plan its script calls; nothing is sent."""
+        least = 1 if mode == "c" else 0
+        if cost < least:
+            raise ValueError(f"cost must be at least {least}, not {cost}")
+        planned = [c for c in checks if c.limits]
+        for chk in planned:
             for limit in chk.limits:
                 if cost > limit.capacity:
                     raise ValueError(
                         f"cost {cost} exceeds the capacity {limit.capacity} of {limit.policy} "
                         f"({limit.rate}): such a request could never pass"
                     )
-        calls = self._plan([c for c in checks if c.limits], mode, cost)
-        if not calls:
-            return Decision(results=(), now_us=0)
-        replies = self._execute(calls)
+        return self._plan(planned, mode, cost)
+
+    @staticmethod
+    def _decode(calls: list[_Call], replies: list[list[Any]]) -> Decision:
         results: list[LimitResult] = []
         for call, reply in zip(calls, replies, strict=True):
             values = [int(v) for v in reply[1:]]
             for n, (identity, limit) in enumerate(call.pairs):
                 allowed, remaining, retry, reset = values[4 * n : 4 * n + 4]
                 results.append(LimitResult(identity, limit, bool(allowed), remaining, retry, reset))
-        return Decision(results=tuple(results), now_us=max(int(r[0]) for r in replies))
+        return Decision(results=tuple(results), now_us=max((int(r[0]) for r in replies), default=0))
 
     def _plan(self, checks: list[Check], mode: str, cost: int) -> list[_Call]:
         """Group the checks into script calls: one call, or one per slot on a cluster."""
@@ -232,3 +254,28 @@ class Engine:
             elif isinstance(reply, Exception):
                 raise reply
         return replies
+
+    async def _aexecute(self, calls: list[_Call]) -> list[list[Any]]:
+        client = self._async_client() if self._async_client is not None else None
+        if client is None:
+            return await asyncio.to_thread(self._execute, calls)
+        try:
+            # One coroutine per call: each cluster node is written to at once.
+            return list(await asyncio.gather(*(self._aeval(client, call) for call in calls)))
+        except _REDIS_ERRORS as exc:
+            raise BackendError(f"rate-limit check failed: {exc}") from exc
+
+    @staticmethod
+    async def _aeval(client: AsyncClient, call: _Call) -> list[Any]:
+        route: dict[str, Any] = {}
+        if isinstance(client, AsyncRedisCluster):
+            await client.initialize()  # loads the slot map once; a no-op after that
+            route["target_nodes"] = client.get_node_from_key(call.keys[0])
+        try:
+            return await client.execute_command(  # type: ignore[no-any-return]
+                "EVALSHA", script.SHA, len(call.keys), *call.keys, *call.args, **route
+            )
+        except NoScriptError:
+            return await client.execute_command(  # type: ignore[no-any-return]
+                "EVAL", script.SOURCE, len(call.keys), *call.keys, *call.args, **route
+            )

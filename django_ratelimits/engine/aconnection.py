@@ -1,0 +1,76 @@
+"""The asyncio twin of the engine's Redis client, for the async request path.
+
+It is made from the same settings as :func:`~django_ratelimits.engine.connection.get_redis`:
+a URL or cluster dict gives a ``redis.asyncio`` client with the same bounded
+timeouts; a django-redis alias using the default client class gives one for the
+alias's first ``LOCATION`` with the alias's timeouts and password. Other
+django-redis client classes (Sentinel, sharded) have no asyncio twin here:
+:func:`get_async_redis` returns ``None`` and the engine runs the sync call in a
+worker thread, so the event loop is never blocked either way.
+
+asyncio connections belong to the event loop that made them, so clients are
+kept per running loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import weakref
+from collections.abc import Mapping
+from typing import Any, TypeAlias
+
+import redis.asyncio
+from django.conf import settings
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from django_ratelimits.conf import RateLimitSettings, RedisServer
+from django_ratelimits.engine.connection import default_alias
+
+AsyncClient: TypeAlias = redis.asyncio.Redis | AsyncRedisCluster
+
+_DEFAULT_CLIENT = "django_redis.client.DefaultClient"
+_clients: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, dict[RateLimitSettings, AsyncClient | None]
+] = weakref.WeakKeyDictionary()
+_lock = threading.Lock()
+
+
+def get_async_redis(config: RateLimitSettings) -> AsyncClient | None:
+    """The asyncio client for ``config`` on the running loop, or ``None`` if there is none."""
+    loop = asyncio.get_running_loop()
+    with _lock:
+        per_loop = _clients.setdefault(loop, {})
+        if config not in per_loop:
+            per_loop[config] = _connect(config)
+        return per_loop[config]
+
+
+def _connect(config: RateLimitSettings) -> AsyncClient | None:
+    kwargs: dict[str, Any] = {
+        "socket_timeout": config.socket_timeout,
+        "socket_connect_timeout": config.socket_connect_timeout,
+        "retry": Retry(NoBackoff(), 0),
+    }
+    target = config.redis
+    if isinstance(target, RedisServer):
+        kwargs.update(target.options)
+        if target.cluster:
+            return AsyncRedisCluster.from_url(target.url, **kwargs)
+        return redis.asyncio.Redis.from_url(target.url, **kwargs)
+    cache: Mapping[str, Any] = settings.CACHES[target if target is not None else default_alias()]
+    options: Mapping[str, Any] = cache.get("OPTIONS", {})
+    if options.get("CLIENT_CLASS", _DEFAULT_CLIENT) != _DEFAULT_CLIENT:
+        return None
+    location = cache["LOCATION"]
+    if isinstance(location, str):
+        location = location.split(",")
+    kwargs["socket_timeout"] = options.get("SOCKET_TIMEOUT", config.socket_timeout)
+    kwargs["socket_connect_timeout"] = options.get(
+        "SOCKET_CONNECT_TIMEOUT", config.socket_connect_timeout
+    )
+    if options.get("PASSWORD"):
+        kwargs["password"] = options["PASSWORD"]
+    return redis.asyncio.Redis.from_url(str(location[0]).strip(), **kwargs)
