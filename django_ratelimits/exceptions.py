@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from django_ratelimits.limiter import Verdict
+
 # How much of a rejected rate string an error message quotes.
 _QUOTE_MAX = 80
 
@@ -42,3 +47,17 @@ class BackendError(RateLimitsError):
     Every Redis failure (connection refused, timeout, cluster errors, a script
     error) reaches callers as this one type, so they can fail open or closed.
     """
+
+
+class RateLimited(RateLimitsError):
+    """Raise it from a view to answer 429 Too Many Requests.
+
+    The middleware turns it into the same response a denied policy gets.
+    ``verdict`` carries the limiter's decision when there is one;
+    ``retry_after`` (seconds) is used when there is none.
+    """
+
+    def __init__(self, verdict: Verdict | None = None, *, retry_after: int | None = None) -> None:
+        self.verdict = verdict
+        self.retry_after = retry_after
+        super().__init__("rate limit exceeded")

@@ -1,0 +1,70 @@
+"""A circuit breaker, so a Redis outage does not add a timeout to every request.
+
+After ``BREAKER_FAILURES`` consecutive failures the breaker opens: checks fail
+open (or closed, per policy) at once, without asking Redis. After
+``BREAKER_COOLDOWN`` seconds one request tries Redis again; success closes the
+breaker, failure keeps it open for another cooldown.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from django_ratelimits.conf import get_settings
+
+logger = logging.getLogger("django_ratelimits")
+
+
+class CircuitBreaker:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._failures = 0
+        self._opened_at: float | None = None
+
+    @property
+    def is_open(self) -> bool:
+        return self._opened_at is not None
+
+    def allow(self) -> bool:
+        """Whether to ask Redis now: closed, or open long enough for one trial."""
+        opened_at = self._opened_at
+        if opened_at is None:
+            return True
+        now = time.monotonic()
+        if now - opened_at < get_settings().breaker_cooldown:
+            return False
+        with self._lock:
+            if self._opened_at != opened_at:
+                return False  # another request took the trial
+            self._opened_at = now
+            return True
+
+    def success(self) -> None:
+        if self._failures or self._opened_at is not None:
+            with self._lock:
+                if self._opened_at is not None:
+                    logger.warning("Redis answers again: rate limits are enforced again")
+                self._failures = 0
+                self._opened_at = None
+
+    def failure(self, error: Exception) -> None:
+        with self._lock:
+            self._failures += 1
+            if self._opened_at is not None:
+                self._opened_at = time.monotonic()  # the trial failed: another cooldown
+            elif self._failures >= get_settings().breaker_failures:
+                self._opened_at = time.monotonic()
+                logger.error(
+                    "Redis failed %d times in a row (%s): circuit breaker open, "
+                    "policies fail open or closed without asking Redis for %.1f s",
+                    self._failures,
+                    error,
+                    get_settings().breaker_cooldown,
+                )
+            else:
+                logger.warning("rate-limit check failed: %s", error)
+
+
+breaker = CircuitBreaker()

@@ -1,0 +1,244 @@
+"""From a request and the policies that apply to it, to one engine call and a verdict.
+
+The middleware, the decorators, the DRF throttle and the compat layer all go
+through :func:`evaluate` (or :func:`aevaluate` in async code). All policies of a
+request are decided in one engine call: the limits of every policy that counts
+by the same identity form one all-or-nothing check, shadow-mode policies
+their own check (so a shadow denial never stops an enforced limit from
+counting, and the other way round).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cached_property
+
+from django.http import HttpRequest
+
+from django_ratelimits import signals
+from django_ratelimits.breaker import breaker
+from django_ratelimits.conf import get_settings
+from django_ratelimits.engine import Check, Decision, Identity, Limit, LimitResult, get_engine
+from django_ratelimits.exceptions import BackendError
+from django_ratelimits.identity import client_ip, identities
+from django_ratelimits.spec import KeyKind, PolicySpec
+
+_USER_KINDS = (KeyKind.USER, KeyKind.USER_OR_IP, KeyKind.IP_AND_USER)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the limiter decided for one request (``request.ratelimit``).
+
+    ``policies`` are the policies that applied (exempt ones left out);
+    ``decision`` is the engine's answer, ``None`` when nothing needed checking
+    or Redis failed (then ``error`` says why).
+    """
+
+    policies: tuple[PolicySpec, ...]
+    decision: Decision | None = None
+    error: BackendError | None = None
+    considered: frozenset[str] = frozenset()
+
+    def covers(self, name: str) -> bool:
+        """Whether the policy ``name`` was already decided (or found exempt) here."""
+        return name in self.considered
+
+    def merge(self, other: Verdict) -> Verdict:
+        """Both verdicts as one, for a request checked in two steps."""
+        decision = self.decision
+        if decision is None or other.decision is None:
+            decision = decision or other.decision
+        else:
+            decision = Decision(
+                decision.results + other.decision.results,
+                max(decision.now_us, other.decision.now_us),
+            )
+        return Verdict(
+            self.policies + other.policies,
+            decision,
+            self.error or other.error,
+            self.considered | other.considered,
+        )
+
+    @cached_property
+    def _by_name(self) -> dict[str, PolicySpec]:
+        return {p.name: p for p in self.policies}
+
+    @property
+    def results(self) -> tuple[LimitResult, ...]:
+        return self.decision.results if self.decision else ()
+
+    def blocking(self, names: Iterable[str] | None = None) -> tuple[LimitResult, ...]:
+        """Denials of enforced policies (of ``names`` only, when given)."""
+        wanted = None if names is None else set(names)
+        return tuple(
+            r
+            for r in self.results
+            if not r.allowed
+            and not self._by_name[r.limit.policy].shadow
+            and (wanted is None or r.limit.policy in wanted)
+        )
+
+    def failed_closed(self, names: Iterable[str] | None = None) -> bool:
+        """Redis failed and an enforced fail-closed policy (of ``names``) applies."""
+        wanted = None if names is None else set(names)
+        return self.error is not None and any(
+            p.fail_closed and not p.shadow and (wanted is None or p.name in wanted)
+            for p in self.policies
+        )
+
+    def blocked(self, names: Iterable[str] | None = None) -> bool:
+        """Whether the request must be refused (for the policies ``names``)."""
+        names = None if names is None else set(names)
+        return bool(self.blocking(names)) or self.failed_closed(names)
+
+    @property
+    def retry_after(self) -> int:
+        """Whole seconds to send in ``Retry-After``: never earlier than the real time."""
+        if self.decision is None:
+            return math.ceil(get_settings().breaker_cooldown)
+        waits = [r.retry_after_us for r in self.blocking()]
+        return max(1, math.ceil(max(waits, default=0) / 1_000_000))
+
+    def headline(self) -> LimitResult | None:
+        """The enforced result to report in ``RateLimit``: the longest denial,
+        else the one with the least quota left."""
+        enforced = [r for r in self.results if not self._by_name[r.limit.policy].shadow]
+        if not enforced:
+            return None
+        return min(enforced, key=lambda r: (r.allowed, -r.retry_after_us, r.remaining))
+
+
+def evaluate(request: HttpRequest, policies: Iterable[PolicySpec]) -> Verdict:
+    """Decide ``policies`` for ``request`` in one engine call."""
+    policies = tuple(policies)
+    applied, checks = _plan(request, policies)
+    if not checks:
+        return Verdict(applied, considered=_names(policies))
+    if not breaker.allow():
+        return _failed(request, policies, applied, BackendError("circuit breaker open"))
+    try:
+        decision = get_engine().check(checks)
+    except BackendError as error:
+        breaker.failure(error)
+        return _failed(request, policies, applied, error)
+    breaker.success()
+    return _decided(request, policies, applied, decision)
+
+
+async def aevaluate(request: HttpRequest, policies: Iterable[PolicySpec]) -> Verdict:
+    """:func:`evaluate` for async code: never blocks the event loop."""
+    policies = tuple(policies)
+    if any(_needs_user(p) for p in policies) and hasattr(request, "auser"):
+        request.user = await request.auser()  # the lazy user would query the DB synchronously
+    applied, checks = _plan(request, policies)
+    if not checks:
+        return Verdict(applied, considered=_names(policies))
+    if not breaker.allow():
+        return _failed(request, policies, applied, BackendError("circuit breaker open"))
+    try:
+        decision = await get_engine().acheck(checks)
+    except BackendError as error:
+        breaker.failure(error)
+        return _failed(request, policies, applied, error)
+    breaker.success()
+    return _decided(request, policies, applied, decision)
+
+
+def _names(policies: tuple[PolicySpec, ...]) -> frozenset[str]:
+    return frozenset(p.name for p in policies)
+
+
+def _needs_user(policy: PolicySpec) -> bool:
+    return policy.key in _USER_KINDS or policy.exempt_staff or policy.exempt_superusers
+
+
+def _plan(
+    request: HttpRequest, policies: Iterable[PolicySpec]
+) -> tuple[tuple[PolicySpec, ...], list[Check]]:
+    if not get_settings().enabled:
+        return (), []
+    applied = tuple(p for p in policies if not _exempt(request, p))
+    groups: dict[tuple[Identity, bool], list[Limit]] = {}
+    metadata: dict[tuple[Identity, bool], str] = {}
+    for policy in applied:
+        for identity in identities(request, policy):
+            group = (identity, policy.shadow)
+            groups.setdefault(group, []).extend(policy.limits)
+            if policy.record_metadata:
+                metadata[group] = _metadata(request, identity)
+    checks = [Check(i, tuple(limits), metadata.get((i, s))) for (i, s), limits in groups.items()]
+    return applied, checks
+
+
+def _exempt(request: HttpRequest, policy: PolicySpec) -> bool:
+    if policy.exempt_staff or policy.exempt_superusers:
+        user = getattr(request, "user", None)
+        if policy.exempt_superusers and getattr(user, "is_superuser", False):
+            return True
+        if policy.exempt_staff and getattr(user, "is_staff", False):
+            return True
+    if policy.allow_cidrs:
+        try:
+            client = ipaddress.ip_network(client_ip(request), strict=False)
+        except ValueError:
+            return False
+        return any(
+            client.version == cidr.version and client.subnet_of(cidr)  # type: ignore[arg-type]
+            for cidr in policy.allow_cidrs
+        )
+    return False
+
+
+def _metadata(request: HttpRequest, identity: Identity) -> str:
+    """``user:<pk>|<method> <path>`` for an IP; ``ip:<address>|...`` for anything else."""
+    where = f"{request.method} {request.path}"
+    if identity.kind == "ip":
+        user = getattr(request, "user", None)
+        who = str(user.pk).replace("|", "/") if user and user.is_authenticated else "-"
+        return f"user:{who}|{where}"
+    return f"ip:{client_ip(request)}|{where}"
+
+
+def _decided(
+    request: HttpRequest,
+    policies: tuple[PolicySpec, ...],
+    applied: tuple[PolicySpec, ...],
+    decision: Decision,
+) -> Verdict:
+    verdict = Verdict(applied, decision, considered=_names(policies))
+    by_name = verdict._by_name
+    announced: set[str] = set()
+    for result in decision.results:
+        policy = by_name[result.limit.policy]
+        if not result.allowed and policy.name not in announced:
+            announced.add(policy.name)
+            signals.rate_limited.send(
+                sender=PolicySpec,
+                request=request,
+                policy=policy,
+                result=result,
+                shadow=policy.shadow,
+            )
+    return verdict
+
+
+def _failed(
+    request: HttpRequest,
+    policies: tuple[PolicySpec, ...],
+    applied: tuple[PolicySpec, ...],
+    error: BackendError,
+) -> Verdict:
+    verdict = Verdict(applied, error=error, considered=_names(policies))
+    signals.backend_failed.send(
+        sender=PolicySpec,
+        request=request,
+        error=error,
+        policies=applied,
+        fail_closed=verdict.failed_closed(),
+    )
+    return verdict

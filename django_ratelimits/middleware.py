@@ -1,0 +1,92 @@
+"""``RateLimitMiddleware``: every policy of a request, decided in one round trip.
+
+It serves sync and async stacks alike (Django picks the mode from the
+middleware below it). Before the view runs it gathers the policies whose path
+and method match the request and the policies the resolved view names with
+``@ratelimit``, decides them all in one engine call, stores the verdict on
+``request.ratelimit``, and refuses the request if a path policy denies it
+(a decorated view's own policies are refused by its decorator, which may say
+``block=False``). Allowed responses get the RateLimit header fields. A
+``RateLimited`` exception raised by a view becomes the same 429 response.
+
+Place it after ``AuthenticationMiddleware``, so per-user policies see the user.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
+from django.http import HttpRequest, HttpResponseBase
+from django.urls import Resolver404, resolve
+
+from django_ratelimits.exceptions import RateLimited
+from django_ratelimits.limiter import aevaluate, evaluate
+from django_ratelimits.policies import PolicyRegistry, current, get_registry
+from django_ratelimits.responses import add_headers, refusal, too_many_requests
+from django_ratelimits.spec import PolicySpec
+
+VIEW_POLICIES = "ratelimit_policies"
+"""Attribute ``@ratelimit`` sets on a view: the names of the policies it applies."""
+
+GetResponse = Callable[[HttpRequest], HttpResponseBase | Awaitable[HttpResponseBase]]
+
+
+class RateLimitMiddleware:
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response: GetResponse) -> None:
+        self.get_response = get_response
+        self.async_mode = iscoroutinefunction(get_response)
+        if self.async_mode:
+            markcoroutinefunction(self)
+
+    def __call__(self, request: HttpRequest) -> HttpResponseBase | Awaitable[HttpResponseBase]:
+        if self.async_mode:
+            return self.__acall__(request)
+        path_names, policies = _policies(current(), request)
+        verdict = request.ratelimit = evaluate(request, policies)  # type: ignore[attr-defined]
+        if verdict.blocked(path_names):
+            return refusal(request, verdict, path_names)
+        response = self.get_response(request)
+        assert isinstance(response, HttpResponseBase)
+        return add_headers(response, request.ratelimit)  # type: ignore[attr-defined]
+
+    async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
+        registry = get_registry()
+        if registry.is_stale():
+            await sync_to_async(registry.refresh)()
+        path_names, policies = _policies(registry, request)
+        verdict = request.ratelimit = await aevaluate(request, policies)  # type: ignore[attr-defined]
+        if verdict.blocked(path_names):
+            return refusal(request, verdict, path_names)
+        response = await self.get_response(request)  # type: ignore[misc]
+        return add_headers(response, request.ratelimit)  # type: ignore[attr-defined]
+
+    def process_exception(
+        self, request: HttpRequest, exception: Exception
+    ) -> HttpResponseBase | None:
+        if isinstance(exception, RateLimited):
+            return too_many_requests(request, exception)
+        return None
+
+
+def _policies(registry: PolicyRegistry, request: HttpRequest) -> tuple[set[str], list[PolicySpec]]:
+    """The path policies' names, and every policy to decide: path ones, then the view's."""
+    method = request.method or "GET"
+    policies = list(registry.match(request.path_info, method))
+    path_names = {p.name for p in policies}
+    for name in _view_policies(request):
+        spec = registry.get(name)
+        if spec is not None and spec.name not in path_names and spec.applies_to_method(method):
+            policies.append(spec)
+    return path_names, policies
+
+
+def _view_policies(request: HttpRequest) -> tuple[str, ...]:
+    try:
+        match = resolve(request.path_info, getattr(request, "urlconf", None))
+    except Resolver404:
+        return ()
+    return getattr(match.func, VIEW_POLICIES, ())

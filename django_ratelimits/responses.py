@@ -1,0 +1,119 @@
+"""What a limited request gets back, and the headers every checked response carries.
+
+Header fields follow the IETF httpapi RateLimit draft (structured fields)::
+
+    RateLimit-Policy: "api";q=120;w=60, "login";q=5;w=300
+    RateLimit: "api";r=0;t=17
+
+``RateLimit-Policy`` lists each enforced (policy, rate); ``RateLimit`` reports
+the one closest to denying. A policy with several rates names each item
+``<policy>-<period>s``. Shadow-mode policies never appear.
+"""
+
+from __future__ import annotations
+
+import math
+
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
+from django.template.loader import render_to_string
+from django.utils.module_loading import import_string
+from django.utils.translation import gettext as _
+
+from django_ratelimits.conf import get_settings
+from django_ratelimits.engine import Limit
+from django_ratelimits.exceptions import RateLimited
+from django_ratelimits.limiter import Verdict
+
+_JSON_TYPES = ("application/json", "application/problem+json")
+
+
+def _item(limit: Limit, multi: bool) -> str:
+    name = f"{limit.policy}-{limit.rate.period}s" if multi else limit.policy
+    return '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def rate_limit_headers(verdict: Verdict) -> dict[str, str]:
+    """``RateLimit-Policy`` and ``RateLimit`` for the enforced policies of ``verdict``."""
+    headline = verdict.headline()
+    if headline is None:
+        return {}
+    limits = [p.limits for p in verdict.policies if not p.shadow]
+    items = [
+        f"{_item(lim, len(group) > 1)};q={lim.rate.limit};w={lim.rate.period}"
+        for group in limits
+        for lim in group
+    ]
+    policy = next(p for p in verdict.policies if p.name == headline.limit.policy)
+    wait = headline.reset_after_us if headline.allowed else headline.retry_after_us
+    current = (
+        f"{_item(headline.limit, len(policy.limits) > 1)};"
+        f"r={max(0, headline.remaining)};t={math.ceil(wait / 1_000_000)}"
+    )
+    return {"RateLimit-Policy": ", ".join(dict.fromkeys(items)), "RateLimit": current}
+
+
+def add_headers(response: HttpResponseBase, verdict: Verdict | None) -> HttpResponseBase:
+    """Put the RateLimit fields on an allowed response, if the settings ask for it."""
+    if verdict is not None and get_settings().headers_on_allowed:
+        for name, value in rate_limit_headers(verdict).items():
+            response.headers.setdefault(name, value)
+    return response
+
+
+def _wants_json(request: HttpRequest) -> bool:
+    preferred = request.get_preferred_type(["text/html", *_JSON_TYPES])
+    return preferred in _JSON_TYPES
+
+
+def _problem(request: HttpRequest, status: int, title: str, detail: str) -> HttpResponse:
+    if _wants_json(request):
+        body = {"type": "about:blank", "title": title, "status": status, "detail": detail}
+        return JsonResponse(body, status=status, content_type="application/problem+json")
+    html = render_to_string(
+        "django_ratelimits/429.html",
+        {"status": status, "title": title, "detail": detail},
+        request=request,
+    )
+    return HttpResponse(html, status=status)
+
+
+def too_many_requests(request: HttpRequest, exception: RateLimited) -> HttpResponseBase:
+    """The response to a limited request: 429 with ``Retry-After`` and the RateLimit fields.
+
+    ``RESPONSE_VIEW`` replaces the body; the status and headers are set here
+    unless that view set them.
+    """
+    verdict = exception.verdict
+    retry = exception.retry_after or (verdict.retry_after if verdict else 1)
+    view = get_settings().response_view
+    if view:
+        response: HttpResponseBase = import_string(view)(request, exception)
+    else:
+        detail = _("Too many requests. Try again in %(seconds)d seconds.") % {"seconds": retry}
+        response = _problem(request, 429, _("Too Many Requests"), detail)
+    response.headers.setdefault("Retry-After", str(retry))
+    if verdict is not None:
+        for name, value in rate_limit_headers(verdict).items():
+            response.headers.setdefault(name, value)
+    return response
+
+
+def unavailable(request: HttpRequest, verdict: Verdict) -> HttpResponseBase:
+    """The answer of a fail-closed policy while Redis is unreachable."""
+    status = get_settings().fail_closed_status
+    retry = verdict.retry_after
+    if status == 429:
+        return too_many_requests(request, RateLimited(verdict, retry_after=retry))
+    detail = _("The service cannot check its rate limits right now. Try again later.")
+    response = _problem(request, 503, _("Service Unavailable"), detail)
+    response.headers["Retry-After"] = str(retry)
+    return response
+
+
+def refusal(
+    request: HttpRequest, verdict: Verdict, names: set[str] | None = None
+) -> HttpResponseBase:
+    """The response for a blocked verdict: 429 for a denial, else the fail-closed answer."""
+    if verdict.blocking(names):
+        return too_many_requests(request, RateLimited(verdict))
+    return unavailable(request, verdict)
