@@ -142,9 +142,10 @@ def parse_address(text: object) -> IPAddress | None:
     IPv6 zone (``fe80::1%eth0``, dropped); an IPv4-mapped IPv6 address
     becomes the IPv4 address.
     """
-    if not isinstance(text, str) or len(text) > _MAX_ADDRESS_CHARS:
+    if not isinstance(text, str):
         return None
-    return _parse_address(text.strip())
+    text = text.strip()
+    return _parse_address(text) if len(text) <= _MAX_ADDRESS_CHARS else None
 
 
 @functools.lru_cache(maxsize=4096)
