@@ -1,0 +1,269 @@
+"""Rate-limit policies as admin edits them, and the stamp that tells workers to reload.
+
+A :class:`Policy` row compiles to a :class:`~django_ratelimits.spec.PolicySpec`
+with :meth:`Policy.to_spec`; :meth:`Policy.clean` reports every problem next to
+the field that causes it. :class:`PolicyVersion` is one row whose ``stamp``
+changes whenever any policy is saved, deleted or bulk-updated, so a worker
+notices an edit with one tiny query (see :mod:`django_ratelimits.policies`).
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import models
+from django.db.models.signals import post_delete, post_save
+from django.dispatch import receiver
+from django.utils.translation import gettext_lazy as _
+
+from django_ratelimits.engine import Algorithm
+from django_ratelimits.policy_fields import (
+    PATH_MAX_LENGTH,
+    check_burst,
+    check_key_arg,
+    parse_cidrs,
+    parse_methods,
+    parse_path,
+    parse_policy_rates,
+)
+from django_ratelimits.spec import KeyKind, Mode, PolicySpec
+
+ALGORITHM_LABELS = {
+    Algorithm.FIXED_WINDOW: _("Fixed window"),
+    Algorithm.SLIDING_WINDOW: _("Sliding window"),
+    Algorithm.SLIDING_WINDOW_COUNTER: _("Sliding window counter (approximate)"),
+    Algorithm.SLIDING_LOG: _("Sliding log"),
+    Algorithm.TOKEN_BUCKET: _("Token bucket"),
+    Algorithm.GCRA: _("GCRA (leaky bucket as a meter)"),
+}
+
+
+class PolicyQuerySet(models.QuerySet["Policy"]):
+    """``update()`` sends no ``post_save``, so it changes the version stamp itself.
+
+    ``bulk_update()`` goes through ``update()``; ``bulk_create()`` and raw SQL
+    must call :meth:`PolicyVersion.bump` themselves.
+    """
+
+    def update(self, **kwargs: Any) -> int:
+        rows = super().update(**kwargs)
+        if rows:
+            PolicyVersion.bump()
+        return rows
+
+
+class Policy(models.Model):
+    name = models.SlugField(
+        _("name"),
+        max_length=64,
+        unique=True,
+        help_text=_("Letters, digits, hyphens and underscores. Decorators refer to it."),
+    )
+    description = models.TextField(_("description"), blank=True)
+    enabled = models.BooleanField(
+        _("enabled"), default=True, help_text=_("A disabled policy is not enforced anywhere.")
+    )
+    mode = models.CharField(_("mode"), max_length=16, choices=Mode.choices, default=Mode.ENFORCE)
+    algorithm = models.CharField(
+        _("algorithm"),
+        max_length=32,
+        choices=[(algorithm.value, label) for algorithm, label in ALGORITHM_LABELS.items()],
+        default=Algorithm.SLIDING_WINDOW.value,
+    )
+    rates = models.CharField(
+        _("rates"),
+        max_length=200,
+        help_text=_(
+            "One or more limits, all checked together, e.g. “10/s, 120/m, 240/h” "
+            "or “100/5m”. Units: s, m, h, d."
+        ),
+    )
+    burst = models.PositiveIntegerField(
+        _("burst"),
+        null=True,
+        blank=True,
+        help_text=_(
+            "Token bucket and GCRA only: how many requests may arrive at once "
+            "(the bucket size). Empty: the rate's limit."
+        ),
+    )
+    key = models.CharField(
+        _("count by"), max_length=16, choices=KeyKind.choices, default=KeyKind.IP
+    )
+    key_arg = models.CharField(
+        _("key argument"),
+        max_length=200,
+        blank=True,
+        help_text=_(
+            "For “a request header”: the header name, e.g. X-Api-Key. For “a callable”: "
+            "the dotted path of a function(request) returning a string or None."
+        ),
+    )
+    path = models.CharField(
+        _("path pattern"),
+        max_length=PATH_MAX_LENGTH,
+        blank=True,
+        help_text=_(
+            "A regular expression searched in the request path, e.g. ^/api/. Start it "
+            "with ^ for the fastest matching. Empty: only where a decorator names this policy."
+        ),
+    )
+    methods = models.CharField(
+        _("HTTP methods"),
+        max_length=100,
+        blank=True,
+        help_text=_("Comma-separated, e.g. “GET, POST”. Empty: every method."),
+    )
+    exempt_staff = models.BooleanField(_("exempt staff"), default=False)
+    exempt_superusers = models.BooleanField(_("exempt superusers"), default=False)
+    allow_cidrs = models.TextField(
+        _("exempt networks"),
+        blank=True,
+        help_text=_(
+            "Addresses or networks never limited, one per line or comma-separated, e.g. 10.0.0.0/8."
+        ),
+    )
+    fail_closed = models.BooleanField(
+        _("fail closed"),
+        default=False,
+        help_text=_(
+            "Deny requests while Redis is unreachable. Unchecked (the default): let them through."
+        ),
+    )
+    record_metadata = models.BooleanField(
+        _("record who"),
+        default=False,
+        help_text=_("Record the user and path of each hit for the offender dashboard."),
+    )
+    priority = models.IntegerField(
+        _("priority"), default=0, help_text=_("Higher priorities are checked first.")
+    )
+    created_at = models.DateTimeField(_("created"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated"), auto_now=True)
+
+    objects = PolicyQuerySet.as_manager()
+
+    class Meta:
+        ordering = ("-priority", "name")
+        verbose_name = _("rate-limit policy")
+        verbose_name_plural = _("rate-limit policies")
+        permissions = [
+            ("view_offenders", _("Can view rate-limit offenders")),
+            ("reset_offenders", _("Can reset rate-limit offenders")),
+            ("block_offenders", _("Can block rate-limit offenders")),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        """Check every field against the others; store the canonical forms.
+
+        Every error is keyed by the field it concerns, so admin shows it there.
+        """
+        errors: dict[str, ValidationError] = {}
+        rates = _collect(errors, "rates", parse_policy_rates, self.rates)
+        if rates is not None:
+            self.rates = ", ".join(str(rate) for rate in rates)
+            _collect(errors, "burst", check_burst, self.algorithm, rates, self.burst)
+        _collect(errors, "path", parse_path, self.path)
+        methods = _collect(errors, "methods", parse_methods, self.methods)
+        if methods is not None:
+            self.methods = ", ".join(sorted(methods))
+        networks = _collect(errors, "allow_cidrs", parse_cidrs, self.allow_cidrs)
+        if networks is not None:
+            self.allow_cidrs = "\n".join(str(network) for network in networks)
+        _collect(errors, "key_arg", check_key_arg, self.key, self.key_arg, True)
+        if errors:
+            raise ValidationError(errors)
+
+    def to_spec(self) -> PolicySpec:
+        """The compiled policy; raises ``ValidationError`` if a field is invalid."""
+        check_key_arg(self.key, self.key_arg, False)
+        parse_path(self.path)
+        return PolicySpec(
+            name=self.name,
+            rates=parse_policy_rates(self.rates),
+            algorithm=Algorithm(self.algorithm),
+            burst=self.burst,
+            mode=Mode(self.mode),
+            key=KeyKind(self.key),
+            key_arg=self.key_arg,
+            path=self.path,
+            methods=parse_methods(self.methods),
+            exempt_staff=self.exempt_staff,
+            exempt_superusers=self.exempt_superusers,
+            allow_cidrs=parse_cidrs(self.allow_cidrs),
+            fail_closed=self.fail_closed,
+            record_metadata=self.record_metadata,
+            priority=self.priority,
+            description=self.description,
+        )
+
+
+def spec_fields(spec: PolicySpec) -> dict[str, Any]:
+    """The field values of a :class:`Policy` row that compiles to ``spec``."""
+    return {
+        "name": spec.name,
+        "description": spec.description,
+        "enabled": True,
+        "mode": spec.mode.value,
+        "algorithm": spec.algorithm.value,
+        "rates": ", ".join(str(rate) for rate in spec.rates),
+        "burst": spec.burst,
+        "key": spec.key.value,
+        "key_arg": spec.key_arg,
+        "path": spec.path,
+        "methods": ", ".join(sorted(spec.methods)),
+        "exempt_staff": spec.exempt_staff,
+        "exempt_superusers": spec.exempt_superusers,
+        "allow_cidrs": "\n".join(str(network) for network in spec.allow_cidrs),
+        "fail_closed": spec.fail_closed,
+        "record_metadata": spec.record_metadata,
+        "priority": spec.priority,
+    }
+
+
+def _collect(errors: dict[str, ValidationError], field: str, check: Any, *args: Any) -> Any:
+    """``check(*args)``, or None with its ``ValidationError`` filed under ``field``."""
+    try:
+        return check(*args)
+    except ValidationError as exc:
+        errors[field] = exc
+        return None
+
+
+class PolicyVersion(models.Model):
+    """One row (``pk=1``) whose ``stamp`` changes with every policy edit.
+
+    The stamp is random rather than a counter: a counter can come back to a
+    value a worker has already seen (a restored backup, a rolled-back test
+    transaction, a flushed table), a 62-bit random stamp practically cannot.
+    It changes in the same transaction as the edit.
+    """
+
+    stamp = models.BigIntegerField(_("stamp"), default=0)
+
+    class Meta:
+        verbose_name = _("policy version")
+        verbose_name_plural = _("policy versions")
+        default_permissions = ()
+
+    @classmethod
+    def bump(cls) -> None:
+        stamp = secrets.randbits(62)
+        if not cls.objects.filter(pk=1).update(stamp=stamp):
+            cls.objects.update_or_create(pk=1, defaults={"stamp": stamp})
+
+    @classmethod
+    def current(cls) -> int | None:
+        """The stamp (one single-row query); None before the first edit."""
+        return cls.objects.filter(pk=1).values_list("stamp", flat=True).first()
+
+
+@receiver(post_save, sender=Policy, dispatch_uid="django_ratelimits.policy_saved")
+@receiver(post_delete, sender=Policy, dispatch_uid="django_ratelimits.policy_deleted")
+def _policy_changed(**kwargs: Any) -> None:
+    PolicyVersion.bump()

@@ -1,0 +1,192 @@
+"""Parsing a policy's text fields, shared by ``Policy.clean()`` and ``Policy.to_spec()``.
+
+Each function takes the field as stored and returns its compiled form, or
+raises a ``ValidationError`` with a translatable message that admin shows
+next to the field.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import keyword
+import re
+from typing import Final
+
+from django.core.exceptions import ValidationError
+from django.utils.module_loading import import_string
+from django.utils.translation import gettext_lazy as _
+
+from django_ratelimits.engine import Algorithm, Limit
+from django_ratelimits.exceptions import RateParseError
+from django_ratelimits.rates import Rate, parse_rates
+from django_ratelimits.spec import IPNetwork, KeyKind
+
+__all__ = [
+    "HTTP_METHODS",
+    "MAX_BURST",
+    "MAX_NETWORKS",
+    "PATH_MAX_LENGTH",
+    "check_burst",
+    "check_key_arg",
+    "parse_cidrs",
+    "parse_methods",
+    "parse_path",
+    "parse_policy_rates",
+]
+
+HTTP_METHODS: Final = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE")
+MAX_BURST: Final = 1_000_000
+MAX_NETWORKS: Final = 1000
+PATH_MAX_LENGTH: Final = 500
+# Letters, digits and hyphens: a valid HTTP token that every server passes on
+# (many drop header names with underscores), as for CLIENT_IP_HEADER.
+_HEADER: Final = re.compile(r"[A-Za-z0-9-]{1,64}")
+_DOTTED: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
+_SEPARATORS: Final = re.compile(r"[\s,]+")
+_QUOTE_MAX: Final = 60
+
+
+def _quote(text: str) -> str:
+    return text if len(text) <= _QUOTE_MAX else text[: _QUOTE_MAX - 1] + "…"
+
+
+def parse_policy_rates(text: str) -> tuple[Rate, ...]:
+    try:
+        return parse_rates(text)
+    except RateParseError as exc:
+        raise ValidationError(
+            _("Enter rates such as “10/s, 120/m”: %(error)s"),
+            code="invalid_rates",
+            params={"error": exc},
+        ) from None
+
+
+def check_burst(algorithm: str, rates: tuple[Rate, ...], burst: int | None) -> None:
+    """A burst only for the token bucket and GCRA, and one every rate can hold."""
+    if burst is None:
+        return
+    if algorithm not in (Algorithm.TOKEN_BUCKET, Algorithm.GCRA):
+        raise ValidationError(
+            _("Only the token bucket and GCRA have a burst: leave it empty for this algorithm."),
+            code="burst_unused",
+        )
+    if not 1 <= burst <= MAX_BURST:
+        raise ValidationError(
+            _("The burst must be between 1 and %(max)s."),
+            code="burst_range",
+            params={"max": MAX_BURST},
+        )
+    for rate in rates:
+        try:
+            Limit("policy", rate, Algorithm(algorithm), burst)
+        except ValueError:
+            raise ValidationError(
+                _("A burst of %(burst)s is too large for %(rate)s."),
+                code="burst_too_large",
+                params={"burst": burst, "rate": str(rate)},
+            ) from None
+
+
+def parse_path(text: str) -> re.Pattern[str] | None:
+    """The compiled pattern; its length is capped by the field (``PATH_MAX_LENGTH``)."""
+    if not text:
+        return None
+    try:
+        return re.compile(text)
+    except (re.error, RecursionError, OverflowError) as exc:
+        raise ValidationError(
+            _("Not a valid regular expression: %(error)s"),
+            code="path_regex",
+            params={"error": exc},
+        ) from None
+
+
+def parse_methods(text: str) -> frozenset[str]:
+    """Comma- or space-separated method names, any case; empty means every method."""
+    names = [name for name in _SEPARATORS.split(text.upper()) if name]
+    unknown = [name for name in names if name not in HTTP_METHODS]
+    if unknown:
+        raise ValidationError(
+            _("Unknown HTTP method: %(unknown)s. Use %(known)s."),
+            code="methods",
+            params={"unknown": _quote(", ".join(unknown)), "known": ", ".join(HTTP_METHODS)},
+        )
+    return frozenset(names)
+
+
+def parse_cidrs(text: str) -> tuple[IPNetwork, ...]:
+    """Addresses and networks, one per line or comma-separated, without duplicates."""
+    items = [item for item in _SEPARATORS.split(text) if item]
+    if len(items) > MAX_NETWORKS:
+        raise ValidationError(
+            _("At most %(max)s networks."), code="cidrs_count", params={"max": MAX_NETWORKS}
+        )
+    networks: dict[IPNetwork, None] = {}
+    for item in items:
+        try:
+            networks[ipaddress.ip_network(item)] = None
+        except ValueError:
+            raise _cidr_error(item) from None
+    return tuple(networks)
+
+
+def _cidr_error(item: str) -> ValidationError:
+    try:
+        network = ipaddress.ip_network(item, strict=False)
+    except ValueError:
+        return ValidationError(
+            _("“%(item)s” is not an IP address or network such as 10.0.0.0/8."),
+            code="cidr",
+            params={"item": _quote(item)},
+        )
+    return ValidationError(
+        _("“%(item)s” has host bits set: did you mean %(network)s?"),
+        code="cidr_host_bits",
+        params={"item": item, "network": str(network)},
+    )
+
+
+def check_key_arg(kind: str, arg: str, import_callable: bool) -> None:
+    """The header name or dotted path that ``kind`` needs, and nothing for the others.
+
+    With ``import_callable`` a dotted path must also import to a callable. That
+    runs the module's import, which the first request under the policy would
+    run anyway (see :func:`django_ratelimits.identity.key_function`).
+    """
+    if kind == KeyKind.HEADER:
+        if not _HEADER.fullmatch(arg):
+            raise ValidationError(
+                _(
+                    "Enter the header to count by: 1 to 64 letters, digits and hyphens, "
+                    "e.g. X-Api-Key."
+                ),
+                code="header",
+            )
+    elif kind == KeyKind.CALLABLE:
+        if not _DOTTED.fullmatch(arg) or any(keyword.iskeyword(p) for p in arg.split(".")):
+            raise ValidationError(
+                _("Enter the dotted path of a function(request), e.g. myproject.keys.tenant."),
+                code="callable_path",
+            )
+        if import_callable:
+            _check_importable(arg)
+    elif arg:
+        raise ValidationError(
+            _("Leave this empty: only “a request header” and “a callable” take an argument."),
+            code="key_arg_unused",
+        )
+
+
+def _check_importable(path: str) -> None:
+    try:
+        target = import_string(path)
+    except Exception as exc:  # a module's import can raise anything; admin shows it
+        raise ValidationError(
+            _("Cannot import %(path)s: %(error)s"),
+            code="callable_import",
+            params={"path": path, "error": _quote(str(exc))},
+        ) from None
+    if not callable(target):
+        raise ValidationError(
+            _("%(path)s is not callable."), code="callable_type", params={"path": path}
+        )
