@@ -150,3 +150,28 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         else:
             print(message)
     shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture
+def limiter(
+    redis_client: redis.Redis | RedisCluster, request: pytest.FixtureRequest, db: None
+) -> Iterator[redis.Redis | RedisCluster]:
+    """The app wired to a clean Redis (standalone, then cluster), ``tests.urls`` and
+    ``RateLimitMiddleware``. Yields the Redis client, to look at what was written."""
+    from django.conf import settings
+    from django.test import override_settings
+
+    from django_ratelimits.breaker import breaker
+    from django_ratelimits.policies import get_registry
+
+    target: object = request.getfixturevalue("redis_standalone").url
+    if isinstance(redis_client, RedisCluster):
+        target = {"URL": request.getfixturevalue("redis_cluster").url, "CLUSTER": True}
+    middleware = [*settings.MIDDLEWARE, "django_ratelimits.middleware.RateLimitMiddleware"]
+    with override_settings(
+        DJANGO_RATELIMITS={"REDIS": target}, ROOT_URLCONF="tests.urls", MIDDLEWARE=middleware
+    ):
+        breaker.success()
+        get_registry().refresh()
+        yield redis_client
+        breaker.success()
