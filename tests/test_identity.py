@@ -7,6 +7,7 @@ import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -179,6 +180,8 @@ def test_an_entry_cut_by_the_length_bound_is_not_read() -> None:
         ('for="1.2.3.4, for=5.6.7.8', "5.6.7.8"),  # an unbalanced quote stays on its side
         ('for="\\"1.2.3.4\\""', PEER),
         ("", PEER),
+        (', for="1.2.3.4"', "1.2.3.4"),  # the nginx line in the docs, no client header
+        ('for="2001:db8:cafe::17"', "2001:db8:cafe::/64"),  # IPv6 without brackets
     ],
 )
 def test_forwarded(value: str, expected: str) -> None:
@@ -537,3 +540,28 @@ def test_every_key_kind_is_handled() -> None:
     for kind in KeyKind:
         arg = {KeyKind.HEADER: "X-Api-Key", KeyKind.CALLABLE: "tests.test_identity.key_from_query"}
         assert isinstance(identities(request(), spec(kind, arg.get(kind, ""))), list)
+
+
+# --------------------------------------------------------------------------- docs
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "client-ip.md"
+
+
+def _doc_examples() -> list[tuple[str, str, str]]:
+    """The rows of the X-Forwarded-For table in docs/client-ip.md."""
+    section = DOCS.read_text().split("### Examples", 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for line in section.splitlines():
+        cells = [cell.strip().strip("`") for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and re.fullmatch(r"[0-9.]+", cells[0]):
+            rows.append((cells[0], cells[1], cells[2]))
+    return rows
+
+
+def test_the_documented_examples_hold() -> None:
+    rows = _doc_examples()
+    assert len(rows) == 8
+    for remote, chain, expected in rows:
+        headers = {"x_forwarded_for": chain} if chain else {}
+        with configured(trusted_proxies=["10.0.0.0/8"]):
+            assert client_ip(request(remote, **headers)) == expected, (remote, chain)
