@@ -26,7 +26,7 @@ from django_ratelimits.conf import get_settings
 from django_ratelimits.engine import Identity
 from django_ratelimits.spec import KeyKind, PolicySpec
 
-__all__ = ["UNKNOWN", "client_ip", "identities", "key_function"]
+__all__ = ["UNKNOWN", "client_ip", "group", "identities", "key_function", "parse_address"]
 
 UNKNOWN: Final = "unknown"
 """The client address when ``REMOTE_ADDR`` is missing or not an address."""
