@@ -164,7 +164,8 @@ class Policy(models.Model):
         Every error is keyed by the field it concerns, so admin shows it there.
         """
         errors: dict[str, ValidationError] = {}
-        rates = _collect(errors, "rates", parse_policy_rates, self.rates)
+        # An empty rate is the field's own "required" error.
+        rates = _collect(errors, "rates", parse_policy_rates, self.rates) if self.rates else None
         if rates is not None:
             self.rates = ", ".join(str(rate) for rate in rates)
             _collect(errors, "burst", check_burst, self.algorithm, rates, self.burst)

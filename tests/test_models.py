@@ -49,7 +49,7 @@ def test_clean_stores_canonical_forms() -> None:
 INVALID = [
     ({"rates": "10/x"}, "rates", "unknown unit 'x'"),
     ({"rates": "10/s, 20/1s"}, "rates", "repeats the period"),
-    ({"rates": ""}, "rates", "This field cannot be blank."),
+    ({"rates": ""}, "rates", "This field"),
     ({"burst": 5}, "burst", "Only the token bucket and GCRA have a burst"),
     ({"algorithm": "token_bucket", "burst": 0}, "burst", "between 1 and 1000000"),
     ({"algorithm": "gcra", "rates": "1/30d", "burst": 5000}, "burst", "too large for 1/30d"),
@@ -71,7 +71,7 @@ INVALID = [
     ({"key": "ip", "key_arg": "X-Api-Key"}, "key_arg", "Leave this empty"),
     ({"key": "user", "key_arg": "a.b"}, "key_arg", "Leave this empty"),
     ({"name": "not a slug"}, "name", "slug"),
-    ({"mode": "loud"}, "mode", "not a valid choice"),
+    ({"mode": "loud"}, "mode", "valid choice"),
 ]
 
 

@@ -1,0 +1,279 @@
+"""Admin for rate-limit policies: grouped fields, bulk switches, and a preview in words."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from django.contrib import admin, messages
+from django.contrib.admin.models import CHANGE, LogEntry
+from django.core.exceptions import ValidationError
+from django.db import models
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.utils import timezone, translation
+from django.utils.html import format_html_join
+from django.utils.safestring import SafeString
+from django.utils.text import capfirst, get_text_list
+from django.utils.translation import gettext, ngettext
+from django.utils.translation import gettext_lazy as _
+
+from django_ratelimits.engine import Algorithm
+from django_ratelimits.models import Policy
+from django_ratelimits.rates import Rate
+from django_ratelimits.spec import KeyKind, Mode, PolicySpec
+
+_FIELDSETS: list[tuple[Any, dict[str, Any]]] = [
+    (
+        _("What"),
+        {"fields": ("name", "description", "enabled", "mode", "algorithm", "rates", "burst")},
+    ),
+    (_("Where"), {"fields": ("path", "methods", "priority")}),
+    (_("Who"), {"fields": ("key", "key_arg")}),
+    (_("Exemptions"), {"fields": ("exempt_staff", "exempt_superusers", "allow_cidrs")}),
+    (_("Failure and recording"), {"fields": ("fail_closed", "record_metadata")}),
+]
+
+
+@admin.register(Policy)
+class PolicyAdmin(admin.ModelAdmin):
+    list_display = (
+        "name",
+        "enabled",
+        "mode",
+        "algorithm",
+        "rates",
+        "key",
+        "path",
+        "methods",
+        "priority",
+        "updated_at",
+    )
+    list_filter = ("enabled", "mode", "algorithm", "key", "fail_closed")
+    search_fields = ("name", "description", "path")
+    readonly_fields = ("preview", "created_at", "updated_at")
+    actions = ("enable", "disable", "switch_to_shadow", "switch_to_enforce")
+
+    def get_fieldsets(self, request: HttpRequest, obj: Policy | None = None) -> Any:
+        if obj is None:
+            return _FIELDSETS
+        return [
+            (_("Preview"), {"fields": ("preview",)}),
+            *_FIELDSETS,
+            (_("History"), {"fields": ("created_at", "updated_at"), "classes": ("collapse",)}),
+        ]
+
+    @admin.display(description=_("What this policy does"))
+    def preview(self, obj: Policy) -> SafeString | str:
+        """The saved policy in words (not the unsaved values of a form with errors)."""
+        saved = Policy.objects.filter(pk=obj.pk).first() if obj.pk else None
+        if saved is None:
+            return "-"
+        try:
+            spec = saved.to_spec()
+        except (ValidationError, ValueError, TypeError):  # a row edited by hand
+            return gettext("The saved policy is invalid: fix the fields below and save.")
+        return format_html_join(
+            "", "<p>{}</p>", ((line,) for line in describe(spec, saved.enabled))
+        )
+
+    @admin.action(description=_("Enable the selected policies"), permissions=["change"])
+    def enable(self, request: HttpRequest, queryset: QuerySet[Policy]) -> None:
+        self._switch(request, queryset, "enabled", True)
+
+    @admin.action(description=_("Disable the selected policies"), permissions=["change"])
+    def disable(self, request: HttpRequest, queryset: QuerySet[Policy]) -> None:
+        self._switch(request, queryset, "enabled", False)
+
+    @admin.action(
+        description=_("Switch the selected policies to shadow mode"), permissions=["change"]
+    )
+    def switch_to_shadow(self, request: HttpRequest, queryset: QuerySet[Policy]) -> None:
+        self._switch(request, queryset, "mode", Mode.SHADOW.value)
+
+    @admin.action(
+        description=_("Switch the selected policies to enforce mode"), permissions=["change"]
+    )
+    def switch_to_enforce(self, request: HttpRequest, queryset: QuerySet[Policy]) -> None:
+        self._switch(request, queryset, "mode", Mode.ENFORCE.value)
+
+    def _switch(
+        self, request: HttpRequest, queryset: QuerySet[Policy], field: str, value: object
+    ) -> None:
+        """Set ``field`` on the policies that differ, log each change, tell the user.
+
+        ``update()`` changes the version stamp, so workers reload.
+        """
+        changed = list(queryset.exclude(**{field: value}))
+        if changed:
+            Policy.objects.filter(pk__in=[policy.pk for policy in changed]).update(
+                **{field: value, "updated_at": timezone.now()}
+            )
+            model_field = Policy._meta.get_field(field)
+            assert isinstance(model_field, models.Field)
+            with translation.override(None):  # stored untranslated, as admin does
+                label = capfirst(str(model_field.verbose_name))
+            LogEntry.objects.log_actions(
+                user_id=cast(int, request.user.pk),  # admin views have a signed-in user
+                queryset=changed,
+                action_flag=CHANGE,
+                change_message=[{"changed": {"fields": [label]}}],
+            )
+        self.message_user(
+            request,
+            ngettext("%(count)d policy changed.", "%(count)d policies changed.", len(changed))
+            % {"count": len(changed)},
+            messages.SUCCESS,
+        )
+
+
+# --------------------------------------------------------------------------- preview
+
+_ALGORITHMS = {
+    Algorithm.FIXED_WINDOW: _("fixed window"),
+    Algorithm.SLIDING_WINDOW: _("sliding window"),
+    Algorithm.SLIDING_WINDOW_COUNTER: _("sliding window counter (approximate)"),
+    Algorithm.SLIDING_LOG: _("sliding log"),
+    Algorithm.TOKEN_BUCKET: _("token bucket"),
+    Algorithm.GCRA: _("GCRA"),
+}
+_SHOWN_NETWORKS = 3
+
+
+def describe(spec: PolicySpec, enabled: bool = True) -> list[str]:
+    """``spec`` in plain sentences, for the admin preview."""
+    sentences = [] if enabled else [gettext("Disabled: this policy is not enforced.")]
+    sentences.append(
+        gettext("%(limits)s %(who)s, %(algorithm)s.")
+        % {"limits": _limits(spec.rates), "who": _who(spec), "algorithm": _algorithm(spec)}
+    )
+    if spec.shadow:
+        sentences.append(
+            gettext("Shadow mode: requests over the limit are counted and recorded, never blocked.")
+        )
+    else:
+        sentences.append(
+            gettext("Requests over the limit get 429 Too Many Requests with Retry-After.")
+        )
+    sentences.append(_where(spec))
+    exempt = _exemptions(spec)
+    if exempt:
+        sentences.append(gettext("Exempt: %(exempt)s.") % {"exempt": exempt})
+    if spec.fail_closed:
+        sentences.append(gettext("While Redis is unreachable, requests are denied (fail closed)."))
+    else:
+        sentences.append(
+            gettext("While Redis is unreachable, requests are let through (fail open).")
+        )
+    if spec.record_metadata:
+        sentences.append(
+            gettext("The user and path of each hit are recorded for the offender dashboard.")
+        )
+    return sentences
+
+
+def _period(seconds: int) -> str:
+    """``minute``, ``5 minutes``: the largest unit that divides the period."""
+    days, hours, minutes = seconds / 86_400, seconds / 3600, seconds / 60
+    if days.is_integer():
+        count = int(days)
+        return (
+            gettext("day")
+            if count == 1
+            else ngettext("%(count)s day", "%(count)s days", count) % {"count": count}
+        )
+    if hours.is_integer():
+        count = int(hours)
+        return (
+            gettext("hour")
+            if count == 1
+            else ngettext("%(count)s hour", "%(count)s hours", count) % {"count": count}
+        )
+    if minutes.is_integer():
+        count = int(minutes)
+        return (
+            gettext("minute")
+            if count == 1
+            else ngettext("%(count)s minute", "%(count)s minutes", count) % {"count": count}
+        )
+    if seconds == 1:
+        return gettext("second")
+    return ngettext("%(count)s second", "%(count)s seconds", seconds) % {"count": seconds}
+
+
+def _limits(rates: tuple[Rate, ...]) -> str:
+    first, *others = rates
+    parts = [
+        ngettext(
+            "%(count)s request per %(period)s", "%(count)s requests per %(period)s", first.limit
+        )
+        % {"count": first.limit, "period": _period(first.period)}
+    ]
+    parts += [
+        gettext("%(count)s per %(period)s") % {"count": rate.limit, "period": _period(rate.period)}
+        for rate in others
+    ]
+    return str(get_text_list(parts, gettext("and")))
+
+
+def _who(spec: PolicySpec) -> str:
+    phrases = {
+        KeyKind.IP: _("per client IP"),
+        KeyKind.USER: _("per signed-in user (anonymous requests are not counted)"),
+        KeyKind.USER_OR_IP: _("per user, or per client IP when anonymous"),
+        KeyKind.IP_AND_USER: _("per client IP and, separately, per signed-in user"),
+        KeyKind.HEADER: _("per value of the %(arg)s header (per client IP without it)"),
+        KeyKind.CALLABLE: _("per key that %(arg)s returns (nothing counted when it returns None)"),
+    }
+    return str(phrases[spec.key]) % {"arg": spec.key_arg}
+
+
+def _algorithm(spec: PolicySpec) -> str:
+    name = str(_ALGORITHMS[spec.algorithm])
+    if not spec.algorithm.has_burst:
+        return name
+    if spec.burst is None:
+        return gettext("%(algorithm)s with bursts up to the limit") % {"algorithm": name}
+    return gettext("%(algorithm)s with bursts of up to %(burst)s") % {
+        "algorithm": name,
+        "burst": spec.burst,
+    }
+
+
+def _where(spec: PolicySpec) -> str:
+    methods = str(get_text_list(sorted(spec.methods), gettext("and")))
+    if not spec.path:
+        if spec.methods:
+            return gettext(
+                "Applies only where a decorator or DRF throttle names “%(name)s”, "
+                "to %(methods)s requests."
+            ) % {"name": spec.name, "methods": methods}
+        return gettext("Applies only where a decorator or DRF throttle names “%(name)s”.") % {
+            "name": spec.name
+        }
+    if spec.methods:
+        return gettext("Applies to %(methods)s requests whose path matches “%(path)s”.") % {
+            "methods": methods,
+            "path": spec.path,
+        }
+    return gettext("Applies to requests of every method whose path matches “%(path)s”.") % {
+        "path": spec.path
+    }
+
+
+def _exemptions(spec: PolicySpec) -> str:
+    exempt = []
+    if spec.exempt_staff:
+        exempt.append(gettext("staff users"))
+    if spec.exempt_superusers:
+        exempt.append(gettext("superusers"))
+    if spec.allow_cidrs:
+        shown = [str(network) for network in spec.allow_cidrs[:_SHOWN_NETWORKS]]
+        hidden = len(spec.allow_cidrs) - len(shown)
+        if hidden:
+            shown.append(
+                ngettext("%(count)s more network", "%(count)s more networks", hidden)
+                % {"count": hidden}
+            )
+        networks = str(get_text_list(shown, gettext("and")))
+        exempt.append(gettext("requests from %(networks)s") % {"networks": networks})
+    return str(get_text_list(exempt, gettext("and")))
