@@ -1,0 +1,256 @@
+"""The in-memory policy registry: policy rows compiled once, matched with no I/O.
+
+Refreshing. :meth:`PolicyRegistry.refresh` reads the one-row version stamp
+(:class:`~django_ratelimits.models.PolicyVersion`, changed in the same
+transaction as every edit) and reloads the enabled policies only when it
+changed. Callers refresh when :meth:`~PolicyRegistry.is_stale` says
+``POLICY_REFRESH`` seconds have passed, so a worker costs the database one
+tiny query per interval and an admin edit reaches it within that interval.
+Sync code calls :func:`current`; async code does
+``if reg.is_stale(): await sync_to_async(reg.refresh)()``.
+
+Matching. Each reload builds an immutable snapshot, swapped in whole, so
+readers never lock. :meth:`~PolicyRegistry.match` answers from a bounded LRU
+cache keyed by ``(path, method)`` (``functools.lru_cache``, thread-safe,
+dropped with its snapshot). On a miss, the path is not tested against every
+pattern: a pattern anchored with ``^`` or ``\\A`` contributes its literal
+prefix (``^/api/v1/`` gives ``/api/v1/``) to an index of prefixes grouped by
+length, so only the patterns whose prefix starts the path, plus the few with
+no usable prefix, are searched. Paths longer than 256 characters are not
+cached, so hostile URLs cannot grow the cache beyond about a megabyte.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Final
+
+from django.core.exceptions import ValidationError
+from django.db import DatabaseError
+
+from django_ratelimits.conf import get_settings
+from django_ratelimits.models import Policy, PolicyVersion, spec_fields
+from django_ratelimits.spec import PolicySpec
+
+__all__ = ["PolicyRegistry", "current", "get_registry", "literal_prefix"]
+
+logger = logging.getLogger(__name__)
+
+CACHE_SIZE: Final = 4096
+CACHE_PATH_MAX: Final = 256
+_REGEX_SPECIAL: Final = frozenset(".^$*+?{}[]\\|()")
+_NEVER: Final = object()
+
+
+def literal_prefix(pattern: str) -> str:
+    """Text that starts every string ``pattern`` matches with ``re.search``, or "".
+
+    Only a pattern anchored at the start (``^`` or ``\\A``) and without a
+    top-level ``|`` has one: the literal characters up to the first special
+    one, minus a last character that a quantifier makes optional.
+
+    >>> literal_prefix(r"^/api/v1/"), literal_prefix(r"^/a\\.b/?$"), literal_prefix("/api/")
+    ('/api/v1/', '/a.b', '')
+    """
+    if pattern.startswith("^"):
+        pos = 1
+    elif pattern.startswith("\\A"):
+        pos = 2
+    else:
+        return ""
+    if _has_top_level_bar(pattern):
+        return ""
+    prefix: list[str] = []
+    while pos < len(pattern):
+        char = pattern[pos]
+        if char == "\\":
+            char = pattern[pos + 1 : pos + 2]
+            if not char or char.isalnum() or char == "_" or not char.isascii():
+                break  # \d, \b, \1, \n...: not a plain character
+            width = 2
+        elif char in _REGEX_SPECIAL:
+            break
+        else:
+            width = 1
+        following = pattern[pos + width : pos + width + 1]
+        if following in ("*", "?", "{"):
+            break
+        prefix.append(char)
+        if following == "+":
+            break
+        pos += width
+    return "".join(prefix)
+
+
+def _has_top_level_bar(pattern: str) -> bool:
+    depth, pos, in_class = 0, 0, False
+    while pos < len(pattern):
+        char = pattern[pos]
+        if char == "\\":
+            pos += 2
+            continue
+        if in_class:
+            in_class = char != "]"
+        elif char == "[":
+            in_class = True
+            pos += 1 if pattern[pos + 1 : pos + 2] == "^" else 0
+            pos += 1 if pattern[pos + 1 : pos + 2] == "]" else 0  # "[]...]": "]" is literal
+        elif char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        elif char == "|" and depth <= 0:
+            return True
+        pos += 1
+    return False
+
+
+class _Snapshot:
+    """The enabled policies of one load, in order, with their path index."""
+
+    def __init__(self, specs: Iterable[PolicySpec], row_names: frozenset[str]) -> None:
+        self.ordered = tuple(sorted(specs, key=lambda spec: (-spec.priority, spec.name)))
+        self.by_name: Mapping[str, PolicySpec] = {spec.name: spec for spec in self.ordered}
+        # Names that a row decides (enabled and compiled, or disabled): declared
+        # defaults apply only to the other names.
+        self.row_names = row_names
+        self._scan_always: list[int] = []
+        prefixes: dict[int, dict[str, list[int]]] = {}
+        for rank, spec in enumerate(self.ordered):
+            if spec.path_re is None:
+                continue
+            prefix = literal_prefix(spec.path)
+            if prefix:
+                prefixes.setdefault(len(prefix), {}).setdefault(prefix, []).append(rank)
+            else:
+                self._scan_always.append(rank)
+        self._prefixes = sorted(prefixes.items())
+        self.cached_match = functools.lru_cache(maxsize=CACHE_SIZE)(self.match)
+
+    def match(self, path: str, method: str) -> tuple[PolicySpec, ...]:
+        ranks = list(self._scan_always)
+        for length, by_prefix in self._prefixes:
+            if length > len(path):
+                break
+            ranks.extend(by_prefix.get(path[:length], ()))
+        ranks.sort()
+        found = []
+        for rank in ranks:
+            spec = self.ordered[rank]
+            assert spec.path_re is not None
+            if spec.applies_to_method(method) and spec.path_re.search(path):
+                found.append(spec)
+        return tuple(found)
+
+
+class PolicyRegistry:
+    """The enabled policies of one process, refreshed from the database on demand.
+
+    ``clock`` (seconds, monotonic) decides staleness; tests inject their own.
+    """
+
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._declare_lock = threading.Lock()
+        self._snapshot = _Snapshot((), frozenset())
+        self._stamp: object = _NEVER
+        self._refreshed_at: float | None = None
+        self._generation = 0
+        self._declared: dict[str, PolicySpec] = {}
+        self._unwritten: dict[str, PolicySpec] = {}
+
+    def is_stale(self) -> bool:
+        """Whether ``POLICY_REFRESH`` seconds have passed since the last refresh. No I/O."""
+        at = self._refreshed_at
+        return at is None or self._clock() - at >= get_settings().policy_refresh
+
+    def refresh(self) -> None:
+        """Write declared defaults, then reload if the version stamp changed.
+
+        Thread-safe; a caller that waited while another thread refreshed
+        returns at once. Database errors keep the loaded policies and are logged.
+        """
+        generation = self._generation
+        with self._lock:
+            if generation != self._generation:
+                return
+            try:
+                self._write_declared()
+                stamp = PolicyVersion.current()
+                if stamp != self._stamp:
+                    self._snapshot = self._load()
+                    self._stamp = stamp
+            except DatabaseError as exc:
+                logger.error(
+                    "could not refresh rate-limit policies, keeping the %d loaded: %s",
+                    len(self._snapshot.ordered),
+                    exc,
+                )
+            finally:
+                self._refreshed_at = self._clock()
+                self._generation += 1
+
+    def match(self, path: str, method: str) -> tuple[PolicySpec, ...]:
+        """Enabled policies whose path pattern matches and method applies, in order. No I/O."""
+        snapshot = self._snapshot
+        if len(path) > CACHE_PATH_MAX:
+            return snapshot.match(path, method.upper())
+        return snapshot.cached_match(path, method.upper())
+
+    def get(self, name: str) -> PolicySpec | None:
+        """The enabled policy ``name``, else its declared default if no row has that name."""
+        snapshot = self._snapshot
+        spec = snapshot.by_name.get(name)
+        if spec is not None or name in snapshot.row_names:
+            return spec
+        return self._declared.get(name)
+
+    def declare(self, spec: PolicySpec) -> None:
+        """A default from code: used until a row exists, written as a row at the next refresh."""
+        with self._declare_lock:
+            self._declared[spec.name] = spec
+            self._unwritten[spec.name] = spec
+
+    def _write_declared(self) -> None:
+        with self._declare_lock:
+            pending = list(self._unwritten.values())
+        for spec in pending:
+            Policy.objects.get_or_create(name=spec.name, defaults=spec_fields(spec))
+            with self._declare_lock:
+                if self._unwritten.get(spec.name) is spec:
+                    del self._unwritten[spec.name]
+
+    def _load(self) -> _Snapshot:
+        specs, names = [], set()
+        for row in Policy.objects.all():
+            if row.enabled:
+                try:
+                    specs.append(row.to_spec())
+                except (ValidationError, ValueError, TypeError) as exc:
+                    reason = "; ".join(exc.messages) if isinstance(exc, ValidationError) else exc
+                    logger.error(
+                        "rate-limit policy %r is invalid and skipped: %s", row.name, reason
+                    )
+                    continue
+            names.add(row.name)
+        return _Snapshot(specs, frozenset(names))
+
+
+_registry = PolicyRegistry()
+
+
+def get_registry() -> PolicyRegistry:
+    """The registry of this process."""
+    return _registry
+
+
+def current() -> PolicyRegistry:
+    """The registry of this process, refreshed first if stale (sync code only)."""
+    if _registry.is_stale():
+        _registry.refresh()
+    return _registry
