@@ -53,17 +53,28 @@ def client_ip(request: HttpRequest) -> str:
     ``"2001:db8:1:2::/64"``; :data:`UNKNOWN` when ``REMOTE_ADDR`` is missing
     or is not an address.
     """
+    client = client_address(request)
+    if client is None:
+        return UNKNOWN
     config = get_settings()
+    return group(client, config.ipv4_prefix, config.ipv6_prefix)
+
+
+def client_address(request: HttpRequest) -> IPAddress | None:
+    """The client's own address, not grouped (``None`` if ``REMOTE_ADDR`` is unusable).
+
+    For allow-lists, which must match single addresses inside an IPv6 /64.
+    """
     peer = parse_address(request.META.get("REMOTE_ADDR"))
     if peer is None:
-        return UNKNOWN
-    client = peer
+        return None
+    config = get_settings()
     proxies = config.trusted_proxies
     if proxies and _is_trusted(peer, proxies):
         header = request.META.get(_meta_key(config.client_ip_header))
         if isinstance(header, str):
-            client = _from_header(config.client_ip_header.lower(), header, peer, proxies)
-    return group(client, config.ipv4_prefix, config.ipv6_prefix)
+            return _from_header(config.client_ip_header.lower(), header, peer, proxies)
+    return peer
 
 
 def _from_header(name: str, value: str, peer: IPAddress, proxies: Sequence[IPNetwork]) -> IPAddress:

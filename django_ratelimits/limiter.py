@@ -10,7 +10,6 @@ counting, and the other way round).
 
 from __future__ import annotations
 
-import ipaddress
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ from django_ratelimits.breaker import breaker
 from django_ratelimits.conf import get_settings
 from django_ratelimits.engine import Check, Decision, Identity, Limit, LimitResult, get_engine
 from django_ratelimits.exceptions import BackendError
-from django_ratelimits.identity import client_ip, identities
+from django_ratelimits.identity import client_address, client_ip, identities
 from django_ratelimits.spec import KeyKind, PolicySpec
 
 _USER_KINDS = (KeyKind.USER, KeyKind.USER_OR_IP, KeyKind.IP_AND_USER)
@@ -183,14 +182,8 @@ def _exempt(request: HttpRequest, policy: PolicySpec) -> bool:
         if policy.exempt_staff and getattr(user, "is_staff", False):
             return True
     if policy.allow_cidrs:
-        try:
-            client = ipaddress.ip_network(client_ip(request), strict=False)
-        except ValueError:
-            return False
-        return any(
-            client.version == cidr.version and client.subnet_of(cidr)  # type: ignore[arg-type]
-            for cidr in policy.allow_cidrs
-        )
+        client = client_address(request)
+        return client is not None and any(client in cidr for cidr in policy.allow_cidrs)
     return False
 
 

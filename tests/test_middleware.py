@@ -108,6 +108,14 @@ def test_staff_and_allow_listed_networks_are_exempt(limiter: Any) -> None:
     assert [other.get("/api/hello").status_code for _ in range(2)] == [200, 429]
 
 
+def test_an_allow_listed_single_ipv6_address_is_exempt_inside_its_64(limiter: Any) -> None:
+    policy(name="api", rates="1/m", path=r"^/api/", allow_cidrs="2001:db8::7/128")
+    listed = Client(REMOTE_ADDR="2001:db8::7")
+    assert [listed.get("/api/hello").status_code for _ in range(3)] == [200] * 3
+    neighbour = Client(REMOTE_ADDR="2001:db8::8")  # same /64, not listed
+    assert [neighbour.get("/api/hello").status_code for _ in range(2)] == [200, 429]
+
+
 def test_forwarded_for_is_ignored_unless_from_a_trusted_proxy(limiter: Any) -> None:
     policy(name="api", rates="1/m", path=r"^/api/")
     spoofer = Client(REMOTE_ADDR="198.51.100.1")
