@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Final
 
 from django.core.exceptions import ValidationError
-from django.db import DatabaseError
+from django.db import DatabaseError, router, transaction
 
 from django_ratelimits.conf import get_settings
 from django_ratelimits.models import Policy, PolicyVersion, spec_fields
@@ -181,6 +181,9 @@ class PolicyRegistry:
                 return
             try:
                 self._write_declared()
+            except DatabaseError as exc:  # e.g. a read-only database: still read policies
+                logger.error("could not create the rows of declared rate-limit policies: %s", exc)
+            try:
                 stamp = PolicyVersion.current()
                 if stamp != self._stamp:
                     self._snapshot = self._load()
@@ -217,13 +220,24 @@ class PolicyRegistry:
             self._unwritten[spec.name] = spec
 
     def _write_declared(self) -> None:
+        """``get_or_create`` each declared policy's row.
+
+        A declaration counts as written once the row's transaction commits: a
+        refresh inside a request's transaction that later rolls back retries it.
+        The savepoint keeps a failure from breaking the caller's transaction.
+        """
         with self._declare_lock:
             pending = list(self._unwritten.values())
+        using = router.db_for_write(Policy)
         for spec in pending:
-            Policy.objects.get_or_create(name=spec.name, defaults=spec_fields(spec))
-            with self._declare_lock:
-                if self._unwritten.get(spec.name) is spec:
-                    del self._unwritten[spec.name]
+            with transaction.atomic(using=using):
+                Policy.objects.get_or_create(name=spec.name, defaults=spec_fields(spec))
+            transaction.on_commit(functools.partial(self._written, spec), using=using)
+
+    def _written(self, spec: PolicySpec) -> None:
+        with self._declare_lock:
+            if self._unwritten.get(spec.name) is spec:
+                del self._unwritten[spec.name]
 
     def _load(self) -> _Snapshot:
         specs, names = [], set()

@@ -19,7 +19,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.contrib.contenttypes.models import ContentType
 from django.core.management import call_command
-from django.db import connection, connections
+from django.db import connection, connections, transaction
 from django.forms.models import model_to_dict
 from django.test import Client, override_settings
 from django.urls import reverse
@@ -229,6 +229,43 @@ def test_a_disabled_row_turns_the_declared_policy_off(registry: PolicyRegistry) 
     registry.declare(declared())
     registry.refresh()
     assert registry.get("signup") is None
+
+
+@pytest.mark.django_db
+def test_a_declared_row_rolled_back_is_written_again(
+    registry: PolicyRegistry, django_capture_on_commit_callbacks: Any
+) -> None:
+    registry.declare(declared())
+    with pytest.raises(RuntimeError), transaction.atomic():
+        registry.refresh()  # inside a request's transaction that fails
+        assert Policy.objects.filter(name="signup").exists()
+        raise RuntimeError
+    assert not Policy.objects.filter(name="signup").exists()
+    with django_capture_on_commit_callbacks(execute=True):
+        registry.refresh()
+    assert Policy.objects.filter(name="signup").exists()
+    Policy.objects.filter(name="signup").delete()
+    registry.refresh()  # written once committed: deleting the row is not undone
+    assert not Policy.objects.filter(name="signup").exists()
+    assert registry.get("signup") == declared()
+
+
+@pytest.mark.django_db
+def test_a_failed_declared_write_does_not_stop_the_reload(
+    registry: PolicyRegistry, caplog: pytest.LogCaptureFixture
+) -> None:
+    add("api", path="^/api/")
+    registry.declare(declared())
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"CREATE TRIGGER read_only BEFORE INSERT ON {Policy._meta.db_table} "
+            "BEGIN SELECT RAISE(ABORT, 'read-only database'); END"
+        )
+    with caplog.at_level(logging.ERROR, logger="django_ratelimits.policies"):
+        registry.refresh()
+    assert "could not create the rows of declared rate-limit policies" in caplog.text
+    assert names(registry.match("/api/", "GET")) == ["api"]
+    assert registry.get("signup") == declared()
 
 
 # --------------------------------------------------------------------------- refreshing
