@@ -8,3 +8,6 @@ class RateLimitsConfig(AppConfig):
     name = "django_ratelimits"
     verbose_name = _("Rate limits")
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from django_ratelimits import checks  # noqa: F401  (registers the system checks)
