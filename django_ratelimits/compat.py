@@ -1,0 +1,321 @@
+"""A drop-in for django-ratelimit 4.x, backed by this package's engine.
+
+Switch a project by changing its imports::
+
+    from django_ratelimit.decorators import ratelimit          # before
+    from django_ratelimits.compat import ratelimit             # after
+
+``is_ratelimited``, ``get_usage``, ``Ratelimited``, ``ALL`` and ``UNSAFE`` come
+from here too. Each decision is one engine call (one round trip) on a fixed
+window aligned to the epoch; the counter of a decision is named by the group,
+the rate, the counted methods and the key's value, as in django-ratelimit.
+``docs/migrating-from-django-ratelimit.md`` lists what differs.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import math
+import re
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Final, TypeAlias, TypedDict, TypeVar
+
+from asgiref.sync import iscoroutinefunction, sync_to_async
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured, PermissionDenied
+from django.http import HttpRequest
+from django.utils.module_loading import import_string
+
+from django_ratelimits import signals
+from django_ratelimits.breaker import breaker
+from django_ratelimits.conf import get_settings
+from django_ratelimits.engine import Algorithm, Check, Identity, get_engine
+from django_ratelimits.exceptions import BackendError, RateLimited
+from django_ratelimits.identity import client_ip
+from django_ratelimits.limiter import Verdict
+from django_ratelimits.rates import Rate
+from django_ratelimits.spec import PolicySpec
+
+__all__ = ["ALL", "UNSAFE", "Ratelimited", "Usage", "get_usage", "is_ratelimited", "ratelimit"]
+
+ALL: Final = (None,)
+"""Count every HTTP method (django-ratelimit's sentinel)."""
+UNSAFE: Final = ["DELETE", "PATCH", "POST", "PUT"]
+"""Count only the methods that change state."""
+
+Methods: TypeAlias = str | Sequence[str | None]
+RateArg: TypeAlias = str | tuple[int, int] | Callable[[str, HttpRequest], Any] | None
+KeyArg: TypeAlias = str | Callable[[str, HttpRequest], str] | None
+View = TypeVar("View", bound=Callable[..., Any])
+
+_PERIODS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
+_RATE_RE: Final = re.compile(r"\s*(\d+)\s*/\s*(\d*)\s*(?:([smhd])[a-z]*)?\s*", re.IGNORECASE)
+_SAFE_NAME: Final = re.compile(r"[A-Za-z0-9._:@/+=-]{1,64}")
+
+
+class Ratelimited(PermissionDenied, RateLimited):
+    """Raised by :func:`ratelimit` with ``block=True`` when the request is limited.
+
+    A ``PermissionDenied``, as in django-ratelimit, so existing handlers keep
+    working (without one, Django answers 403). ``RateLimitMiddleware`` answers
+    it like any denial: 429 with ``Retry-After`` and the RateLimit fields.
+    """
+
+    def __init__(
+        self, *args: object, verdict: Verdict | None = None, retry_after: int | None = None
+    ) -> None:
+        Exception.__init__(self, *args)
+        self.verdict = verdict
+        self.retry_after = retry_after
+
+
+class Usage(TypedDict):
+    """What :func:`get_usage` returns (a plain dict at run time)."""
+
+    count: int
+    limit: int
+    should_limit: bool
+    time_left: int
+
+
+def ratelimit(
+    group: str | None = None,
+    key: KeyArg = None,
+    rate: RateArg = None,
+    method: Methods = ALL,
+    block: bool = True,
+) -> Callable[[View], View]:
+    """Count every request to the view; with ``block``, raise :class:`Ratelimited` over the limit.
+
+    Sets ``request.limited`` (True once any decorator on the request limited it).
+    Works on function views, async views and, with ``method_decorator``,
+    class-based views.
+    """
+
+    def decorator(fn: View) -> View:
+        if iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+                decide = sync_to_async(_usage)
+                usage, verdict = await decide(request, group, fn, key, rate, method, True)
+                _enforce(request, usage, verdict, block)
+                return await fn(request, *args, **kwargs)
+
+            return async_wrapper  # type: ignore[return-value]
+
+        @functools.wraps(fn)
+        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+            usage, verdict = _usage(request, group, fn, key, rate, method, True)
+            _enforce(request, usage, verdict, block)
+            return fn(request, *args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorator
+
+
+ratelimit.ALL = ALL  # type: ignore[attr-defined]  # django-ratelimit's ratelimit.ALL
+ratelimit.UNSAFE = UNSAFE  # type: ignore[attr-defined]
+
+
+def is_ratelimited(
+    request: HttpRequest,
+    group: str | None = None,
+    fn: Callable[..., Any] | None = None,
+    key: KeyArg = None,
+    rate: RateArg = None,
+    method: Methods = ALL,
+    increment: bool = False,
+) -> bool:
+    """Whether ``request`` is over the limit; counts it only with ``increment``."""
+    usage = get_usage(request, group, fn, key, rate, method, increment)
+    return usage is not None and usage["should_limit"]
+
+
+def get_usage(
+    request: HttpRequest,
+    group: str | None = None,
+    fn: Callable[..., Any] | None = None,
+    key: KeyArg = None,
+    rate: RateArg = None,
+    method: Methods = ALL,
+    increment: bool = False,
+) -> Usage | None:
+    """``count``, ``limit``, ``should_limit`` and ``time_left`` for ``request``.
+
+    ``None`` when nothing limits it: limiting disabled, a method that is not
+    counted, no rate, or Redis unreachable while failing open.
+    """
+    return _usage(request, group, fn, key, rate, method, increment)[0]
+
+
+def _enforce(
+    request: HttpRequest, usage: Usage | None, verdict: Verdict | None, block: bool
+) -> None:
+    limited = usage is not None and usage["should_limit"]
+    request.limited = limited or getattr(request, "limited", False)  # type: ignore[attr-defined]
+    if limited and block:
+        assert usage is not None
+        retry = None if verdict is not None else max(1, usage["time_left"])
+        raise Ratelimited(verdict=verdict, retry_after=retry)
+
+
+def _usage(
+    request: HttpRequest,
+    group: str | None,
+    fn: Callable[..., Any] | None,
+    key: KeyArg,
+    rate: RateArg,
+    method: Methods,
+    increment: bool,
+) -> tuple[Usage | None, Verdict | None]:
+    """The usage, and the verdict behind it (None when Redis was not asked)."""
+    if group is None:
+        if fn is None:
+            raise ImproperlyConfigured(
+                "get_usage must be called with either `group` or `fn` arguments"
+            )
+        group = f"{fn.__module__}.{fn.__qualname__}"
+    if not (get_settings().enabled and getattr(settings, "RATELIMIT_ENABLE", True)):
+        return None, None
+    if not _counts(request, method):
+        return None, None
+    resolved = _rate(group, request, rate)
+    if resolved is None:
+        return None, None
+    limit, period = resolved
+    identity = _identity(group, request, key)
+    if limit == 0:  # django-ratelimit's "0/s": always limited, nothing to count
+        left = period - int(time.time()) % period
+        return Usage(count=0, limit=0, should_limit=True, time_left=left), None
+    fail_closed = not getattr(settings, "RATELIMIT_FAIL_OPEN", True)
+    spec = _spec(_policy_name(group, method), limit, period, fail_closed)
+    verdict = _decide(request, spec, identity, increment)
+    if verdict.decision is None:
+        if not spec.fail_closed:
+            return None, verdict
+        return Usage(count=0, limit=0, should_limit=True, time_left=-1), verdict
+    result = verdict.decision.results[0]
+    count = limit - result.remaining
+    window_us = period * 1_000_000
+    now_us = verdict.decision.now_us
+    left = math.ceil(((now_us // window_us + 1) * window_us - now_us) / 1_000_000)
+    should_limit = not result.allowed if increment else count >= limit
+    return Usage(count=count, limit=limit, should_limit=should_limit, time_left=left), verdict
+
+
+def _counts(request: HttpRequest, method: Methods) -> bool:
+    if method == ALL:
+        return True
+    methods = [method] if isinstance(method, str) else method
+    return request.method in {m.upper() for m in methods if m is not None}
+
+
+def _rate(group: str, request: HttpRequest, rate: RateArg) -> tuple[int, int] | None:
+    """``(limit, period in seconds)``, or None for no limit."""
+    value: Any = rate
+    if callable(rate):
+        value = rate(group, request)
+    elif isinstance(rate, str) and "." in rate:
+        value = import_string(rate)(group, request)
+    if value is None:
+        return None
+    if isinstance(value, tuple):
+        limit, period = value
+    else:
+        match = _RATE_RE.fullmatch(value) if isinstance(value, str) else None
+        if match is None:
+            raise ImproperlyConfigured(f"Could not understand ratelimit rate: {value!r}")
+        count, multiplier, unit = match.groups()
+        limit, period = int(count), int(multiplier or 1) * _PERIODS[(unit or "s").lower()]
+    if period <= 0:
+        raise ImproperlyConfigured("Ratelimit period must be greater than 0")
+    return limit, period
+
+
+def _identity(group: str, request: HttpRequest, key: KeyArg) -> Identity:
+    if not key:
+        raise ImproperlyConfigured("Ratelimit key must be specified")
+    if callable(key):
+        return Identity("key", key(group, request))
+    if key == "ip":
+        return Identity("ip", client_ip(request))
+    if key == "user":
+        return Identity("user", str(request.user.pk))  # anonymous users share "None"
+    if key == "user_or_ip":
+        if request.user.is_authenticated:
+            return Identity("user", str(request.user.pk))
+        return Identity("ip", client_ip(request))
+    accessor, colon, name = key.partition(":")
+    if colon:
+        if accessor == "header":
+            value = request.META.get("HTTP_" + name.upper().replace("-", "_"), "")
+        elif accessor == "get":
+            value = request.GET.get(name, "")
+        elif accessor == "post":
+            value = request.POST.get(name, "")
+        else:
+            raise ImproperlyConfigured(f"Unknown ratelimit key: {key}")
+        return Identity(accessor, value)
+    if "." in key:
+        return Identity("key", import_string(key)(group, request))
+    raise ImproperlyConfigured(f"Could not understand ratelimit key: {key}")
+
+
+def _policy_name(group: str, method: Methods) -> str:
+    """The group, with the counted methods when not all: ``views.login@POST``.
+
+    Names that are long or hold other characters than ``A-Za-z0-9._:@/+=-``
+    keep a readable start and end in a digest, so different groups never share
+    a name.
+    """
+    if method != ALL:
+        methods = [method] if isinstance(method, str) else method
+        group += "@" + "+".join(sorted({m.upper() for m in methods if m is not None}))
+    if _SAFE_NAME.fullmatch(group):
+        return group
+    readable = re.sub(r"[^A-Za-z0-9._-]+", "-", group)[:48]
+    return f"{readable}~{hashlib.blake2b(group.encode(), digest_size=6).hexdigest()}"
+
+
+@functools.lru_cache(maxsize=512)
+def _spec(name: str, limit: int, period: int, fail_closed: bool) -> PolicySpec:
+    try:
+        rate = Rate(limit, period)
+    except (TypeError, ValueError) as exc:
+        raise ImproperlyConfigured(f"ratelimit rate {limit}/{period}s: {exc}") from exc
+    return PolicySpec(name, (rate,), Algorithm.FIXED_WINDOW, fail_closed=fail_closed)
+
+
+def _decide(request: HttpRequest, spec: PolicySpec, identity: Identity, increment: bool) -> Verdict:
+    """One engine call: charge (``increment``) or look; a Redis failure becomes a verdict."""
+    checks = [Check(identity, spec.limits)]
+    if not breaker.allow():
+        return _failed(request, spec, BackendError("circuit breaker open"))
+    try:
+        engine = get_engine()
+        decision = engine.check(checks) if increment else engine.peek(checks)
+    except BackendError as error:
+        breaker.failure(error)
+        return _failed(request, spec, error)
+    breaker.success()
+    verdict = Verdict((spec,), decision, considered=frozenset({spec.name}))
+    for result in verdict.blocking()[:1]:
+        signals.rate_limited.send(
+            sender=PolicySpec, request=request, policy=spec, result=result, shadow=False
+        )
+    return verdict
+
+
+def _failed(request: HttpRequest, spec: PolicySpec, error: BackendError) -> Verdict:
+    signals.backend_failed.send(
+        sender=PolicySpec,
+        request=request,
+        error=error,
+        policies=(spec,),
+        fail_closed=spec.fail_closed,
+    )
+    return Verdict((spec,), error=error, considered=frozenset({spec.name}))
