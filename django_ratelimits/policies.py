@@ -220,24 +220,18 @@ class PolicyRegistry:
             self._unwritten[spec.name] = spec
 
     def _write_declared(self) -> None:
-        """``get_or_create`` each declared policy's row.
+        """``get_or_create`` each declared policy's row, once per process.
 
-        A declaration counts as written once the row's transaction commits: a
-        refresh inside a request's transaction that later rolls back retries it.
         The savepoint keeps a failure from breaking the caller's transaction.
         """
         with self._declare_lock:
             pending = list(self._unwritten.values())
-        using = router.db_for_write(Policy)
         for spec in pending:
-            with transaction.atomic(using=using):
+            with transaction.atomic(using=router.db_for_write(Policy)):
                 Policy.objects.get_or_create(name=spec.name, defaults=spec_fields(spec))
-            transaction.on_commit(functools.partial(self._written, spec), using=using)
-
-    def _written(self, spec: PolicySpec) -> None:
-        with self._declare_lock:
-            if self._unwritten.get(spec.name) is spec:
-                del self._unwritten[spec.name]
+            with self._declare_lock:
+                if self._unwritten.get(spec.name) is spec:
+                    del self._unwritten[spec.name]
 
     def _load(self) -> _Snapshot:
         specs, names = [], set()
