@@ -1,0 +1,70 @@
+"""A Django REST framework throttle that enforces a named policy.
+
+::
+
+    class OrderList(APIView):
+        throttle_classes = [PolicyThrottle]
+        throttle_scope = "api"            # the policy's name, as with ScopedRateThrottle
+
+    class LoginThrottle(PolicyThrottle):
+        policy = "login"                  # or name it on a subclass (for @api_view)
+
+DRF views share quota with the middleware and ``@ratelimit``: it is the same
+policy, counted by the same engine. When ``RateLimitMiddleware`` already
+decided the policy for this request (its path matched), the throttle reuses
+that verdict from ``request.ratelimit`` instead of asking Redis again. A view
+without a policy name is not throttled; a name with no enabled policy is
+allowed, with one warning per name. ``docs/drf.md`` has the details.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from rest_framework.request import Request
+from rest_framework.throttling import BaseThrottle
+from rest_framework.views import APIView
+
+from django_ratelimits.limiter import Verdict, evaluate
+from django_ratelimits.policies import current
+
+__all__ = ["PolicyThrottle"]
+
+logger = logging.getLogger("django_ratelimits")
+_warned: set[str] = set()
+
+
+class PolicyThrottle(BaseThrottle):
+    """Allow a request when the policy ``policy`` (else the view's ``throttle_scope``) does."""
+
+    policy: str | None = None
+
+    def __init__(self) -> None:
+        self.verdict: Verdict | None = None
+
+    def get_policy(self, view: APIView) -> str | None:
+        """The name of the policy to enforce on ``view``, or None for none."""
+        return self.policy or getattr(view, "throttle_scope", None)
+
+    def allow_request(self, request: Request, view: APIView) -> bool:
+        name = self.get_policy(view)
+        if not name:
+            return True
+        http = request._request  # what the middleware and decorators saw
+        verdict: Verdict = getattr(http, "ratelimit", None) or Verdict(())
+        if not verdict.covers(name):
+            spec = current().get(name)
+            if spec is None:
+                if name not in _warned:
+                    _warned.add(name)
+                    logger.warning("PolicyThrottle: no enabled policy %r, not throttling", name)
+                return True
+            if spec.applies_to_method(http.method or "GET"):
+                verdict = verdict.merge(evaluate(http, [spec]))
+                http.ratelimit = verdict  # type: ignore[attr-defined]
+        self.verdict = verdict
+        return not verdict.blocked({name})
+
+    def wait(self) -> float | None:
+        """Seconds until a retry can pass: what ``Retry-After`` says, never earlier."""
+        return None if self.verdict is None else self.verdict.retry_after

@@ -1,0 +1,169 @@
+"""PolicyThrottle: DRF views enforcing the same policies as the middleware, on real Redis."""
+
+from __future__ import annotations
+
+import base64
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.test import Client, RequestFactory, override_settings
+from rest_framework.request import Request
+
+from django_ratelimits.contrib import drf
+from django_ratelimits.contrib.drf import PolicyThrottle
+from django_ratelimits.models import Policy
+from django_ratelimits.policies import get_registry
+from tests.compat_urls import ScopedApi
+
+pytestmark = pytest.mark.django_db
+
+DEAD = {"REDIS": "redis://127.0.0.1:1/0", "SOCKET_CONNECT_TIMEOUT": 0.2}
+
+
+@pytest.fixture
+def api(limiter: Any) -> Iterator[Any]:
+    with override_settings(ROOT_URLCONF="tests.compat_urls"):
+        yield limiter
+
+
+def policy(**fields: Any) -> Policy:
+    row = Policy.objects.create(**fields)
+    get_registry().refresh()
+    return row
+
+
+def statuses(client: Client, path: str, n: int, method: str = "get") -> list[int]:
+    return [getattr(client, method)(path).status_code for _ in range(n)]
+
+
+def evalsha_calls(redis: Any) -> int:
+    return int(redis.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+
+
+def test_an_api_view_enforces_its_scope_exactly(api: Any) -> None:
+    policy(name="drf-api", rates="3/m", algorithm="sliding_log")
+    client = Client()
+    assert statuses(client, "/drf/api", 5) == [200, 200, 200, 429, 429]
+    denied = client.get("/drf/api")
+    assert denied.json()["detail"].startswith("Request was throttled.")
+    assert Client(REMOTE_ADDR="203.0.113.5").get("/drf/api").status_code == 200
+
+
+def test_retry_after_is_wait_and_matches_the_ratelimit_field(api: Any) -> None:
+    policy(name="drf-api", rates="1/m", algorithm="fixed_window")
+    client = Client()
+    client.get("/drf/api")
+    denied = client.get("/drf/api")
+    assert denied.status_code == 429
+    retry = int(denied["Retry-After"])
+    assert 1 <= retry <= 60
+    assert denied["RateLimit"] == f'"drf-api";r=0;t={retry}'
+    # The throttle on its own: wait() is the verdict's Retry-After.
+    request = Request(RequestFactory().get("/drf/api"))
+    throttle = PolicyThrottle()
+    assert throttle.allow_request(request, ScopedApi()) is False
+    assert throttle.wait() == request._request.ratelimit.retry_after  # type: ignore[attr-defined]
+    assert 1 <= throttle.wait() <= 60  # type: ignore[operator]
+
+
+def test_api_view_function_with_a_policy_subclass(api: Any) -> None:
+    policy(name="drf-login", rates="2/m", methods="POST")
+    client = Client()
+    assert statuses(client, "/drf/login", 3) == [200, 200, 200]  # GET is not limited
+    assert statuses(client, "/drf/login", 3, "post") == [200, 200, 429]
+
+
+def test_quota_is_shared_with_the_decorator(api: Any) -> None:
+    policy(name="drf-shared", rates="3/m")
+    client = Client()
+    assert statuses(client, "/plain/shared", 2) == [200, 200]
+    assert statuses(client, "/drf/shared", 2) == [200, 429]
+    assert client.get("/plain/shared").status_code == 429
+
+
+def test_a_path_policy_and_the_throttle_count_a_request_once(api: Any) -> None:
+    policy(name="drf-api", rates="3/m", path=r"^/drf/")
+    client = Client()
+    assert statuses(client, "/drf/api", 4) == [200, 200, 200, 429]
+    assert client.get("/drf/login").status_code == 429  # the same policy by path
+
+
+@pytest.mark.parametrize("redis_client", ["standalone"], indirect=True)
+def test_one_round_trip_when_the_middleware_decided_the_policy(api: Any) -> None:
+    policy(name="drf-api", rates="10/s, 120/m", path=r"^/drf/", key="ip_and_user")
+    policy(name="everything", rates="1000/h", path=r"^/")
+    client = Client()
+    client.get("/drf/api")
+    before = evalsha_calls(api)
+    assert client.get("/drf/api").status_code == 200
+    assert evalsha_calls(api) - before == 1
+
+
+@pytest.mark.parametrize("redis_client", ["standalone"], indirect=True)
+def test_one_round_trip_when_only_the_throttle_decides(api: Any) -> None:
+    policy(name="drf-api", rates="10/s, 120/m", key="ip_and_user")
+    client = Client()
+    client.get("/drf/api")
+    before = evalsha_calls(api)
+    assert client.get("/drf/api").status_code == 200
+    assert evalsha_calls(api) - before == 1
+
+
+def test_the_throttle_counts_users_drf_authenticated(api: Any) -> None:
+    policy(name="drf-api", rates="1/m", key="user")
+    User.objects.create_user("alice", password="pw")
+    User.objects.create_user("bob", password="pw")
+
+    def basic(name: str) -> dict[str, str]:
+        token = base64.b64encode(f"{name}:pw".encode()).decode()
+        return {"Authorization": f"Basic {token}"}
+
+    client = Client()
+    assert client.get("/drf/api", headers=basic("alice")).status_code == 200
+    assert client.get("/drf/api", headers=basic("alice")).status_code == 429
+    assert client.get("/drf/api", headers=basic("bob")).status_code == 200
+    assert statuses(client, "/drf/api", 2) == [200, 200]  # anonymous: not counted by user
+
+
+def test_works_without_the_middleware(api: Any) -> None:
+    policy(name="drf-api", rates="2/m")
+    plain = [m for m in settings.MIDDLEWARE if "django_ratelimits" not in m]
+    with override_settings(MIDDLEWARE=plain):
+        response = Client().get("/drf/api")
+        assert "RateLimit" not in response
+        assert statuses(Client(), "/drf/api", 2) == [200, 429]
+
+
+def test_views_without_a_policy_are_not_throttled(
+    api: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    policy(name="drf-api", rates="1/m")
+    client = Client()
+    assert statuses(client, "/drf/unscoped", 3) == [200] * 3
+    drf._warned.discard("drf-shared")
+    with caplog.at_level(logging.WARNING, logger="django_ratelimits"):
+        assert statuses(client, "/drf/shared", 3) == [200] * 3
+    warnings = [r for r in caplog.records if "drf-shared" in r.getMessage()]
+    assert len(warnings) == 1
+    policy(name="drf-shared", rates="1/m", enabled=False)
+    assert statuses(client, "/drf/shared", 2) == [200] * 2
+
+
+def test_redis_down_fails_open_or_closed_as_the_policy_says(api: Any) -> None:
+    policy(name="drf-api", rates="1/m")
+    policy(name="drf-login", rates="100/m", fail_closed=True)
+    with override_settings(DJANGO_RATELIMITS=DEAD):
+        assert statuses(Client(), "/drf/api", 3) == [200] * 3
+        refused = Client().get("/drf/login")
+        assert refused.status_code == 429
+        assert int(refused["Retry-After"]) == 5  # the breaker's cooldown
+
+
+def test_disabled_limiting_throttles_nothing(api: Any) -> None:
+    policy(name="drf-api", rates="1/m")
+    with override_settings(DJANGO_RATELIMITS={**settings.DJANGO_RATELIMITS, "ENABLED": False}):
+        assert statuses(Client(), "/drf/api", 3) == [200] * 3
