@@ -40,7 +40,8 @@ class KeyKind(TextChoices):
 class PolicySpec:
     """One enabled policy, ready to enforce.
 
-    ``path`` is a regular expression searched in ``request.path`` by the
+    ``path`` is a regular expression searched in ``request.path_info`` (the path
+    below any ``SCRIPT_NAME`` prefix the site is mounted under) by the
     middleware; empty means the policy applies only where a decorator (or DRF
     throttle) names it. ``methods`` are upper-case; empty means every method.
     ``key_arg`` is the header name for :attr:`KeyKind.HEADER` and the dotted
