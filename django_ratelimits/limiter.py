@@ -114,19 +114,13 @@ class Verdict:
 
 def evaluate(request: HttpRequest, policies: Iterable[PolicySpec]) -> Verdict:
     """Decide ``policies`` for ``request`` in one engine call."""
-    policies = tuple(policies)
-    applied, checks = _plan(request, policies)
-    if not checks:
-        return Verdict(applied, considered=_names(policies))
-    if not breaker.allow():
-        return _failed(request, policies, applied, BackendError("circuit breaker open"))
+    pending = _Pending(request, tuple(policies))
+    if pending.verdict is not None:
+        return pending.verdict
     try:
-        decision = get_engine().check(checks)
+        return pending.decided(get_engine().check(pending.checks))
     except BackendError as error:
-        breaker.failure(error)
-        return _failed(request, policies, applied, error)
-    breaker.success()
-    return _decided(request, policies, applied, decision)
+        return pending.failed(error)
 
 
 async def aevaluate(request: HttpRequest, policies: Iterable[PolicySpec]) -> Verdict:
@@ -134,18 +128,64 @@ async def aevaluate(request: HttpRequest, policies: Iterable[PolicySpec]) -> Ver
     policies = tuple(policies)
     if any(_needs_user(p) for p in policies) and hasattr(request, "auser"):
         request.user = await request.auser()  # the lazy user would query the DB synchronously
-    applied, checks = _plan(request, policies)
-    if not checks:
-        return Verdict(applied, considered=_names(policies))
-    if not breaker.allow():
-        return _failed(request, policies, applied, BackendError("circuit breaker open"))
+    pending = _Pending(request, policies)
+    if pending.verdict is not None:
+        return pending.verdict
     try:
-        decision = await get_engine().acheck(checks)
+        return pending.decided(await get_engine().acheck(pending.checks))
     except BackendError as error:
+        return pending.failed(error)
+
+
+class _Pending:
+    """One request's policies on their way to a verdict: everything but the engine call.
+
+    ``verdict`` is already set when no call is needed (nothing to check, or the
+    circuit breaker is open); otherwise ``checks`` go to the engine and its
+    answer, or its failure, comes back through :meth:`decided` / :meth:`failed`.
+    """
+
+    def __init__(self, request: HttpRequest, policies: tuple[PolicySpec, ...]) -> None:
+        self.request = request
+        self.considered = _names(policies)
+        self.applied, self.checks = _plan(request, policies)
+        self.verdict: Verdict | None = None
+        if not self.checks:
+            self.verdict = Verdict(self.applied, considered=self.considered)
+        elif not breaker.allow():
+            self.verdict = self._refused(BackendError("circuit breaker open"))
+
+    def decided(self, decision: Decision) -> Verdict:
+        breaker.success()
+        verdict = Verdict(self.applied, decision, considered=self.considered)
+        announced: set[str] = set()
+        for result in decision.results:
+            policy = verdict._by_name[result.limit.policy]
+            if not result.allowed and policy.name not in announced:
+                announced.add(policy.name)
+                signals.rate_limited.send(
+                    sender=PolicySpec,
+                    request=self.request,
+                    policy=policy,
+                    result=result,
+                    shadow=policy.shadow,
+                )
+        return verdict
+
+    def failed(self, error: BackendError) -> Verdict:
         breaker.failure(error)
-        return _failed(request, policies, applied, error)
-    breaker.success()
-    return _decided(request, policies, applied, decision)
+        return self._refused(error)
+
+    def _refused(self, error: BackendError) -> Verdict:
+        verdict = Verdict(self.applied, error=error, considered=self.considered)
+        signals.backend_failed.send(
+            sender=PolicySpec,
+            request=self.request,
+            error=error,
+            policies=self.applied,
+            fail_closed=verdict.failed_closed(),
+        )
+        return verdict
 
 
 def _names(policies: tuple[PolicySpec, ...]) -> frozenset[str]:
@@ -195,43 +235,3 @@ def _metadata(request: HttpRequest, identity: Identity) -> str:
         who = str(user.pk).replace("|", "/") if user and user.is_authenticated else "-"
         return f"user:{who}|{where}"
     return f"ip:{client_ip(request)}|{where}"
-
-
-def _decided(
-    request: HttpRequest,
-    policies: tuple[PolicySpec, ...],
-    applied: tuple[PolicySpec, ...],
-    decision: Decision,
-) -> Verdict:
-    verdict = Verdict(applied, decision, considered=_names(policies))
-    by_name = verdict._by_name
-    announced: set[str] = set()
-    for result in decision.results:
-        policy = by_name[result.limit.policy]
-        if not result.allowed and policy.name not in announced:
-            announced.add(policy.name)
-            signals.rate_limited.send(
-                sender=PolicySpec,
-                request=request,
-                policy=policy,
-                result=result,
-                shadow=policy.shadow,
-            )
-    return verdict
-
-
-def _failed(
-    request: HttpRequest,
-    policies: tuple[PolicySpec, ...],
-    applied: tuple[PolicySpec, ...],
-    error: BackendError,
-) -> Verdict:
-    verdict = Verdict(applied, error=error, considered=_names(policies))
-    signals.backend_failed.send(
-        sender=PolicySpec,
-        request=request,
-        error=error,
-        policies=applied,
-        fail_closed=verdict.failed_closed(),
-    )
-    return verdict
