@@ -60,15 +60,19 @@ typecheck: venv
 
 # ---------------------------------------------------------------- demo
 
-# Redis runs in the background for as long as runserver does (Ctrl-C stops both).
+# Redis runs in the background for as long as runserver does (Ctrl-C stops both). It starts
+# first, so that migrate's system checks find it. The site runs with demo_settings:
+# the base settings plus RateLimitMiddleware and the shop app, which seeds example policies.
 demo: venv
-	$(PY) manage.py migrate --noinput
-	@DEMO_URL=http://$(DEMO_ADDR) $(PY) -m demo_project.ensure_admin
 	@echo "demo: redis-server: $$($(PY) -m tests.redis_harness --print-binary)"
 	@$(PY) -m tests.redis_harness --serve $(DEMO_REDIS_PORT) --dir .redis-demo & redis_pid=$$!; \
 	  trap 'kill $$redis_pid 2>/dev/null; wait $$redis_pid 2>/dev/null' EXIT INT TERM; \
 	  $(PY) -m tests.redis_harness --wait $(DEMO_REDIS_PORT) || exit 1; \
-	  echo "demo: http://$(DEMO_ADDR)/api/hello  http://$(DEMO_ADDR)/admin/"; \
+	  export DJANGO_SETTINGS_MODULE=demo_project.demo_settings \
+	    DEMO_REDIS_URL=redis://127.0.0.1:$(DEMO_REDIS_PORT)/0; \
+	  $(PY) manage.py migrate --noinput || exit 1; \
+	  DEMO_URL=http://$(DEMO_ADDR) $(PY) -m demo_project.ensure_admin || exit 1; \
+	  echo "demo: http://$(DEMO_ADDR)/ lists the endpoints and how to push them past their limits"; \
 	  $(PY) manage.py runserver $(DEMO_ADDR)
 
 # ---------------------------------------------------------------- housekeeping

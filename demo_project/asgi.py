@@ -6,6 +6,6 @@ import os
 
 from django.core.asgi import get_asgi_application
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "demo_project.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "demo_project.demo_settings")
 
 application = get_asgi_application()

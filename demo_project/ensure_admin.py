@@ -15,7 +15,7 @@ DEFAULT_PASSWORD = "ratelimits-demo"
 
 
 def main() -> None:
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "demo_project.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "demo_project.demo_settings")
     django.setup()
     from django.contrib.auth import get_user_model
 

@@ -1,10 +1,15 @@
-"""Settings of the demo project (``make demo``). Not for production.
+"""Base settings of the demo project, shared with the test suite. Not for production.
+
+The demo site runs with ``demo_project.demo_settings``, which adds the shop app
+(with its seeded policies) and ``RateLimitMiddleware``; ``tests/settings.py``
+starts from this module instead, without them.
 
 Redis: the demo's own redis-server on 127.0.0.1:6390, started by ``make demo``.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 BASE_DIR = Path(__file__).resolve().parent
@@ -59,7 +64,8 @@ DATABASES = {
     }
 }
 
-DEMO_REDIS_URL = "redis://127.0.0.1:6390/0"
+# make demo sets it from DEMO_REDIS_PORT.
+DEMO_REDIS_URL = os.environ.get("DEMO_REDIS_URL", "redis://127.0.0.1:6390/0")
 
 CACHES = {
     "default": {
@@ -90,5 +96,9 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "loggers": {"django_ratelimits": {"handlers": ["console"], "level": "INFO"}},
+    "loggers": {
+        "django_ratelimits": {"handlers": ["console"], "level": "INFO"},
+        # The demo shop logs every denial, shadow ones included.
+        "demo_project": {"handlers": ["console"], "level": "INFO"},
+    },
 }

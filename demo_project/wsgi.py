@@ -6,6 +6,6 @@ import os
 
 from django.core.wsgi import get_wsgi_application
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "demo_project.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "demo_project.demo_settings")
 
 application = get_wsgi_application()
