@@ -157,8 +157,7 @@ def _enforce(
 ) -> None:
     limited = usage is not None and usage["should_limit"]
     request.limited = limited or getattr(request, "limited", False)  # type: ignore[attr-defined]
-    if limited and block:
-        assert usage is not None
+    if usage is not None and limited and block:
         retry = None if verdict is not None else max(1, usage["time_left"])
         raise Ratelimited(verdict=verdict, retry_after=retry)
 
@@ -268,9 +267,9 @@ def _identity(group: str, request: HttpRequest, key: KeyArg) -> Identity:
 def _policy_name(group: str, method: Methods) -> str:
     """The group, with the counted methods when not all: ``views.login@POST``.
 
-    Names that are long or hold other characters than ``A-Za-z0-9._:@/+=-``
-    keep a readable start and end in a digest, so different groups never share
-    a name.
+    A name that is long or holds other characters than ``A-Za-z0-9._:@/+=-``
+    becomes a readable start and a digest of the whole, so different groups
+    never share a name.
     """
     if method != ALL:
         methods = [method] if isinstance(method, str) else method
