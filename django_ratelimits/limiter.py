@@ -95,12 +95,13 @@ class Verdict:
         names = None if names is None else set(names)
         return bool(self.blocking(names)) or self.failed_closed(names)
 
-    @property
-    def retry_after(self) -> int:
-        """Whole seconds to send in ``Retry-After``: never earlier than the real time."""
+    def retry_after(self, names: Iterable[str] | None = None) -> int:
+        """Whole seconds to send in ``Retry-After`` for the denials (of ``names``):
+        never earlier than the real time. Without a decision (Redis failed), the
+        breaker's cooldown."""
         if self.decision is None:
             return math.ceil(get_settings().breaker_cooldown)
-        waits = [r.retry_after_us for r in self.blocking()]
+        waits = [r.retry_after_us for r in self.blocking(names)]
         return max(1, math.ceil(max(waits, default=0) / 1_000_000))
 
     def headline(self) -> LimitResult | None:

@@ -84,7 +84,7 @@ def too_many_requests(request: HttpRequest, exception: RateLimited) -> HttpRespo
     unless that view set them.
     """
     verdict = exception.verdict
-    retry = exception.retry_after or (verdict.retry_after if verdict else 1)
+    retry = exception.retry_after or (verdict.retry_after() if verdict else 1)
     view = get_settings().response_view
     if view:
         response: HttpResponseBase = import_string(view)(request, exception)
@@ -101,7 +101,7 @@ def too_many_requests(request: HttpRequest, exception: RateLimited) -> HttpRespo
 def unavailable(request: HttpRequest, verdict: Verdict) -> HttpResponseBase:
     """The answer of a fail-closed policy while Redis is unreachable."""
     status = get_settings().fail_closed_status
-    retry = verdict.retry_after
+    retry = verdict.retry_after()
     if status == 429:
         return too_many_requests(request, RateLimited(verdict, retry_after=retry))
     detail = _("The service cannot check its rate limits right now. Try again later.")
@@ -115,5 +115,7 @@ def refusal(
 ) -> HttpResponseBase:
     """The response for a blocked verdict: 429 for a denial, else the fail-closed answer."""
     if verdict.blocking(names):
-        return too_many_requests(request, RateLimited(verdict))
+        return too_many_requests(
+            request, RateLimited(verdict, retry_after=verdict.retry_after(names))
+        )
     return unavailable(request, verdict)

@@ -66,7 +66,7 @@ def test_retry_after_is_wait_and_matches_the_ratelimit_field(api: Any) -> None:
     request = Request(RequestFactory().get("/drf/api"))
     throttle = PolicyThrottle()
     assert throttle.allow_request(request, ScopedApi()) is False
-    assert throttle.wait() == request._request.ratelimit.retry_after  # type: ignore[attr-defined]
+    assert throttle.wait() == request._request.ratelimit.retry_after({"drf-api"})  # type: ignore[attr-defined]
     assert 1 <= throttle.wait() <= 60  # type: ignore[operator]
 
 

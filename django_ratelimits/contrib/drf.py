@@ -41,6 +41,7 @@ class PolicyThrottle(BaseThrottle):
 
     def __init__(self) -> None:
         self.verdict: Verdict | None = None
+        self.names: set[str] = set()
 
     def get_policy(self, view: APIView) -> str | None:
         """The name of the policy to enforce on ``view``, or None for none."""
@@ -62,9 +63,9 @@ class PolicyThrottle(BaseThrottle):
             if spec.applies_to_method(http.method or "GET"):
                 verdict = verdict.merge(evaluate(http, [spec]))
                 http.ratelimit = verdict  # type: ignore[attr-defined]
-        self.verdict = verdict
+        self.verdict, self.names = verdict, {name}
         return not verdict.blocked({name})
 
     def wait(self) -> float | None:
         """Seconds until a retry can pass: what ``Retry-After`` says, never earlier."""
-        return None if self.verdict is None else self.verdict.retry_after
+        return None if self.verdict is None else self.verdict.retry_after(self.names)
