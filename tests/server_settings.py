@@ -1,0 +1,41 @@
+"""Settings of the real gunicorn and uvicorn servers that ``tests/test_servers.py`` starts.
+
+The test settings, with what a server process needs instead: a file-based SQLite
+database (``RATELIMITS_SERVER_DB``, migrated by the test) that every worker
+shares, the harness's Redis (``RATELIMITS_SERVER_REDIS``), ``RateLimitMiddleware``
+after ``AuthenticationMiddleware`` and the views of ``tests.urls``.
+"""
+
+from __future__ import annotations
+
+import os
+
+from tests.settings import *  # noqa: F403
+from tests.settings import MIDDLEWARE
+
+DATABASES = {
+    "default": {"ENGINE": "django.db.backends.sqlite3", "NAME": os.environ["RATELIMITS_SERVER_DB"]}
+}
+MIDDLEWARE = [*MIDDLEWARE, "django_ratelimits.middleware.RateLimitMiddleware"]
+ROOT_URLCONF = "tests.urls"
+
+DJANGO_RATELIMITS = {
+    "REDIS": os.environ["RATELIMITS_SERVER_REDIS"],
+    # The defaults, spelled out: what the outage test's latency bound rests on.
+    "SOCKET_TIMEOUT": 0.25,
+    "SOCKET_CONNECT_TIMEOUT": 0.25,
+    "BREAKER_FAILURES": 3,
+    # Shorter than the default 5 s, so that recovery is seen quickly.
+    "BREAKER_COOLDOWN": 1.0,
+}
+
+# Server errors on stderr, which the test keeps in a log file per server.
+LOGGING: dict[str, object] = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"stderr": {"class": "logging.StreamHandler"}},
+    "loggers": {
+        "django": {"handlers": ["stderr"], "level": "ERROR"},
+        "django_ratelimits": {"handlers": ["stderr"], "level": "WARNING"},
+    },
+}
