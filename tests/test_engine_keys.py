@@ -49,7 +49,7 @@ def test_hostile_identities_yield_bounded_valid_keys(redis_client: Any, value: s
     assert not engine.check([Check(identity, [limit], metadata=value)]).allowed
 
     keys = [k for k in all_keys(redis_client) if k.startswith(engine.keys.prefix.encode())]
-    assert len(keys) == 4  # state, metadata, offender record, shard index
+    assert len(keys) == 5  # state, metadata, offender record, both shard indexes
     tag = engine.keys.of(identity).tag.encode()
     for key in keys:
         assert len(key) < 120

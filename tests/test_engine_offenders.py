@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from django_ratelimits.engine import Algorithm, Check, Engine, Identity, KeySpace, Limit
 from django_ratelimits.engine.keys import ident
 from django_ratelimits.rates import parse_rates
@@ -105,3 +107,63 @@ def test_no_metadata_unless_asked(redis_client: Any) -> None:
     engine.check([Check(ip, API)])
     assert not redis_client.exists(engine.keys.of(ip).metadata)
     assert not redis_client.exists(engine.keys.of(ip).record)
+
+
+def test_the_count_index_ranks_offenders_by_denials(redis_client: Any) -> None:
+    """Written at most once a second per identity: the ranking lags by under a second."""
+    clock = FakeClock(EPOCH_US)
+    engine = Engine(redis_client, keys=KeySpace(prefix="counted", shards=1), clock=clock)
+    for n, ip in enumerate([Identity("ip", f"192.0.2.{n}") for n in range(3)]):
+        for _ in range(2 + 3 * n):  # 2 allowed, then n * 3 denials, a second apart
+            engine.check([Check(ip, LOGIN)])
+            clock.advance(1)
+    ranked = redis_client.zrevrange(engine.keys.count_index(0), 0, -1, withscores=True)
+    assert ranked == [(b"ip:192.0.2.2", 6.0), (b"ip:192.0.2.1", 3.0)]
+
+
+def test_trimming_keeps_both_indexes_in_step(redis_client: Any) -> None:
+    clock = FakeClock(EPOCH_US)
+    engine = Engine(
+        redis_client, keys=KeySpace(prefix="step", shards=1), clock=clock, offender_index_max=2
+    )
+    for n in range(5):
+        ip = Identity("ip", f"192.0.2.{n}")
+        for _ in range(3):
+            engine.check([Check(ip, LOGIN)])
+        clock.advance(1)
+    by_time = redis_client.zrange(engine.keys.index(0), 0, -1)
+    by_count = redis_client.zrange(engine.keys.count_index(0), 0, -1)
+    assert sorted(by_time) == sorted(by_count) == [b"ip:192.0.2.3", b"ip:192.0.2.4"]
+
+
+def test_a_blocked_identity_is_denied_until_the_block_ends(redis_client: Any) -> None:
+    clock = FakeClock(EPOCH_US)
+    engine = fresh_engine(redis_client, clock)
+    ip = Identity("ip", "203.0.113.66")
+    engine.block(ip, 30)
+    assert engine.override(ip) == ("blocked", 30)
+    decision = engine.check([Check(ip, API)])
+    assert not decision.allowed
+    assert decision.retry_after_us == 30_000_000
+    record = redis_client.hgetall(engine.keys.of(ip).record)
+    assert int(record[b"d:!blocked"]) == 1
+    clock.advance(30)
+    assert engine.override(ip) is None
+    assert engine.check([Check(ip, API)]).allowed
+
+
+def test_an_allow_listed_identity_passes_uncounted_and_lift_ends_it(redis_client: Any) -> None:
+    clock = FakeClock(EPOCH_US)
+    engine = fresh_engine(redis_client, clock)
+    ip = Identity("ip", "203.0.113.67")
+    engine.allow(ip, 600)
+    assert all(engine.check([Check(ip, LOGIN)]).allowed for _ in range(10))
+    engine.lift(ip)
+    assert engine.override(ip) is None
+    assert [engine.check([Check(ip, LOGIN)]).allowed for _ in range(3)] == [True, True, False]
+
+
+def test_overrides_need_a_sane_duration(redis_client: Any) -> None:
+    engine = fresh_engine(redis_client)
+    with pytest.raises(ValueError, match="0 to 365 days"):
+        engine.block(Identity("ip", "203.0.113.68"), 0)

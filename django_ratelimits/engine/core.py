@@ -128,9 +128,57 @@ class Engine:
                 pipe.execute_command("UNLINK", *names, **route)
             if forget:
                 pipe.execute_command("ZREM", keys.index, keys.ident, **route)
+                pipe.execute_command("ZREM", keys.count_index, keys.ident, **route)
             pipe.execute()
         except _REDIS_ERRORS as exc:
             raise BackendError(f"could not reset {label(identity)}: {exc}") from exc
+
+    def block(self, identity: Identity, seconds: float) -> None:
+        """Deny every check of ``identity`` for ``seconds``, whatever its limits say."""
+        self._override(identity, "b", seconds)
+
+    def allow(self, identity: Identity, seconds: float) -> None:
+        """Admit every check of ``identity`` for ``seconds``, uncounted."""
+        self._override(identity, "a", seconds)
+
+    def lift(self, identity: Identity) -> None:
+        """End a block or allow-listing of ``identity``."""
+        try:
+            self.client.delete(self.keys.of(identity).override)
+        except _REDIS_ERRORS as exc:
+            raise BackendError(f"could not lift the override of {label(identity)}: {exc}") from exc
+
+    def override(self, identity: Identity) -> tuple[str, int] | None:
+        """``("blocked" | "allowed", seconds left)`` for ``identity``, or ``None``."""
+        try:
+            value = self.client.get(self.keys.of(identity).override)
+            now = self._now_us()
+        except _REDIS_ERRORS as exc:
+            raise BackendError(f"could not read the override of {label(identity)}: {exc}") from exc
+        if value is None:
+            return None
+        text = value.decode("ascii") if isinstance(value, bytes) else str(value)
+        mode, _, until = text.partition(":")
+        left = int(until) - now
+        if left <= 0:
+            return None
+        return ("blocked" if mode == "b" else "allowed", -(-left // 1_000_000))
+
+    def _override(self, identity: Identity, mode: str, seconds: float) -> None:
+        if not 0 < seconds <= 365 * 86_400:
+            raise ValueError(f"an override lasts from 0 to 365 days, not {seconds} s")
+        try:
+            until = self._now_us() + round(seconds * 1_000_000)
+            ttl_ms = round(seconds * 1000) + (60_000 if self.clock else 0)
+            self.client.set(self.keys.of(identity).override, f"{mode}:{until}", px=ttl_ms)
+        except _REDIS_ERRORS as exc:
+            raise BackendError(f"could not override {label(identity)}: {exc}") from exc
+
+    def _now_us(self) -> int:
+        if self.clock is not None:
+            return self.clock.now_us()
+        seconds, micros = self.client.time()
+        return int(seconds) * 1_000_000 + int(micros)
 
     def _prepare(self, checks: Iterable[Check], mode: str, cost: int) -> list[_Call]:
         """Validate one request and plan its script calls; nothing is sent."""
@@ -175,6 +223,8 @@ class Engine:
                 keys.metadata,
                 keys.record,
                 keys.index,
+                keys.count_index,
+                keys.override,
                 *state_keys,
             ]
             metadata = "" if chk.metadata is None else printable(chk.metadata, 300)

@@ -5,7 +5,9 @@ Layout (``P`` is the key prefix, ``{sN}`` the identity's shard tag)::
     P:{sN}:<algo>:<policy>:<rate>:<ident>   state of one limit for one identity
     P:{sN}:m:<ident>                        metadata list (capped)
     P:{sN}:o:<ident>                        offender record (HASH)
-    P:{sN}:ox                               offender index of shard N (ZSET)
+    P:{sN}:x:<ident>                        override: blocked or allow-listed until a time
+    P:{sN}:ox                               offender index of shard N, by last denial (ZSET)
+    P:{sN}:oxn                              offender index of shard N, by denial count (ZSET)
 
 Every key of an identity carries the identity's shard tag, so on Redis Cluster
 they share one slot with each other and with the shard's offender index, and
@@ -58,7 +60,8 @@ class IdentityKeys:
 
     ident: str
     tag: str  # ``prefix:{sN}``: the start of every key of this identity
-    index: str  # the offender index of the identity's shard
+    index: str  # the offender index of the identity's shard, by last denial
+    count_index: str  # the same, by denial count
 
     @property
     def metadata(self) -> str:
@@ -67,6 +70,10 @@ class IdentityKeys:
     @property
     def record(self) -> str:
         return f"{self.tag}:o:{self.ident}"
+
+    @property
+    def override(self) -> str:
+        return f"{self.tag}:x:{self.ident}"
 
     def state(self, limit: Limit) -> str:
         policy = key_part(limit.policy)
@@ -84,8 +91,13 @@ class KeySpace:
         who = ident(identity)
         digest = hashlib.blake2b(who.encode("ascii"), digest_size=4).digest()
         shard = int.from_bytes(digest, "big") % self.shards
-        return IdentityKeys(who, f"{self.prefix}:{{s{shard}}}", self.index(shard))
+        tag = f"{self.prefix}:{{s{shard}}}"
+        return IdentityKeys(who, tag, self.index(shard), self.count_index(shard))
 
     def index(self, shard: int) -> str:
-        """The offender index of shard ``shard``."""
+        """The offender index of shard ``shard``, scored by last denial (ms)."""
         return f"{self.prefix}:{{s{shard}}}:ox"
+
+    def count_index(self, shard: int) -> str:
+        """The offender index of shard ``shard``, scored by denial count."""
+        return f"{self.prefix}:{{s{shard}}}:oxn"
