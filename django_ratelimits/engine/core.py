@@ -152,7 +152,7 @@ class Engine:
         """``("blocked" | "allowed", seconds left)`` for ``identity``, or ``None``."""
         try:
             value = self.client.get(self.keys.of(identity).override)
-            now = self._now_us()
+            now = self.now_us()
         except _REDIS_ERRORS as exc:
             raise BackendError(f"could not read the override of {label(identity)}: {exc}") from exc
         if value is None:
@@ -168,13 +168,14 @@ class Engine:
         if not 0 < seconds <= 365 * 86_400:
             raise ValueError(f"an override lasts from 0 to 365 days, not {seconds} s")
         try:
-            until = self._now_us() + round(seconds * 1_000_000)
+            until = self.now_us() + round(seconds * 1_000_000)
             ttl_ms = round(seconds * 1000) + (60_000 if self.clock else 0)
             self.client.set(self.keys.of(identity).override, f"{mode}:{until}", px=ttl_ms)
         except _REDIS_ERRORS as exc:
             raise BackendError(f"could not override {label(identity)}: {exc}") from exc
 
-    def _now_us(self) -> int:
+    def now_us(self) -> int:
+        """The time on the engine's clock (Redis' TIME, or the test clock), in microseconds."""
         if self.clock is not None:
             return self.clock.now_us()
         seconds, micros = self.client.time()

@@ -88,7 +88,10 @@ class KeySpace:
     shards: int = 64
 
     def of(self, identity: Identity) -> IdentityKeys:
-        who = ident(identity)
+        return self.of_ident(ident(identity))
+
+    def of_ident(self, who: str) -> IdentityKeys:
+        """The keys of an identity known by its ``ident`` (an offender index member)."""
         digest = hashlib.blake2b(who.encode("ascii"), digest_size=4).digest()
         shard = int.from_bytes(digest, "big") % self.shards
         tag = f"{self.prefix}:{{s{shard}}}"

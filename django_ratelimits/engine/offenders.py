@@ -1,0 +1,189 @@
+"""The read side of the offender data, for the dashboard and the ``ratelimits`` command.
+
+Bounded reads only, never KEYS or SCAN: a page costs two pipelined round trips
+(one per node on a cluster, sent together): the shard indexes (top entries of
+each shard, merged), then the records of the identities on the page. An
+identity's detail costs one more (record, metadata list, override), plus an
+engine ``peek`` for its current quota.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from redis.exceptions import RedisClusterException, RedisError
+
+from django_ratelimits.engine.core import Engine
+from django_ratelimits.engine.limits import Identity
+from django_ratelimits.exceptions import BackendError
+
+Order = Literal["last", "denials"]
+_ERRORS = (RedisError, RedisClusterException)
+# How far down the merged index a filtered page may look.
+SCAN_LIMIT = 5000
+
+
+@dataclass(frozen=True)
+class Offender:
+    """An identity that was denied, as its offender record tells it."""
+
+    ident: str  # "ip:203.0.113.7", as in keys and the index
+    label: str  # for people: the raw value when the key holds a digest
+    first_ms: int
+    last_ms: int
+    denials: int
+    by_policy: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def kind(self) -> str:
+        return self.ident.partition(":")[0]
+
+    @property
+    def value(self) -> str:
+        return self.label.partition(":")[2]
+
+
+@dataclass(frozen=True)
+class OffenderPage:
+    offenders: tuple[Offender, ...]
+    total: int  # identities denied in the period, all shards
+    now_ms: int
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One entry of a metadata list: who (the other identity), what, when, outcome."""
+
+    who: str  # "user:42" behind an IP, "ip:203.0.113.7" behind anything else
+    what: str  # "POST /login"
+    at_ms: int
+    allowed: bool
+
+
+@dataclass(frozen=True)
+class OffenderDetail:
+    offender: Offender | None  # None if the identity was never denied (or forgotten)
+    hits: tuple[Hit, ...]  # newest first
+    override: tuple[str, int] | None  # ("blocked" | "allowed", seconds left)
+
+    def behind(self) -> list[tuple[str, int]]:
+        """The other identities seen in the hits, most frequent first."""
+        return Counter(h.who for h in self.hits).most_common()
+
+    def per_second(self, now_ms: int, seconds: int = 60) -> list[int]:
+        """Hits per second over the last ``seconds``, oldest first."""
+        counts = [0] * seconds
+        for hit in self.hits:
+            age = (now_ms - hit.at_ms) // 1000
+            if 0 <= age < seconds:
+                counts[seconds - 1 - age] += 1
+        return counts
+
+
+class OffenderReader:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def now_ms(self) -> int:
+        try:
+            return self.engine.now_us() // 1000
+        except _ERRORS as exc:
+            raise BackendError(f"could not read Redis' time: {exc}") from exc
+
+    def page(
+        self,
+        *,
+        period: int = 3600,
+        order: Order = "last",
+        offset: int = 0,
+        limit: int = 50,
+        kind: str | None = None,
+        policy: str | None = None,
+    ) -> OffenderPage:
+        """Identities denied in the last ``period`` seconds, newest or most denied first.
+
+        ``kind`` keeps one kind of identity (``"ip"``, ``"user"``...); ``policy``
+        keeps those denied by that policy. Filtered pages look at most
+        :data:`SCAN_LIMIT` entries down the index.
+        """
+        now = self.now_ms()
+        since = now - period * 1000
+        space = self.engine.keys
+        want = offset + limit if kind is None and policy is None else SCAN_LIMIT
+        pipe = self._pipeline()
+        for shard in range(space.shards):
+            if order == "last":
+                pipe.zrevrangebyscore(space.index(shard), "+inf", since, 0, want, withscores=True)
+            else:
+                pipe.zrevrange(space.count_index(shard), 0, want - 1, withscores=True)
+            pipe.zcount(space.index(shard), since, "+inf")
+        replies = self._run(pipe)
+        ranked = heapq.merge(*replies[0::2], key=lambda item: -item[1])
+        total = sum(replies[1::2])
+        idents = [m.decode() for m, _ in ranked]
+        if kind is not None:
+            idents = [i for i in idents if i.partition(":")[0] == kind]
+        offenders = [o for o in self._records(idents[: want if policy else offset + limit]) if o]
+        offenders = [o for o in offenders if o.last_ms >= since]
+        if policy is not None:
+            offenders = [o for o in offenders if policy in o.by_policy]
+        return OffenderPage(tuple(offenders[offset : offset + limit]), total, now)
+
+    def detail(self, identity: Identity) -> OffenderDetail:
+        """The record, the metadata list and the override of one identity."""
+        keys = self.engine.keys.of(identity)
+        pipe = self._pipeline()
+        pipe.hgetall(keys.record)
+        pipe.lrange(keys.metadata, 0, 10_000)
+        replies = self._run(pipe)
+        offender = _offender(keys.ident, replies[0])
+        hits = tuple(h for h in map(_hit, replies[1]) if h is not None)
+        return OffenderDetail(offender, hits, self.engine.override(identity))
+
+    def _records(self, idents: Sequence[str]) -> list[Offender | None]:
+        if not idents:
+            return []
+        space = self.engine.keys
+        pipe = self._pipeline()
+        for ident in idents:
+            pipe.hgetall(space.of_ident(ident).record)
+        return [_offender(i, r) for i, r in zip(idents, self._run(pipe), strict=True)]
+
+    def _pipeline(self) -> Any:
+        return self.engine.client.pipeline(transaction=False)
+
+    @staticmethod
+    def _run(pipe: Any) -> list[Any]:
+        try:
+            return list(pipe.execute())
+        except _ERRORS as exc:
+            raise BackendError(f"could not read the offender data: {exc}") from exc
+
+
+def _offender(ident: str, record: dict[bytes, bytes]) -> Offender | None:
+    if not record or b"n" not in record:
+        return None
+    by_policy = {k[2:].decode(): int(v) for k, v in record.items() if k.startswith(b"d:")}
+    return Offender(
+        ident=ident,
+        label=record.get(b"id", ident.encode()).decode("utf-8", "replace"),
+        first_ms=int(record.get(b"first", 0)),
+        last_ms=int(record.get(b"last", 0)),
+        denials=int(record[b"n"]),
+        by_policy=by_policy,
+    )
+
+
+def _hit(entry: bytes) -> Hit | None:
+    """``<who>|<what>|<ms>|<A or D>``; ``what`` may itself hold ``|``."""
+    text = entry.decode("utf-8", "replace")
+    who, _, rest = text.partition("|")
+    what, _, tail = rest.rpartition("|")
+    what, _, at = what.rpartition("|")
+    if not at.isdigit() or tail not in ("A", "D"):
+        return None
+    return Hit(who, what, int(at), tail == "A")

@@ -1,0 +1,97 @@
+"""The dashboard's data layer after a scripted sequence of requests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django_ratelimits.engine import Algorithm, Check, Identity, Limit
+from django_ratelimits.engine.offenders import OffenderReader
+from django_ratelimits.rates import parse_rates
+from django_ratelimits.testing import FakeClock
+from tests.engine_helpers import EPOCH_US, fresh_engine
+
+LOGIN = [Limit("login", r, Algorithm.SLIDING_LOG) for r in parse_rates("2/m")]
+API = [Limit("api", r, Algorithm.FIXED_WINDOW) for r in parse_rates("3/m")]
+
+
+def request(engine: Any, ip: str, user: str | None, limits: list[Limit]) -> bool:
+    checks = [Check(Identity("ip", ip), limits, metadata=f"user:{user or '-'}|POST /login")]
+    if user:
+        checks.append(Check(Identity("user", user), limits, metadata=f"ip:{ip}|POST /login"))
+    return engine.check(checks).allowed
+
+
+def scripted(redis_client: Any) -> tuple[Any, FakeClock]:
+    """A shared IP with two users, a lone attacker, and a quiet client."""
+    clock = FakeClock(EPOCH_US)
+    engine = fresh_engine(redis_client, clock)
+    for n in range(6):  # alice and bob behind one office IP
+        request(engine, "198.51.100.10", "alice" if n % 2 else "bob", LOGIN)
+        clock.advance(1.5)
+    for _ in range(10):  # an anonymous attacker
+        request(engine, "203.0.113.99", None, LOGIN + API)
+        clock.advance(1.5)
+    request(engine, "192.0.2.1", "carol", LOGIN)  # never denied
+    return engine, clock
+
+
+def test_the_page_lists_exactly_the_denied_identities(redis_client: Any) -> None:
+    engine, _ = scripted(redis_client)
+    page = OffenderReader(engine).page(period=300)
+    got = {o.label: (o.denials, o.by_policy) for o in page.offenders}
+    assert got == {
+        "ip:198.51.100.10": (4, {"login": 4}),
+        "user:alice": (1, {"login": 1}),
+        "user:bob": (1, {"login": 1}),
+        "ip:203.0.113.99": (8, {"login": 8}),
+    }
+    assert page.total == 4
+    assert [o.label for o in page.offenders][0] == "ip:203.0.113.99"  # newest first
+
+
+def test_pages_sort_by_denials_filter_and_paginate(redis_client: Any) -> None:
+    engine, _ = scripted(redis_client)
+    reader = OffenderReader(engine)
+    ranked = reader.page(period=300, order="denials")
+    assert [o.label for o in ranked.offenders][:2] == ["ip:203.0.113.99", "ip:198.51.100.10"]
+    assert {o.label for o in reader.page(period=300, kind="user").offenders} == {
+        "user:alice",
+        "user:bob",
+    }
+    assert reader.page(period=300, policy="api").offenders == ()
+    first, second = reader.page(period=300, limit=3), reader.page(period=300, offset=3, limit=3)
+    assert len(first.offenders) == 3 and len(second.offenders) == 1
+    assert not {o.ident for o in first.offenders} & {o.ident for o in second.offenders}
+
+
+def test_the_period_leaves_out_older_offenders(redis_client: Any) -> None:
+    engine, clock = scripted(redis_client)
+    clock.advance(600)
+    assert OffenderReader(engine).page(period=300).offenders == ()
+    assert len(OffenderReader(engine).page(period=3600).offenders) == 4
+
+
+def test_an_ip_detail_tells_which_users_were_behind_it(redis_client: Any) -> None:
+    engine, clock = scripted(redis_client)
+    detail = OffenderReader(engine).detail(Identity("ip", "198.51.100.10"))
+    assert sorted(detail.behind()) == [("user:alice", 3), ("user:bob", 3)]
+    assert [h.allowed for h in reversed(detail.hits)] == [True, True] + [False] * 4
+    assert detail.hits[0].what == "POST /login"
+    assert detail.override is None
+    user = OffenderReader(engine).detail(Identity("user", "alice"))
+    assert user.behind() == [("ip:198.51.100.10", 3)]
+    per_second = detail.per_second(clock.now_us() // 1000, seconds=60)
+    assert sum(per_second) == 6 and len(per_second) == 60
+
+
+def test_an_unknown_identity_has_an_empty_detail(redis_client: Any) -> None:
+    engine, _ = scripted(redis_client)
+    detail = OffenderReader(engine).detail(Identity("ip", "192.0.2.250"))
+    assert detail.offender is None and detail.hits == () and detail.override is None
+
+
+def test_the_detail_shows_a_block(redis_client: Any) -> None:
+    engine, _ = scripted(redis_client)
+    engine.block(Identity("ip", "203.0.113.99"), 120)
+    detail = OffenderReader(engine).detail(Identity("ip", "203.0.113.99"))
+    assert detail.override == ("blocked", 120)
