@@ -205,6 +205,14 @@ class PolicyRegistry:
             return snapshot.match(path, method.upper())
         return snapshot.cached_match(path, method.upper())
 
+    def all(self) -> tuple[PolicySpec, ...]:
+        """Every enabled policy, then declared defaults that have no row. No I/O."""
+        snapshot = self._snapshot
+        declared = tuple(
+            spec for name, spec in sorted(self._declared.items()) if name not in snapshot.row_names
+        )
+        return snapshot.ordered + declared
+
     def get(self, name: str) -> PolicySpec | None:
         """The enabled policy ``name``, else its declared default if no row has that name."""
         snapshot = self._snapshot

@@ -46,7 +46,7 @@ def test_the_page_lists_exactly_the_denied_identities(redis_client: Any) -> None
         "ip:203.0.113.99": (8, {"login": 8}),
     }
     assert page.total == 4
-    assert [o.label for o in page.offenders][0] == "ip:203.0.113.99"  # newest first
+    assert page.offenders[0].label == "ip:203.0.113.99"  # newest first
 
 
 def test_pages_sort_by_denials_filter_and_paginate(redis_client: Any) -> None:

@@ -449,3 +449,18 @@ def test_an_admin_edit_reaches_another_process(
         shown = ", ".join(f"{delay:.3f}" for delay in delays)
         print(f"\nadmin edits seen by another process after {shown} s (POLICY_REFRESH {refresh})")
     assert max(delays) <= refresh + 1.5
+
+
+@pytest.mark.django_db
+def test_all_lists_enabled_rows_then_defaults_without_a_row() -> None:
+    from django_ratelimits.policies import PolicyRegistry
+    from django_ratelimits.rates import parse_rates
+    from django_ratelimits.spec import PolicySpec
+
+    Policy.objects.create(name="b-api", rates="5/m", priority=1)
+    Policy.objects.create(name="a-off", rates="5/m", enabled=False)
+    registry = PolicyRegistry()
+    registry.declare(PolicySpec("a-off", parse_rates("1/m")))
+    registry.declare(PolicySpec("z-code", parse_rates("1/m")))
+    registry.refresh()
+    assert [p.name for p in registry.all()] == ["b-api", "z-code"]
