@@ -199,22 +199,23 @@ def warn_if_behind_proxy(peer: IPAddress, trusted_proxies: Sequence[IPNetwork]) 
     """Log once per process if the site seems to sit behind an untrusted proxy.
 
     Called with each request's ``REMOTE_ADDR``. When ``TRUSTED_PROXIES`` is
-    empty and that peer is a private or loopback address, the peer is most
-    likely a proxy or load balancer, so every client shares its one identity
-    and limits trip for everyone at once. Settles (and costs nothing more)
-    after the first warning or the first public peer; silent when ``DEBUG``.
+    empty and that peer is not a public address (private, loopback, shared
+    carrier-grade NAT...), the peer is most likely a proxy or load balancer, so
+    every client shares its one identity and limits trip for everyone at once.
+    Settles (and costs nothing more) after the first warning or the first
+    public peer; silent when ``DEBUG``.
     """
     global _peer_settled
     if _peer_settled or trusted_proxies:
         return
-    if not (peer.is_private or peer.is_loopback):
+    if peer.is_global:
         _peer_settled = True  # clients reach the site directly
         return
     _peer_settled = True
     if settings.DEBUG:
         return
     logger.warning(
-        "REMOTE_ADDR is %s, a private address, and %s['TRUSTED_PROXIES'] is empty: if the "
+        "REMOTE_ADDR is %s, not a public address, and %s['TRUSTED_PROXIES'] is empty: if the "
         "site is behind a proxy or load balancer, every client counts as that one address. "
         "List your proxies in TRUSTED_PROXIES (see docs/deployment.md).",
         peer,

@@ -270,7 +270,9 @@ def hints(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if "TRUSTED_PROXIES" in r.getMessage()]
 
 
-@pytest.mark.parametrize("peer", ["10.0.0.5", "127.0.0.1", "192.168.1.2", "::1", "fd00::1"])
+@pytest.mark.parametrize(
+    "peer", ["10.0.0.5", "127.0.0.1", "192.168.1.2", "100.64.0.1", "::1", "fd00::1"]
+)
 def test_a_private_peer_without_trusted_proxies_is_logged_once(fresh_hint: Any, peer: str) -> None:
     checks.warn_if_behind_proxy(address(peer), ())
     checks.warn_if_behind_proxy(address(peer), ())
