@@ -8,7 +8,7 @@ import sys
 
 
 def main() -> None:
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "demo_project.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "demo_project.demo_settings")
     from django.core.management import execute_from_command_line
 
     execute_from_command_line(sys.argv)

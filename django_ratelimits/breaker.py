@@ -64,7 +64,7 @@ class CircuitBreaker:
                     get_settings().breaker_cooldown,
                 )
             else:
-                logger.warning("rate-limit check failed: %s", error)
+                logger.warning("%s", error)
 
 
 breaker = CircuitBreaker()

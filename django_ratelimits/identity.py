@@ -22,6 +22,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest
 from django.utils.module_loading import import_string
 
+from django_ratelimits.checks import warn_if_behind_proxy
 from django_ratelimits.conf import get_settings
 from django_ratelimits.engine import Identity
 from django_ratelimits.spec import KeyKind, PolicySpec
@@ -70,6 +71,7 @@ def client_address(request: HttpRequest) -> IPAddress | None:
         return None
     config = get_settings()
     proxies = config.trusted_proxies
+    warn_if_behind_proxy(peer, proxies)
     if proxies and _is_trusted(peer, proxies):
         header = request.META.get(_meta_key(config.client_ip_header))
         if isinstance(header, str):

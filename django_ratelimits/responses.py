@@ -18,6 +18,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonRespons
 from django.template.loader import render_to_string
 from django.utils.module_loading import import_string
 from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 
 from django_ratelimits.conf import get_settings
 from django_ratelimits.engine import Limit
@@ -89,7 +90,11 @@ def too_many_requests(request: HttpRequest, exception: RateLimited) -> HttpRespo
     if view:
         response: HttpResponseBase = import_string(view)(request, exception)
     else:
-        detail = _("Too many requests. Try again in %(seconds)d seconds.") % {"seconds": retry}
+        detail = ngettext(
+            "Too many requests. Try again in %(seconds)d second.",
+            "Too many requests. Try again in %(seconds)d seconds.",
+            retry,
+        ) % {"seconds": retry}
         response = _problem(request, 429, _("Too Many Requests"), detail)
     response.headers.setdefault("Retry-After", str(retry))
     if verdict is not None:
