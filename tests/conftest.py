@@ -25,10 +25,12 @@ otherwise the directory is deleted.
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import time
 from collections.abc import Iterator
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -175,3 +177,31 @@ def limiter(
         get_registry().refresh()
         yield redis_client
         breaker.success()
+
+
+CHROMIUM = Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    """Headless Debian Chromium driven by Playwright (never a downloaded browser).
+
+    Skips, saying why, where Chromium is not installed (``apt-get install
+    chromium``; ``.ci/run`` installs it, so CI always runs these tests).
+    """
+    if not CHROMIUM.exists():
+        pytest.skip(f"browser tests need Chromium at {CHROMIUM} (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
