@@ -13,6 +13,7 @@ from django_ratelimits.decorators import ratelimit
 from django_ratelimits.models import Policy
 from django_ratelimits.policies import get_registry
 from django_ratelimits.signals import backend_failed, rate_limited
+from tests.engine_helpers import all_keys
 
 pytestmark = pytest.mark.django_db
 
@@ -216,3 +217,37 @@ def test_redis_down_fails_open_or_closed_and_the_breaker_opens(limiter: Any) -> 
     assert "circuit breaker open" not in reasons[0]
     assert reasons[2:] == ["circuit breaker open"] * 3
     assert [f["fail_closed"] for f in failures] == [False] * 4 + [True]
+
+
+def _config(**extra: object) -> dict[str, object]:
+    return {"REDIS": _redis_setting(), **extra}
+
+
+def test_response_view_renders_the_body_and_headers_are_kept(limiter: Any) -> None:
+    policy(name="api", rates="1/m", path=r"^/api/")
+    with override_settings(DJANGO_RATELIMITS=_config(RESPONSE_VIEW="tests.urls.custom_429")):
+        client = Client()
+        client.get("/api/hello")
+        denied = client.get("/api/hello")
+    assert denied.status_code == 429
+    assert denied.content == b"slow down, friend"
+    assert int(denied["Retry-After"]) >= 1
+    assert denied["RateLimit"].startswith('"api";r=0;')
+
+
+def test_headers_on_allowed_responses_can_be_turned_off(limiter: Any) -> None:
+    policy(name="api", rates="2/m", path=r"^/api/")
+    with override_settings(DJANGO_RATELIMITS=_config(HEADERS_ON_ALLOWED=False)):
+        client = Client()
+        allowed = client.get("/api/hello")
+        client.get("/api/hello")
+        denied = client.get("/api/hello")
+    assert "RateLimit" not in allowed and "RateLimit-Policy" not in allowed
+    assert denied.status_code == 429 and "RateLimit" in denied
+
+
+def test_the_master_switch_turns_checks_off_without_touching_redis(limiter: Any) -> None:
+    policy(name="api", rates="1/m", path=r"^/api/")
+    with override_settings(DJANGO_RATELIMITS=_config(ENABLED=False)):
+        assert [Client().get("/api/hello").status_code for _ in range(3)] == [200] * 3
+    assert all_keys(limiter) == []

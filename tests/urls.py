@@ -51,3 +51,8 @@ urlpatterns = [
     path("cbv", ClassView.as_view()),
     path("raise", raises),
 ]
+
+
+def custom_429(request: HttpRequest, exception: RateLimited) -> HttpResponse:
+    """A project's own 429 page (RESPONSE_VIEW)."""
+    return HttpResponse("slow down, friend", status=429)
