@@ -1,0 +1,1 @@
+"""``manage.py ratelimits``: see :mod:`.ratelimits`."""
