@@ -1,0 +1,1 @@
+"""Benchmarks: programs that measure and report, not tests (``python -m benchmarks.<name>``)."""
