@@ -11,6 +11,7 @@ STAMP  := $(VENV)/.installed-from-pyproject
 
 DEMO_REDIS_PORT ?= 6390
 DEMO_ADDR       ?= 127.0.0.1:8000
+DEMO_TRAFFIC    ?= 6
 PYTEST_ARGS     ?=
 
 .DEFAULT_GOAL := help
@@ -63,6 +64,8 @@ typecheck: venv
 # Redis runs in the background for as long as runserver does (Ctrl-C stops both). It starts
 # first, so that migrate's system checks find it. The site runs with demo_settings:
 # the base settings plus RateLimitMiddleware and the shop app, which seeds example policies.
+# Before serving, DEMO_TRAFFIC seconds of simulated traffic (manage.py ratelimits simulate)
+# give the offender dashboard something to show; DEMO_TRAFFIC=0 skips it.
 demo: venv
 	@echo "demo: redis-server: $$($(PY) -m tests.redis_harness --print-binary)"
 	@$(PY) -m tests.redis_harness --serve $(DEMO_REDIS_PORT) --dir .redis-demo & redis_pid=$$!; \
@@ -72,6 +75,11 @@ demo: venv
 	    DEMO_REDIS_URL=redis://127.0.0.1:$(DEMO_REDIS_PORT)/0; \
 	  $(PY) manage.py migrate --noinput || exit 1; \
 	  DEMO_URL=http://$(DEMO_ADDR) $(PY) -m demo_project.ensure_admin || exit 1; \
+	  if [ "$(DEMO_TRAFFIC)" != 0 ]; then \
+	    echo "demo: $(DEMO_TRAFFIC) s of simulated traffic, so the offender dashboard has rows"; \
+	    $(PY) manage.py ratelimits simulate --seconds $(DEMO_TRAFFIC) || \
+	      echo "demo: the simulated traffic failed (see above); starting the site anyway" >&2; \
+	  fi; \
 	  echo "demo: http://$(DEMO_ADDR)/ lists the endpoints and how to push them past their limits"; \
 	  $(PY) manage.py runserver $(DEMO_ADDR)
 
