@@ -1,0 +1,168 @@
+"""The offenders page's filters and the detail page's actions, validated."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Sequence
+from typing import Any, cast
+
+from django import forms
+from django.core.exceptions import ValidationError
+from django.http import QueryDict
+from django.utils.translation import gettext_lazy as _
+
+from django_ratelimits.dashboard.actions import DURATIONS, Action, Operation
+from django_ratelimits.dashboard.present import BLOCKED_POLICY
+from django_ratelimits.dashboard.services import Filters, user_value
+from django_ratelimits.engine import Identity
+from django_ratelimits.engine.offenders import Order
+
+PERIODS = {
+    300: _("last 5 minutes"),
+    3600: _("last hour"),
+    86_400: _("last 24 hours"),
+}
+DEFAULT_PERIOD = 3600
+ORDERS = {"last": _("last seen"), "denials": _("denials")}
+KIND_CHOICES = [
+    ("", _("every kind")),
+    ("ip", _("IP addresses")),
+    ("user", _("users")),
+    ("header", _("headers (API keys)")),
+    ("key", _("custom keys")),
+]
+
+
+class FilterForm(forms.Form):
+    """The GET form of the offenders page; every field is optional."""
+
+    period = forms.TypedChoiceField(
+        label=_("Period"),
+        choices=list(PERIODS.items()),
+        coerce=int,
+        required=False,
+        empty_value=None,
+    )
+    order = forms.ChoiceField(label=_("Sort by"), choices=list(ORDERS.items()), required=False)
+    kind = forms.ChoiceField(label=_("Kind"), choices=KIND_CHOICES, required=False)
+    policy = forms.ChoiceField(label=_("Policy"), required=False)
+    ip = forms.CharField(
+        label=_("IP or network"),
+        required=False,
+        max_length=64,
+        widget=forms.TextInput(attrs={"placeholder": "203.0.113.0/24", "size": 18}),
+    )
+    user = forms.CharField(
+        label=_("User"),
+        required=False,
+        max_length=150,
+        help_text=_("A user name or id."),
+        widget=forms.TextInput(attrs={"size": 12}),
+    )
+    page = forms.IntegerField(
+        min_value=1, max_value=10_000, required=False, widget=forms.HiddenInput
+    )
+
+    def __init__(self, data: QueryDict, policies: Sequence[str]) -> None:
+        data = data.copy()  # the defaults, so that the selects show them
+        data.setdefault("period", str(DEFAULT_PERIOD))
+        data.setdefault("order", "last")
+        super().__init__(data)
+        field = cast(forms.ChoiceField, self.fields["policy"])
+        field.choices = [
+            ("", _("every policy")),
+            *((name, name) for name in policies),
+            (BLOCKED_POLICY, _("blocked by staff")),
+        ]
+
+    def clean_ip(self) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
+        text = self.cleaned_data["ip"].strip()
+        if not text:
+            return None
+        try:
+            return ipaddress.ip_network(text, strict=False)
+        except ValueError:
+            raise ValidationError(
+                _("Enter an IP address or a network such as 203.0.113.0/24."), code="invalid"
+            ) from None
+
+    def clean_user(self) -> str | None:
+        text = self.cleaned_data["user"].strip()
+        return user_value(text) if text else None
+
+    def clean(self) -> dict[str, Any]:
+        super().clean()
+        data = self.cleaned_data
+        kind = data.get("kind")
+        if data.get("ip") and data.get("user"):
+            raise ValidationError(_("Filter by IP or by user, not both."), code="conflict")
+        if data.get("ip") and kind not in (None, "", "ip"):
+            raise ValidationError(_("An IP filter shows IP addresses only."), code="conflict")
+        if data.get("user") and kind not in (None, "", "user"):
+            raise ValidationError(_("A user filter shows users only."), code="conflict")
+        return data
+
+    def filters(self) -> Filters:
+        """The valid part of the form; conflicting filters are left out. Call after is_valid()."""
+        data = self.cleaned_data
+        conflict = bool(self.non_field_errors())
+        order: Order = "denials" if data.get("order") == "denials" else "last"
+        return Filters(
+            period=data.get("period") or DEFAULT_PERIOD,
+            order=order,
+            kind=data.get("kind") or None,
+            policy=data.get("policy") or None,
+            network=None if conflict else data.get("ip"),
+            user=None if conflict else data.get("user"),
+            page=data.get("page") or 1,
+        )
+
+
+class ActionForm(forms.Form):
+    """One action on one identity, as the detail page's forms and the confirmation post it."""
+
+    kind = forms.CharField(max_length=16)
+    value = forms.CharField(max_length=1000, strip=False)
+    action = forms.ChoiceField(choices=[(a.value, a.label) for a in Action])
+    policy = forms.ChoiceField(label=_("Policy"), required=False)
+    forget = forms.BooleanField(
+        label=_("Also forget its offender record (it leaves the offenders list)"), required=False
+    )
+    seconds = forms.TypedChoiceField(
+        label=_("For"),
+        choices=list(DURATIONS.items()),
+        coerce=int,
+        required=False,
+        empty_value=None,
+    )
+    confirm = forms.BooleanField(required=False)
+
+    def __init__(self, data: Any, policies: Sequence[str]) -> None:
+        super().__init__(data)
+        field = cast(forms.ChoiceField, self.fields["policy"])
+        field.choices = [("", _("every policy")), *((name, name) for name in policies)]
+
+    def clean(self) -> dict[str, Any]:
+        super().clean()
+        data = self.cleaned_data
+        if "kind" in data and "value" in data:
+            try:
+                data["identity"] = Identity(data["kind"], data["value"])
+            except ValueError:
+                raise ValidationError(_("This is not an identity."), code="identity") from None
+        action = data.get("action")
+        if action in (Action.BLOCK, Action.ALLOW) and not data.get("seconds"):
+            self.add_error("seconds", _("Choose how long."))
+        return data
+
+    def operation(self) -> Operation:
+        """The operation asked for. Call after is_valid()."""
+        data = self.cleaned_data
+        action = Action(data["action"])
+        return Operation(
+            action=action,
+            identity=data["identity"],
+            policy=(data["policy"] or None) if action is Action.RESET else None,
+            forget=bool(data["forget"]) if action is Action.RESET else False,
+            seconds=data["seconds"] if action in (Action.BLOCK, Action.ALLOW) else None,
+        )

@@ -1,0 +1,287 @@
+"""From what services read to what pages and the JSON endpoint show.
+
+Activity charts are inline SVG drawn here, on the server: one bar per second,
+all recorded hits in one colour and the denied ones over them in another
+(colours come from the stylesheet, so admin's dark mode applies).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+from django.utils.translation import gettext, pgettext_lazy
+
+from django_ratelimits.dashboard.services import ACTIVITY_SECONDS, Row
+from django_ratelimits.dashboard.text import ago, duration
+from django_ratelimits.engine import Identity, LimitResult
+from django_ratelimits.engine.offenders import Hit, OffenderDetail
+from django_ratelimits.models import ALGORITHM_LABELS
+
+UrlFor = Callable[[Identity], str]
+
+KINDS = {
+    "ip": pgettext_lazy("identity kind", "IP"),
+    "user": pgettext_lazy("identity kind", "User"),
+    "header": pgettext_lazy("identity kind", "Header"),
+    "key": pgettext_lazy("identity kind", "Key"),
+}
+BLOCKED_POLICY = "!blocked"  # the offender record's count of denials by a block
+SHOWN_BEHIND = 3  # entries of the "seen with" column before "and N more"
+
+
+@dataclass(frozen=True)
+class Who:
+    """An identity seen with another one: ``user:42`` behind an IP, an IP behind a user."""
+
+    who: str
+    count: int
+    text: str  # "alice (user 42)", "203.0.113.7", "anonymous"
+    url: str | None
+
+
+@dataclass(frozen=True)
+class Activity:
+    """Recorded hits per second over the last minute, oldest first."""
+
+    hits: tuple[int, ...]
+    denied: tuple[int, ...]
+
+    def svg(self, css_class: str, label: str) -> SafeString:
+        return activity_svg(self, css_class, label)
+
+    def json(self) -> dict[str, Any]:
+        return {"seconds": len(self.hits), "hits": list(self.hits), "denied": list(self.denied)}
+
+
+@dataclass(frozen=True)
+class RowView:
+    """One row of the offenders table."""
+
+    row: Row
+    kind: str
+    name: str
+    url: str | None
+    behind: tuple[Who, ...]
+    policies: tuple[tuple[str, str, int], ...]  # (name, shown as, denials), most first
+    last_seen: datetime
+    last_seen_text: str
+    override_text: str
+    activity: Activity
+
+    @property
+    def shown_behind(self) -> tuple[Who, ...]:
+        return self.behind[:SHOWN_BEHIND]
+
+    @property
+    def more_behind(self) -> int:
+        return max(0, len(self.behind) - SHOWN_BEHIND)
+
+    @property
+    def spark(self) -> SafeString:
+        return self.activity.svg("rl-spark", gettext("Recorded hits per second, last minute"))
+
+    def json(self) -> dict[str, Any]:
+        offender, override = self.row.offender, self.row.override
+        return {
+            "ident": offender.ident,
+            "label": offender.label,
+            "kind": offender.kind,
+            "value": offender.value,
+            "name": self.name,
+            "first_ms": offender.first_ms,
+            "last_ms": offender.last_ms,
+            "denials": offender.denials,
+            "by_policy": {name: count for name, _, count in self.policies},
+            "behind": [{"who": w.who, "count": w.count, "name": w.text} for w in self.behind],
+            "override": None
+            if override is None
+            else {"state": override[0], "seconds": override[1]},
+            "recent": {"hits": sum(self.activity.hits), "denied": sum(self.activity.denied)},
+            "detail_url": self.url,
+        }
+
+
+@dataclass(frozen=True)
+class HitView:
+    """One entry of a metadata list: when, who, what, and whether it passed."""
+
+    at: datetime
+    ago: str
+    who: Who
+    what: str
+    allowed: bool
+
+
+@dataclass(frozen=True)
+class QuotaView:
+    """One rate of one policy for the identity: what is left, when it is whole again."""
+
+    policy: str
+    rate: str
+    algorithm: str
+    remaining: int
+    capacity: int
+    full_in: str  # "" when whole now
+
+
+def row_view(row: Row, now_ms: int, names: Mapping[str, str], url_for: UrlFor) -> RowView:
+    offender = row.offender
+    policies = sorted(offender.by_policy.items(), key=lambda item: (-item[1], item[0]))
+    return RowView(
+        row=row,
+        kind=kind_label(offender.kind),
+        name=display_name(offender.label, names),
+        url=None if row.identity is None else url_for(row.identity),
+        behind=behind(row.detail(), names, url_for),
+        policies=tuple((name, policy_label(name), count) for name, count in policies),
+        last_seen=to_datetime(offender.last_ms),
+        last_seen_text=ago(offender.last_ms, now_ms),
+        override_text=override_text(row.override),
+        activity=activity(row.hits, now_ms),
+    )
+
+
+def behind(detail: OffenderDetail, names: Mapping[str, str], url_for: UrlFor) -> tuple[Who, ...]:
+    """The identities seen with this one, most frequent first, linked to their pages."""
+    return tuple(who_view(who, count, names, url_for) for who, count in detail.behind())
+
+
+def who_view(who: str, count: int, names: Mapping[str, str], url_for: UrlFor) -> Who:
+    kind, _, value = who.partition(":")
+    linkable = kind in KINDS and value not in ("", "-")
+    url = url_for(Identity(kind, value)) if linkable else None
+    return Who(who, count, display_name(who, names), url)
+
+
+def page_activity(rows: Sequence[Row], now_ms: int) -> Activity:
+    """The activity of a page's rows together, counting each request once.
+
+    A request from a user behind an IP is in both metadata lists ("user:42" in
+    the IP's, "ip:..." in the user's). When both rows are on the page, each
+    second takes, per pair of identities and path, the larger of the two
+    lists' counts rather than their sum. (Matching entries one by one would
+    fail on a cluster, where the two identities are written by separate
+    script calls whose times may differ by a millisecond.)
+    """
+    seconds = ACTIVITY_SECONDS
+    sides: dict[tuple[frozenset[str], str, int], dict[str, list[int]]] = {}
+    for row in rows:
+        side = row.offender.label
+        for hit in row.hits:
+            age = (now_ms - hit.at_ms) // 1000
+            if 0 <= age < seconds:
+                key = (frozenset((side, hit.who)), hit.what, age)
+                tally = sides.setdefault(key, {}).setdefault(side, [0, 0])
+                tally[0] += 1
+                tally[1] += not hit.allowed
+    every, denied = [0] * seconds, [0] * seconds
+    for (_, _, age), by_side in sides.items():
+        every[seconds - 1 - age] += max(t[0] for t in by_side.values())
+        denied[seconds - 1 - age] += max(t[1] for t in by_side.values())
+    return Activity(tuple(every), tuple(denied))
+
+
+def activity(hits: Sequence[Hit], now_ms: int) -> Activity:
+    every = OffenderDetail(None, tuple(hits), None).per_second(now_ms, ACTIVITY_SECONDS)
+    denied = OffenderDetail(None, tuple(h for h in hits if not h.allowed), None)
+    return Activity(tuple(every), tuple(denied.per_second(now_ms, ACTIVITY_SECONDS)))
+
+
+def activity_svg(activity: Activity, css_class: str, label: str) -> SafeString:
+    """Bars in a 1-unit-per-second box that CSS stretches to any width."""
+    height = 20
+    peak = max(activity.hits, default=0) or 1
+
+    def bars(counts: Sequence[int]) -> str:
+        parts = []
+        for second, count in enumerate(counts):
+            if count:
+                tall = max(0.5, round(count * height / peak, 2))
+                parts.append(f"M{second} {height}v-{tall}h0.8v{tall}z")
+        return "".join(parts)
+
+    return format_html(
+        '<svg class="rl-chart {}" viewBox="0 0 {} {}" preserveAspectRatio="none" role="img" '
+        'aria-label="{}"><title>{}</title><path class="rl-hits" d="{}"/>'
+        '<path class="rl-denied" d="{}"/></svg>',
+        css_class,
+        len(activity.hits),
+        height,
+        label,
+        gettext("%(label)s: %(hits)d hits, %(denied)d denied, at most %(peak)d in one second")
+        % {
+            "label": label,
+            "hits": sum(activity.hits),
+            "denied": sum(activity.denied),
+            "peak": max(activity.hits, default=0),
+        },
+        bars(activity.hits),
+        bars(activity.denied),
+    )
+
+
+def kind_label(kind: str) -> str:
+    return str(KINDS.get(kind, kind))
+
+
+def policy_label(name: str) -> str:
+    return gettext("blocked by staff") if name == BLOCKED_POLICY else name
+
+
+def display_name(who: str, names: Mapping[str, str]) -> str:
+    """``alice (user 42)`` for a known user, ``anonymous`` for ``user:-``, else the value."""
+    kind, _, value = who.partition(":")
+    if kind == "user":
+        if value == "-":
+            return gettext("anonymous")
+        if who in names:
+            return gettext("%(name)s (user %(pk)s)") % {"name": names[who], "pk": value}
+    return value
+
+
+def override_text(override: tuple[str, int] | None) -> str:
+    if override is None:
+        return ""
+    state, seconds = override
+    if state == "blocked":
+        return gettext("blocked, %(left)s left") % {"left": duration(seconds)}
+    return gettext("allow-listed, %(left)s left") % {"left": duration(seconds)}
+
+
+def to_datetime(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+def hit_views(
+    hits: Sequence[Hit], now_ms: int, names: Mapping[str, str], url_for: UrlFor
+) -> tuple[HitView, ...]:
+    return tuple(
+        HitView(
+            at=to_datetime(hit.at_ms),
+            ago=ago(hit.at_ms, now_ms),
+            who=who_view(hit.who, 1, names, url_for),
+            what=hit.what,
+            allowed=hit.allowed,
+        )
+        for hit in hits
+    )
+
+
+def quota_views(results: Sequence[LimitResult]) -> tuple[QuotaView, ...]:
+    return tuple(
+        QuotaView(
+            policy=r.limit.policy,
+            rate=str(r.limit.rate),
+            algorithm=str(ALGORITHM_LABELS.get(r.limit.algorithm, r.limit.algorithm)),
+            remaining=r.remaining,
+            capacity=r.limit.capacity,
+            full_in=duration(math.ceil(r.reset_after)) if r.reset_after_us > 0 else "",
+        )
+        for r in results
+    )
