@@ -10,6 +10,7 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.urls import URLPattern
 from django.utils import timezone, translation
 from django.utils.html import format_html_join
 from django.utils.safestring import SafeString
@@ -17,6 +18,8 @@ from django.utils.text import capfirst, get_text_list
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
+from django_ratelimits.dashboard.actions import VIEW_PERMISSION
+from django_ratelimits.dashboard.urls import dashboard_urls
 from django_ratelimits.engine import Algorithm
 from django_ratelimits.models import Policy
 from django_ratelimits.rates import Rate
@@ -52,6 +55,19 @@ class PolicyAdmin(admin.ModelAdmin):
     search_fields = ("name", "description", "path")
     readonly_fields = ("preview", "created_at", "updated_at")
     actions = ("enable", "disable", "switch_to_shadow", "switch_to_enforce")
+    # The offender dashboard: a link among the object tools, its pages under this admin.
+    change_list_template = "admin/django_ratelimits/dashboard/policy_change_list.html"
+
+    def get_urls(self) -> list[URLPattern]:
+        return [*dashboard_urls(self.admin_site), *super().get_urls()]
+
+    def get_model_perms(self, request: HttpRequest) -> dict[str, bool]:
+        """Also list the app for staff who may only see offenders, so the app index
+        (templates/admin/django_ratelimits/app_index.html) leads them to the dashboard."""
+        return {
+            **super().get_model_perms(request),
+            "view_offenders": request.user.has_perm(VIEW_PERMISSION),
+        }
 
     def get_fieldsets(self, request: HttpRequest, obj: Policy | None = None) -> Any:
         if obj is None:

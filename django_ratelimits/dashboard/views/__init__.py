@@ -1,0 +1,1 @@
+"""The dashboard's views: the offenders page and its JSON, one identity, its actions."""

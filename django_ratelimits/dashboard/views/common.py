@@ -1,0 +1,42 @@
+"""What every dashboard view shares: the permission check, admin's context, links."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlencode
+
+from django.contrib.admin import AdminSite
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest
+from django.urls import reverse
+
+from django_ratelimits.dashboard.actions import VIEW_PERMISSION
+from django_ratelimits.engine import Identity
+from django_ratelimits.models import Policy
+
+TEMPLATES = "admin/django_ratelimits/dashboard/"
+
+
+def require(request: HttpRequest, permission: str) -> None:
+    """403 unless the (active, staff: ``admin_view`` saw to that) user has ``permission``."""
+    if not request.user.has_perm(permission):
+        raise PermissionDenied
+
+
+def require_view(request: HttpRequest) -> None:
+    require(request, VIEW_PERMISSION)
+
+
+def admin_context(request: HttpRequest, site: AdminSite, title: str) -> dict[str, Any]:
+    """What admin's base templates need (sidebar, header, breadcrumbs), and the title."""
+    return {
+        **site.each_context(request),
+        "title": title,
+        "opts": Policy._meta,
+        "offenders_url": reverse(f"{site.name}:django_ratelimits_offenders"),
+    }
+
+
+def detail_url(site: AdminSite, identity: Identity) -> str:
+    query = urlencode({"kind": identity.kind, "value": identity.value})
+    return f"{reverse(f'{site.name}:django_ratelimits_offender')}?{query}"

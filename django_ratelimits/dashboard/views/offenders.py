@@ -1,0 +1,151 @@
+"""The offenders page and its JSON twin, which the page polls for live updates."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib.admin import AdminSite
+from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
+from django.template.loader import render_to_string
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils.translation import gettext
+
+from django_ratelimits.dashboard.forms import PERIODS, FilterForm
+from django_ratelimits.dashboard.present import Activity, RowView, page_activity, row_view
+from django_ratelimits.dashboard.services import (
+    PER_PAGE,
+    Filters,
+    OffenderList,
+    offender_list,
+    policy_names,
+    user_names,
+)
+from django_ratelimits.dashboard.views.common import (
+    TEMPLATES,
+    admin_context,
+    detail_url,
+    require_view,
+)
+from django_ratelimits.exceptions import BackendError
+
+REFRESH_SECONDS = 5
+# The parts of the page that the JSON endpoint renders again: element id -> template.
+PARTS = {
+    "offenders-summary": "_summary.html",
+    "offenders-chart": "_chart.html",
+    "offenders-body": "_rows.html",
+    "offenders-pagination": "_pagination.html",
+}
+
+
+@dataclass(frozen=True)
+class Board:
+    """One state of the offenders page: the filters, what Redis said (or why not)."""
+
+    form: FilterForm
+    filters: Filters
+    listing: OffenderList | None
+    rows: tuple[RowView, ...]
+    activity: Activity | None
+    error: str | None
+    query: QueryDict
+
+    @property
+    def filtered(self) -> bool:
+        f = self.filters
+        return any(x is not None for x in (f.kind, f.policy, f.network, f.user))
+
+    @property
+    def pages(self) -> int | None:
+        """How many pages there are, when the index's count tells (no filter)."""
+        if self.listing is None or self.listing.total is None or self.filtered:
+            return None
+        return max(1, math.ceil(self.listing.total / PER_PAGE))
+
+    def page_url(self, page: int) -> str:
+        query = self.query.copy()
+        query["page"] = str(page)
+        return f"?{query.urlencode()}"
+
+    def context(self) -> dict[str, Any]:
+        page = self.filters.page
+        has_next = self.listing is not None and self.listing.has_next
+        return {
+            "board": self,
+            "form": self.form,
+            "rows": self.rows,
+            "listing": self.listing,
+            "error": self.error,
+            "period": PERIODS[self.filters.period],
+            "chart": self.activity.svg("rl-activity", gettext("Requests per second"))
+            if self.activity
+            else "",
+            "page": page,
+            "pages": self.pages,
+            "previous_url": self.page_url(page - 1) if page > 1 else None,
+            "next_url": self.page_url(page + 1) if has_next else None,
+        }
+
+    def json(self) -> dict[str, Any]:
+        listing = self.listing
+        return {
+            "now_ms": listing.now_ms if listing else None,
+            "period": self.filters.period,
+            "order": self.filters.order,
+            "page": self.filters.page,
+            "per_page": PER_PAGE,
+            "has_next": bool(listing and listing.has_next),
+            "total": listing.total if listing else None,
+            "offenders": [row.json() for row in self.rows],
+            "activity": self.activity.json() if self.activity else None,
+            "errors": self.form.errors.get_json_data(),
+            "error": self.error,
+        }
+
+
+def offenders_page(request: HttpRequest, site: AdminSite) -> HttpResponse:
+    require_view(request)
+    board = load(request, site)
+    context = {
+        **admin_context(request, site, gettext("Rate-limit offenders")),
+        **board.context(),
+        "json_url": f"{reverse(f'{site.name}:django_ratelimits_offenders_json')}?"
+        f"{request.GET.urlencode()}",
+        "refresh_seconds": REFRESH_SECONDS,
+    }
+    return TemplateResponse(request, TEMPLATES + "offenders.html", context)
+
+
+def offenders_json(request: HttpRequest, site: AdminSite) -> JsonResponse:
+    """The page's data, and its changing parts as HTML (see docs/dashboard.md)."""
+    require_view(request)
+    board = load(request, site)
+    data = board.json()
+    context = board.context()
+    data["html"] = {
+        part: render_to_string(TEMPLATES + template, context, request)
+        for part, template in PARTS.items()
+    }
+    return JsonResponse(data, status=503 if board.error else 200)
+
+
+def load(request: HttpRequest, site: AdminSite) -> Board:
+    form = FilterForm(request.GET, policy_names())
+    form.is_valid()
+    filters = form.filters()
+    try:
+        listing = offender_list(filters)
+    except BackendError as exc:
+        message = gettext("Could not read the offenders from Redis: %(error)s") % {"error": exc}
+        return Board(form, filters, None, (), None, message, request.GET)
+    names = user_names(
+        who for row in listing.rows for who in (row.offender.label, *(hit.who for hit in row.hits))
+    )
+    rows = tuple(
+        row_view(row, listing.now_ms, names, lambda i: detail_url(site, i)) for row in listing.rows
+    )
+    activity = page_activity(listing.rows, listing.now_ms)
+    return Board(form, filters, listing, rows, activity, None, request.GET)

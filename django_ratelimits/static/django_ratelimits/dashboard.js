@@ -1,0 +1,92 @@
+// Live refresh of the offenders table (django-ratelimits). No library, no inline script:
+// polls the JSON endpoint named in #offenders-live's data-url and swaps in the parts it
+// renders (data.html: element id -> HTML). Paused while the tab is hidden or the box is off.
+(function () {
+    "use strict";
+
+    var box = document.getElementById("offenders-live");
+    if (!box || !window.fetch) {
+        return;
+    }
+    var toggle = document.getElementById("offenders-live-toggle");
+    var status = document.getElementById("offenders-status");
+    var errorBox = document.getElementById("offenders-error");
+    var interval = (Number(box.dataset.interval) || 5) * 1000;
+    var timer = null;
+    var inFlight = false;
+
+    function running() {
+        return toggle.checked && !document.hidden;
+    }
+
+    function say(text, failed) {
+        status.textContent = text;
+        status.classList.toggle("rl-failed", Boolean(failed));
+    }
+
+    function showError(message) {
+        errorBox.textContent = message || "";
+        errorBox.hidden = !message;
+    }
+
+    function schedule() {
+        window.clearTimeout(timer);
+        timer = running() ? window.setTimeout(refresh, interval) : null;
+    }
+
+    function apply(data) {
+        Object.keys(data.html || {}).forEach(function (id) {
+            var element = document.getElementById(id);
+            if (element) {
+                element.outerHTML = data.html[id];
+            }
+        });
+        showError(data.error);
+        if (data.error) {
+            say(box.dataset.textFailed + " " + data.error, true);
+        } else {
+            say(box.dataset.textUpdated + " " + new Date().toLocaleTimeString(), false);
+        }
+    }
+
+    function refresh() {
+        if (inFlight || !running()) {
+            schedule();
+            return;
+        }
+        inFlight = true;
+        fetch(box.dataset.url, {
+            credentials: "same-origin",
+            headers: {"Accept": "application/json"}
+        }).then(function (response) {
+            var type = response.headers.get("Content-Type") || "";
+            if (type.indexOf("application/json") === -1) {
+                // Logged out, or lost the permission: a reload shows why.
+                throw new Error(response.status + " " + response.statusText);
+            }
+            return response.json();
+        }).then(apply, function (error) {
+            say(box.dataset.textFailed + " " + error.message, true);
+        }).then(function () {
+            inFlight = false;
+            schedule();
+        });
+    }
+
+    toggle.addEventListener("change", function () {
+        if (toggle.checked) {
+            refresh();
+        } else {
+            say(box.dataset.textPaused, false);
+            schedule();
+        }
+    });
+    document.addEventListener("visibilitychange", function () {
+        if (running()) {
+            refresh();
+        } else {
+            schedule();
+        }
+    });
+    schedule();
+}());
