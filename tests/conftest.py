@@ -190,18 +190,31 @@ CHROMIUM_ARGS = [
 ]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     """Headless Debian Chromium driven by Playwright (never a downloaded browser).
 
     Skips, saying why, where Chromium is not installed (``apt-get install
     chromium``; ``.ci/run`` installs it, so CI always runs these tests).
+
+    Playwright's sync API keeps an event loop running in this thread while it
+    is open, which Django would take for async code calling the database: the
+    guard is lifted for the browser tests' module only, so the rest of the
+    suite keeps it.
     """
     if not CHROMIUM.exists():
         pytest.skip(f"browser tests need Chromium at {CHROMIUM} (apt-get install chromium)")
     from playwright.sync_api import sync_playwright
 
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
+    before = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    try:
+        with sync_playwright() as playwright:
+            chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+            yield chromium
+            chromium.close()
+    finally:
+        if before is None:
+            del os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"]
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = before
