@@ -20,9 +20,12 @@ from django.contrib.contenttypes.models import ContentType
 from django.test import Client, override_settings
 from django.urls import reverse
 
-from django_ratelimits.engine import Check, Identity, get_engine
+from django_ratelimits.dashboard.services import MAX_PAGE
+from django_ratelimits.engine import Check, Identity, Limit, get_engine
+from django_ratelimits.engine.offenders import SCAN_LIMIT
 from django_ratelimits.models import Policy
 from django_ratelimits.policies import current
+from django_ratelimits.rates import parse_rates
 
 PAGE = "admin:django_ratelimits_offenders"
 JSON = "admin:django_ratelimits_offenders_json"
@@ -286,6 +289,8 @@ def test_pagination(limiter: Any, admin_client: Client) -> None:
     assert not set(idents(first)) & set(idents(second))
     assert data(admin_client)["has_next"] is True
     assert data(admin_client, page=2)["has_next"] is False
+    # Pages reach as deep as filters look, no deeper.
+    assert (data(admin_client, page=999)["page"], MAX_PAGE) == (200, SCAN_LIMIT // 25)
     # Filtered pages cannot count the matches: they say whether there is a next one.
     filtered = admin_client.get(reverse(PAGE), {"ip": "203.0.113.0/24", "page": 2})
     assert len(idents(filtered.content.decode())) == 5
@@ -332,6 +337,22 @@ def test_the_detail_of_a_user_lists_its_ips(board: dict[str, Any]) -> None:
         r'data-policy="(\w+)"', page.split('id="quota-table"')[1].split("</table>")[0]
     )
     assert quotas == ["hello"]  # "other" counts IPs only
+
+
+def test_the_detail_shows_a_bounded_part_of_a_long_list(limiter: Any, admin_client: Client) -> None:
+    from django.conf import settings
+
+    limit = Limit("wide", parse_rates("1000/m")[0])
+    office = Identity("ip", OFFICE)
+    config = {**settings.DJANGO_RATELIMITS, "METADATA_MAX_ENTRIES": 300}
+    with override_settings(DJANGO_RATELIMITS=config):
+        checks = [Check(office, [limit], metadata=f"user:{n}|GET /x") for n in range(250)]
+        assert get_engine().check(checks).allowed
+        page = admin_client.get(detail_url("ip", OFFICE)).content.decode()
+    assert len(re.findall(r'<tr class="behind"', page)) == 100
+    assert "150 more not shown." in page
+    assert len(re.findall(r'<tr class="hit ', page)) == 200
+    assert "50 older hits not shown." in page
 
 
 def test_an_identity_never_seen_has_a_page(board: dict[str, Any]) -> None:

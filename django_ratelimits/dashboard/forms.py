@@ -13,7 +13,7 @@ from django.utils.translation import gettext_lazy as _
 
 from django_ratelimits.dashboard.actions import DURATIONS, Action, Operation
 from django_ratelimits.dashboard.present import BLOCKED_POLICY
-from django_ratelimits.dashboard.services import Filters, user_value
+from django_ratelimits.dashboard.services import MAX_PAGE, Filters, user_value
 from django_ratelimits.engine import Identity
 from django_ratelimits.engine.offenders import Order
 
@@ -59,9 +59,7 @@ class FilterForm(forms.Form):
         help_text=_("A user name or id."),
         widget=forms.TextInput(attrs={"size": 12}),
     )
-    page = forms.IntegerField(
-        min_value=1, max_value=10_000, required=False, widget=forms.HiddenInput
-    )
+    page = forms.IntegerField(min_value=1, required=False, widget=forms.HiddenInput)
 
     def __init__(self, data: QueryDict, policies: Sequence[str]) -> None:
         data = data.copy()  # the defaults, so that the selects show them
@@ -85,6 +83,10 @@ class FilterForm(forms.Form):
             raise ValidationError(
                 _("Enter an IP address or a network such as 203.0.113.0/24."), code="invalid"
             ) from None
+
+    def clean_page(self) -> int:
+        """Deeper pages than :data:`MAX_PAGE` show the last one there is."""
+        return min(self.cleaned_data["page"] or 1, MAX_PAGE)
 
     def clean_user(self) -> str | None:
         text = self.cleaned_data["user"].strip()

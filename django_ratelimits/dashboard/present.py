@@ -20,7 +20,7 @@ from django.utils.translation import gettext, pgettext_lazy
 from django_ratelimits.dashboard.services import ACTIVITY_SECONDS, Row
 from django_ratelimits.dashboard.text import ago, duration
 from django_ratelimits.engine import Identity, LimitResult
-from django_ratelimits.engine.offenders import Hit, OffenderDetail
+from django_ratelimits.engine.offenders import Hit, Offender, OffenderDetail
 from django_ratelimits.models import ALGORITHM_LABELS
 
 UrlFor = Callable[[Identity], str]
@@ -132,14 +132,13 @@ class QuotaView:
 
 def row_view(row: Row, now_ms: int, names: Mapping[str, str], url_for: UrlFor) -> RowView:
     offender = row.offender
-    policies = sorted(offender.by_policy.items(), key=lambda item: (-item[1], item[0]))
     return RowView(
         row=row,
         kind=kind_label(offender.kind),
         name=display_name(offender.label, names),
         url=None if row.identity is None else url_for(row.identity),
         behind=behind(row.detail(), names, url_for),
-        policies=tuple((name, policy_label(name), count) for name, count in policies),
+        policies=denied_by(offender),
         last_seen=to_datetime(offender.last_ms),
         last_seen_text=ago(offender.last_ms, now_ms),
         override_text=override_text(row.override),
@@ -228,6 +227,12 @@ def activity_svg(activity: Activity, css_class: str, label: str) -> SafeString:
 
 def kind_label(kind: str) -> str:
     return str(KINDS.get(kind, kind))
+
+
+def denied_by(offender: Offender) -> tuple[tuple[str, str, int], ...]:
+    """``(policy, shown as, denials)``, most denials first."""
+    ranked = sorted(offender.by_policy.items(), key=lambda item: (-item[1], item[0]))
+    return tuple((name, policy_label(name), count) for name, count in ranked)
 
 
 def policy_label(name: str) -> str:

@@ -37,6 +37,9 @@ from django_ratelimits.spec import KeyKind, PolicySpec
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 PER_PAGE = 25
+# Pages reach as deep into the index as filters look (the reader reads every
+# record above the page), so a deep page costs no more than a filtered one.
+MAX_PAGE = SCAN_LIMIT // PER_PAGE
 ROW_HITS = 100  # metadata entries read for each row of a page, newest first
 ACTIVITY_SECONDS = 60
 _ERRORS = (RedisError, RedisClusterException)

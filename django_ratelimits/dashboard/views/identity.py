@@ -13,16 +13,21 @@ from django.utils.translation import gettext
 from django_ratelimits.dashboard.actions import DURATIONS, Action
 from django_ratelimits.dashboard.present import (
     activity,
-    behind,
+    denied_by,
     display_name,
     hit_views,
     kind_label,
     override_text,
-    policy_label,
     quota_views,
     to_datetime,
+    who_view,
 )
-from django_ratelimits.dashboard.services import identity_report, policy_names, user_names
+from django_ratelimits.dashboard.services import (
+    IdentityReport,
+    identity_report,
+    policy_names,
+    user_names,
+)
 from django_ratelimits.dashboard.views.common import (
     TEMPLATES,
     admin_context,
@@ -34,6 +39,7 @@ from django_ratelimits.engine.keys import label
 from django_ratelimits.exceptions import BackendError
 
 SHOWN_HITS = 200  # rows of the hits table (the metadata list may be longer)
+SHOWN_BEHIND = 100  # rows of the "users behind" table
 VALUE_MAX = 1000
 
 
@@ -53,35 +59,38 @@ def offender_detail(request: HttpRequest, site: AdminSite) -> HttpResponse:
             "error": exc
         }
         return TemplateResponse(request, TEMPLATES + "detail.html", context)
-    detail = report.detail
-    names = user_names([label(identity), *(hit.who for hit in detail.hits)])
+    context.update(_report(report, site))
+    return TemplateResponse(request, TEMPLATES + "detail.html", context)
+
+
+def _report(report: IdentityReport, site: AdminSite) -> dict[str, Any]:
+    """What the page shows of what Redis said; long lists cut to what is shown."""
+    detail, offender = report.detail, report.detail.offender
+    everyone = detail.behind()
+    seen_with, hits = everyone[:SHOWN_BEHIND], detail.hits[:SHOWN_HITS]
+    me = label(report.identity)
+    names = user_names([me, *(who for who, _ in seen_with), *(hit.who for hit in hits)])
 
     def url_for(other: Identity) -> str:
         return detail_url(site, other)
 
-    offender = detail.offender
-    context.update(
-        name=display_name(label(identity), names),
-        offender=offender,
-        first_denied=to_datetime(offender.first_ms) if offender else None,
-        last_denied=to_datetime(offender.last_ms) if offender else None,
-        denied_by=[
-            (policy_label(name), count)
-            for name, count in sorted(offender.by_policy.items(), key=lambda i: (-i[1], i[0]))
-        ]
-        if offender
-        else [],
-        override=detail.override,
-        override_text=override_text(detail.override),
-        behind=behind(detail, names, url_for),
-        quotas=quota_views(report.quotas),
-        chart=activity(detail.hits, report.now_ms).svg(
+    return {
+        "name": display_name(me, names),
+        "offender": offender,
+        "first_denied": to_datetime(offender.first_ms) if offender else None,
+        "last_denied": to_datetime(offender.last_ms) if offender else None,
+        "denied_by": denied_by(offender) if offender else (),
+        "override": detail.override,
+        "override_text": override_text(detail.override),
+        "behind": [who_view(who, count, names, url_for) for who, count in seen_with],
+        "more_behind": len(everyone) - len(seen_with),
+        "quotas": quota_views(report.quotas),
+        "chart": activity(detail.hits, report.now_ms).svg(
             "rl-activity", gettext("Requests per second")
         ),
-        hits=hit_views(detail.hits[:SHOWN_HITS], report.now_ms, names, url_for),
-        more_hits=max(0, len(detail.hits) - SHOWN_HITS),
-    )
-    return TemplateResponse(request, TEMPLATES + "detail.html", context)
+        "hits": hit_views(hits, report.now_ms, names, url_for),
+        "more_hits": len(detail.hits) - len(hits),
+    }
 
 
 def identity_from(query: QueryDict) -> Identity:

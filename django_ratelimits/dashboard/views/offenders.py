@@ -16,6 +16,7 @@ from django.utils.translation import gettext
 from django_ratelimits.dashboard.forms import PERIODS, FilterForm
 from django_ratelimits.dashboard.present import Activity, RowView, page_activity, row_view
 from django_ratelimits.dashboard.services import (
+    MAX_PAGE,
     PER_PAGE,
     Filters,
     OffenderList,
@@ -63,7 +64,17 @@ class Board:
         """How many pages there are, when the index's count tells (no filter)."""
         if self.listing is None or self.listing.total is None or self.filtered:
             return None
-        return max(1, math.ceil(self.listing.total / PER_PAGE))
+        return min(MAX_PAGE, max(1, math.ceil(self.listing.total / PER_PAGE)))
+
+    @property
+    def has_next(self) -> bool:
+        listing = self.listing
+        return listing is not None and listing.has_next and self.filters.page < MAX_PAGE
+
+    @property
+    def reach(self) -> int:
+        """How many offenders pages can show, from the newest (or most denied)."""
+        return MAX_PAGE * PER_PAGE
 
     def page_url(self, page: int) -> str:
         query = self.query.copy()
@@ -72,7 +83,6 @@ class Board:
 
     def context(self) -> dict[str, Any]:
         page = self.filters.page
-        has_next = self.listing is not None and self.listing.has_next
         return {
             "board": self,
             "form": self.form,
@@ -86,7 +96,7 @@ class Board:
             "page": page,
             "pages": self.pages,
             "previous_url": self.page_url(page - 1) if page > 1 else None,
-            "next_url": self.page_url(page + 1) if has_next else None,
+            "next_url": self.page_url(page + 1) if self.has_next else None,
         }
 
     def json(self) -> dict[str, Any]:
@@ -97,7 +107,7 @@ class Board:
             "order": self.filters.order,
             "page": self.filters.page,
             "per_page": PER_PAGE,
-            "has_next": bool(listing and listing.has_next),
+            "has_next": self.has_next,
             "total": listing.total if listing else None,
             "offenders": [row.json() for row in self.rows],
             "activity": self.activity.json() if self.activity else None,
