@@ -217,10 +217,14 @@ def _renders() -> list[tuple[str, Callable[[], object], bool]]:
 
         return call
 
-    deep = DEEP // PER_PAGE + 1
+    deep = DEEP // PER_PAGE  # the last page before row DEEP
     return [
         (f"render: offenders page 1 ({PER_PAGE} rows)", get(f"{page}?period=3600"), True),
-        (f"render: offenders page {deep}", get(f"{page}?period=3600&page={deep}"), True),
+        (
+            f"render: offenders page {deep} (rows to {deep * PER_PAGE:,})",
+            get(f"{page}?period=3600&page={deep}"),
+            True,
+        ),
         ("render: offenders by denials", get(f"{page}?order=denials"), True),
         ("render: offenders, kind=user", get(f"{page}?kind=user"), True),
         ("render: JSON of page 1 (live refresh)", get(f"{json}?period=3600"), True),
