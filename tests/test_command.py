@@ -284,6 +284,7 @@ def test_simulate_needs_a_limited_route(limiter: Any) -> None:
         (["block", "ip:192.0.2.1", "--for", "2y"], "is not a duration"),
         (["block", "ip:192.0.2.1"], "--for"),
         (["offenders", "--limit", "-1"], "is not a number"),
+        (["simulate", "--seconds", "nan"], "is not a number of seconds"),
         (["reset", "ip:192.0.2.1", "--policy", "nope"], "no enabled policy is named 'nope'"),
         (["nonsense"], "invalid choice"),
     ],

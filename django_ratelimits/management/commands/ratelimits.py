@@ -116,7 +116,7 @@ class Command(BaseCommand):
         add("lift", "end a block or allow-listing").add_argument("ident")
         add("status", "Redis, the key space, the policies and the offender index")
         traffic = add("simulate", "send demo traffic through this site's rate-limited URLs")
-        traffic.add_argument("--seconds", type=float, default=10.0, help="at most (default 10)")
+        traffic.add_argument("--seconds", type=_seconds, default=10.0, help="at most (default 10)")
         traffic.add_argument("--requests", type=_count, default=5000, help="at most (default 5000)")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -150,6 +150,16 @@ def _count(text: str) -> int:
     if not text.isdigit() or int(text) > 100_000:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number from 0 to 100000")
     return int(text)
+
+
+def _seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = 0.0
+    if not 0 < seconds <= 3600:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds from 0 to 3600")
+    return seconds
 
 
 def parse_identity(text: str) -> Identity:
