@@ -1,6 +1,7 @@
 // Live refresh of the offenders table (django-ratelimits). No library, no inline script:
 // polls the JSON endpoint named in #offenders-live's data-url and swaps in the parts it
-// renders (data.html: element id -> HTML). Paused while the tab is hidden or the box is off.
+// renders (data.html: element id -> HTML). Paused while the tab is hidden or the box is
+// unchecked. Texts come translated in data-text-* attributes.
 (function () {
     "use strict";
 
@@ -61,8 +62,10 @@
         }).then(function (response) {
             var type = response.headers.get("Content-Type") || "";
             if (type.indexOf("application/json") === -1) {
-                // Logged out, or lost the permission: a reload shows why.
-                throw new Error(response.status + " " + response.statusText);
+                // Sent to the login page, or refused: a reload shows why.
+                throw new Error(response.redirected
+                    ? box.dataset.textSignedOut
+                    : response.status + " " + response.statusText);
             }
             return response.json();
         }).then(apply, function (error) {
