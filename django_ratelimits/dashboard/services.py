@@ -28,9 +28,7 @@ from django_ratelimits.engine.offenders import (
     OffenderDetail,
     OffenderReader,
     Order,
-    _hit,
 )
-from django_ratelimits.exceptions import BackendError
 from django_ratelimits.policies import current
 from django_ratelimits.spec import KeyKind, PolicySpec
 
@@ -207,39 +205,13 @@ def _inside(offender: Offender, network: IPNetwork) -> bool:
 
 
 def _rows(engine: Engine, offenders: Sequence[Offender], now_ms: int) -> tuple[Row, ...]:
-    """The rows of ``offenders``: their metadata lists and overrides, one pipeline."""
-    if not offenders:
-        return ()
-    pipe = engine.client.pipeline(transaction=False)
-    for offender in offenders:
-        keys = engine.keys.of_ident(offender.ident)
-        pipe.lrange(keys.metadata, 0, ROW_HITS - 1)
-        pipe.get(keys.override)
-    try:
-        replies = pipe.execute()
-    except _ERRORS as exc:
-        raise BackendError(f"could not read the offenders' recent hits: {exc}") from exc
-    rows = []
-    for n, offender in enumerate(offenders):
-        entries, override = replies[2 * n], replies[2 * n + 1]
-        hits = tuple(hit for hit in map(_hit, entries) if hit is not None)
-        rows.append(Row(offender, _identity(offender), hits, _override(override, now_ms)))
-    return tuple(rows)
+    """The rows of ``offenders``: their recent hits and overrides, one pipeline."""
+    details = OffenderReader(engine).details(offenders, hits=ROW_HITS, now_ms=now_ms)
+    return tuple(
+        Row(d.offender, _identity(d.offender), d.hits, d.override) for d in details if d.offender
+    )
 
 
 def _identity(offender: Offender) -> Identity | None:
     identity = Identity(offender.kind, offender.value)
     return identity if ident(identity) == offender.ident else None
-
-
-def _override(value: bytes | None, now_ms: int) -> tuple[str, int] | None:
-    """An override key's ``b:<until_us>`` / ``a:<until_us>``, as ``engine.override`` reads it."""
-    if value is None:
-        return None
-    mode, _, until = value.decode("ascii", "replace").partition(":")
-    if not until.isdigit():
-        return None
-    left = int(until) - now_ms * 1000
-    if left <= 0:
-        return None
-    return ("blocked" if mode == "b" else "allowed", -(-left // 1_000_000))

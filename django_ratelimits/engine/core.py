@@ -23,6 +23,18 @@ RedisClient = Redis | RedisCluster
 _REDIS_ERRORS = (RedisError, RedisClusterException)
 
 
+def decode_override(value: bytes | str | None, now_us: int) -> tuple[str, int] | None:
+    """An override key's value (``b:<until_us>`` or ``a:<until_us>``) at ``now_us``:
+    ``("blocked" | "allowed", whole seconds left)``, or ``None`` if none is in force."""
+    if value is None:
+        return None
+    text = value.decode("ascii", "replace") if isinstance(value, bytes) else value
+    mode, _, until = text.partition(":")
+    if not until.isdigit() or int(until) <= now_us:
+        return None
+    return ("blocked" if mode == "b" else "allowed", -(-(int(until) - now_us) // 1_000_000))
+
+
 class Clock(Protocol):
     """A source of time other than Redis' own, for tests only.
 
@@ -155,14 +167,7 @@ class Engine:
             now = self.now_us()
         except _REDIS_ERRORS as exc:
             raise BackendError(f"could not read the override of {label(identity)}: {exc}") from exc
-        if value is None:
-            return None
-        text = value.decode("ascii") if isinstance(value, bytes) else str(value)
-        mode, _, until = text.partition(":")
-        left = int(until) - now
-        if left <= 0:
-            return None
-        return ("blocked" if mode == "b" else "allowed", -(-left // 1_000_000))
+        return decode_override(value, now)
 
     def _override(self, identity: Identity, mode: str, seconds: float) -> None:
         if not 0 < seconds <= 365 * 86_400:

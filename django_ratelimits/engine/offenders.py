@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from redis.exceptions import RedisClusterException, RedisError
 
-from django_ratelimits.engine.core import Engine
+from django_ratelimits.engine.core import Engine, decode_override
 from django_ratelimits.engine.limits import Identity
 from django_ratelimits.exceptions import BackendError
 
@@ -136,13 +136,34 @@ class OffenderReader:
     def detail(self, identity: Identity) -> OffenderDetail:
         """The record, the metadata list and the override of one identity."""
         keys = self.engine.keys.of(identity)
+        now = self.now_ms()
         pipe = self._pipeline()
         pipe.hgetall(keys.record)
         pipe.lrange(keys.metadata, 0, 10_000)
+        pipe.get(keys.override)
+        record, entries, override = self._run(pipe)
+        return OffenderDetail(
+            _offender(keys.ident, record), _hits(entries), decode_override(override, now * 1000)
+        )
+
+    def details(
+        self, offenders: Sequence[Offender], *, hits: int, now_ms: int
+    ) -> list[OffenderDetail]:
+        """The newest ``hits`` hits and the override of each offender, one pipeline."""
+        if not offenders:
+            return []
+        pipe = self._pipeline()
+        for offender in offenders:
+            keys = self.engine.keys.of_ident(offender.ident)
+            pipe.lrange(keys.metadata, 0, hits - 1)
+            pipe.get(keys.override)
         replies = self._run(pipe)
-        offender = _offender(keys.ident, replies[0])
-        hits = tuple(h for h in map(_hit, replies[1]) if h is not None)
-        return OffenderDetail(offender, hits, self.engine.override(identity))
+        return [
+            OffenderDetail(
+                o, _hits(replies[2 * n]), decode_override(replies[2 * n + 1], now_ms * 1000)
+            )
+            for n, o in enumerate(offenders)
+        ]
 
     def _records(self, idents: Sequence[str]) -> list[Offender | None]:
         if not idents:
@@ -178,7 +199,11 @@ def _offender(ident: str, record: dict[bytes, bytes]) -> Offender | None:
     )
 
 
-def _hit(entry: bytes) -> Hit | None:
+def _hits(entries: list[bytes]) -> tuple[Hit, ...]:
+    return tuple(hit for hit in map(parse_hit, entries) if hit is not None)
+
+
+def parse_hit(entry: bytes) -> Hit | None:
     """``<who>|<what>|<ms>|<A or D>``; ``what`` may itself hold ``|``."""
     text = entry.decode("utf-8", "replace")
     who, _, rest = text.partition("|")
