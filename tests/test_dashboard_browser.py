@@ -1,11 +1,13 @@
 """The offender dashboard in real headless Chromium, as staff use it.
 
-Screenshots of the page and of an identity's detail are written to
-docs/images/ (the README shows them).
+Screenshots of the page and of an identity's detail go to test-logs/screenshots/;
+with ``UPDATE_SCREENSHOTS=1`` they replace the ones in docs/images/ that the
+README shows.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,8 @@ from django.contrib.auth.models import Permission, User
 from django_ratelimits.engine import Algorithm, Check, Identity, Limit, get_engine
 from django_ratelimits.rates import parse_rates
 
-IMAGES = Path(__file__).resolve().parent.parent / "docs" / "images"
+ROOT = Path(__file__).resolve().parent.parent
+IMAGES = ROOT / ("docs/images" if os.environ.get("UPDATE_SCREENSHOTS") else "test-logs/screenshots")
 OFFENDERS = "/admin/django_ratelimits/policy/offenders/"
 LOGIN = [Limit("login", r, Algorithm.SLIDING_LOG) for r in parse_rates("2/m")]
 API = [Limit("api", r, Algorithm.SLIDING_WINDOW) for r in parse_rates("5/m")]
@@ -43,6 +46,7 @@ def traffic() -> None:
 
 @pytest.fixture
 def page(browser: Any, live_server: Any) -> Iterator[Any]:
+    IMAGES.mkdir(parents=True, exist_ok=True)
     context = browser.new_context(viewport={"width": 1280, "height": 860})
     tab = context.new_page()
     tab.base = live_server.url
@@ -103,6 +107,7 @@ def test_staff_find_reset_and_lose_an_offender(limiter: Any, page: Any) -> None:
 def test_the_dashboard_fits_a_phone(limiter: Any, browser: Any, live_server: Any) -> None:
     User.objects.create_superuser("boss", password="pw")
     traffic()
+    IMAGES.mkdir(parents=True, exist_ok=True)
     context = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True)
     phone = context.new_page()
     phone.base = live_server.url
