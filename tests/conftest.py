@@ -163,6 +163,7 @@ def limiter(
     from django.conf import settings
     from django.test import override_settings
 
+    import tests.urls  # noqa: F401  (its @ratelimit defaults are declared on import)
     from django_ratelimits.breaker import breaker
     from django_ratelimits.policies import get_registry
 
