@@ -1,0 +1,32 @@
+"""The engine benchmark still runs (its quick mode, in-process): no timing is asserted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from benchmarks import engine as bench
+from django_ratelimits.engine import Algorithm
+
+
+def test_the_engine_benchmark_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    report = tmp_path / "benchmarks.md"
+    assert bench.main(["--quick", "--output", str(report)]) == 0
+    printed = capsys.readouterr().out
+    text = report.read_text()
+    assert text.startswith("# Benchmarks\n")
+    rows = [
+        line
+        for line in text.splitlines()
+        if line.startswith("| ") and (" 1 x 1 |" in line or " 2 x 3 " in line)
+    ]
+    assert len(rows) == 2 * len(Algorithm)
+    for algorithm in Algorithm:
+        assert f"| {algorithm.value}, 1 x 1 |" in printed
+        assert f"| {algorithm.value}, 2 x 3 + metadata |" in printed
+        assert f"| {algorithm.value} | 1 |" in text  # its memory row: one key for one rate
+    for row in [*rows, next(line for line in text.splitlines() if line.startswith("| PING"))]:
+        cells = row.split(" | ")
+        assert cells[4] == "1", row  # round trips per call
+        assert cells[5] == "0", row  # denied: the allowed path was measured
