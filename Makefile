@@ -15,7 +15,7 @@ DEMO_TRAFFIC    ?= 6
 PYTEST_ARGS     ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv test pytest lint typecheck demo clean
+.PHONY: help venv test pytest lint typecheck bench demo clean
 
 help:
 	@echo "make demo       run the demo site on http://$(DEMO_ADDR)/ (admin login is printed)"
@@ -23,6 +23,7 @@ help:
 	@echo "make pytest     only the test suite (PYTEST_ARGS='-k cluster -x' to narrow it)"
 	@echo "make lint       ruff check ."
 	@echo "make typecheck  mypy django_ratelimits"
+	@echo "make bench      the engine benchmark: table on stdout and in docs/benchmarks.md"
 	@echo "make venv       create $(VENV) with $(PYTHON) (PYTHON=python3.13 to choose another)"
 	@echo "make clean      remove $(VENV), caches, test logs and the demo's database and Redis dir"
 
@@ -58,6 +59,12 @@ lint: venv
 
 typecheck: venv
 	$(BIN)/mypy django_ratelimits
+
+# ---------------------------------------------------------------- benchmarks
+
+# Starts its own redis-server; see benchmarks/engine.py and docs/benchmarks.md.
+bench: venv
+	$(PY) -m benchmarks.engine
 
 # ---------------------------------------------------------------- demo
 
