@@ -448,9 +448,10 @@ For the default algorithm (sliding window), 2 x 3 with metadata:
   bulk is the Lua the script runs on every call, before and around those commands;
 - this process's CPU: {row.client_cpu_us:.1f} µs against {ping.client_cpu_us:.1f} µs
   for PING, **{client_extra:.0f} µs** more, mostly Python (one write and, for a reply
-  this small, normally one read, as for PING): the engine preparing six limits' arguments and key names,
-  redis-py packing a command of a few dozen arguments and parsing a nested reply,
-  and the `Decision` built from it (this run does not split it further);
+  this small, normally one read, as for PING): the engine preparing six limits'
+  arguments and key names, redis-py packing a command of a few dozen arguments
+  and parsing a nested reply, and the `Decision` built from it (this run does not
+  split it further);
 - the remaining {rest:.0f} µs: what neither side's CPU counters see (the two
   processes waking each other up, and on a {report.machine["cpu"].split(" x ")[0]}-CPU
   machine the two sharing cores; Redis reading and writing a larger payload).
