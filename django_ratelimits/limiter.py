@@ -23,9 +23,7 @@ from django_ratelimits.conf import get_settings
 from django_ratelimits.engine import Check, Decision, Identity, Limit, LimitResult, get_engine
 from django_ratelimits.exceptions import BackendError
 from django_ratelimits.identity import client_address, client_ip, identities
-from django_ratelimits.spec import KeyKind, PolicySpec
-
-_USER_KINDS = (KeyKind.USER, KeyKind.USER_OR_IP, KeyKind.IP_AND_USER)
+from django_ratelimits.spec import PolicySpec
 
 
 @dataclass(frozen=True)
@@ -194,7 +192,7 @@ def _names(policies: tuple[PolicySpec, ...]) -> frozenset[str]:
 
 
 def _needs_user(policy: PolicySpec) -> bool:
-    return policy.key in _USER_KINDS or policy.exempt_staff or policy.exempt_superusers
+    return "user" in policy.key.identity_kinds or policy.exempt_staff or policy.exempt_superusers
 
 
 def _plan(

@@ -213,6 +213,10 @@ class PolicyRegistry:
         )
         return snapshot.ordered + declared
 
+    def counting(self, kind: str) -> tuple[PolicySpec, ...]:
+        """The policies of :meth:`all` that count identities of ``kind`` (``"ip"``...)."""
+        return tuple(spec for spec in self.all() if kind in spec.key.identity_kinds)
+
     def get(self, name: str) -> PolicySpec | None:
         """The enabled policy ``name``, else its declared default if no row has that name."""
         snapshot = self._snapshot

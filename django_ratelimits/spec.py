@@ -35,6 +35,22 @@ class KeyKind(TextChoices):
     HEADER = "header", _("A request header (e.g. an API key)")
     CALLABLE = "callable", _("A callable, by dotted path")
 
+    @property
+    def identity_kinds(self) -> frozenset[str]:
+        """The kinds of :class:`~django_ratelimits.engine.Identity` this key counts
+        (what :func:`django_ratelimits.identity.identities` yields for it)."""
+        return _IDENTITY_KINDS[self]
+
+
+_IDENTITY_KINDS = {
+    KeyKind.IP: frozenset({"ip"}),
+    KeyKind.USER: frozenset({"user"}),
+    KeyKind.USER_OR_IP: frozenset({"user", "ip"}),
+    KeyKind.IP_AND_USER: frozenset({"ip", "user"}),
+    KeyKind.HEADER: frozenset({"header", "ip"}),  # the IP when the header is missing
+    KeyKind.CALLABLE: frozenset({"key"}),
+}
+
 
 @dataclass(frozen=True)
 class PolicySpec:

@@ -17,6 +17,7 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
+from django.db import DatabaseError
 from redis.exceptions import RedisClusterException, RedisError
 
 from django_ratelimits.engine import Check, Engine, Identity, LimitResult, get_engine
@@ -30,7 +31,6 @@ from django_ratelimits.engine.offenders import (
     Order,
 )
 from django_ratelimits.policies import current
-from django_ratelimits.spec import KeyKind, PolicySpec
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -42,16 +42,9 @@ ROW_HITS = 100  # metadata entries read for each row of a page, newest first
 ACTIVITY_SECONDS = 60
 _ERRORS = (RedisError, RedisClusterException)
 
+
 # Which policies can count an identity of each kind (see identity.identities):
 # a header policy counts the client IP when the header is missing.
-_COUNTED_BY = {
-    "ip": {KeyKind.IP, KeyKind.USER_OR_IP, KeyKind.IP_AND_USER, KeyKind.HEADER},
-    "user": {KeyKind.USER, KeyKind.USER_OR_IP, KeyKind.IP_AND_USER},
-    "header": {KeyKind.HEADER},
-    "key": {KeyKind.CALLABLE},
-}
-
-
 @dataclass(frozen=True)
 class Filters:
     """What the offenders page asks for. ``user`` is a user identity's value (the pk)."""
@@ -134,17 +127,11 @@ def identity_report(identity: Identity) -> IdentityReport:
     engine = get_engine()
     reader = OffenderReader(engine)
     detail = reader.detail(identity)
-    checks = [Check(identity, spec.limits) for spec in policies_for(identity.kind)]
+    checks = [Check(identity, spec.limits) for spec in current().counting(identity.kind)]
     if not checks:
         return IdentityReport(identity, detail, (), reader.now_ms())
     decision = engine.peek(checks)
     return IdentityReport(identity, detail, decision.results, decision.now_us // 1000)
-
-
-def policies_for(kind: str) -> tuple[PolicySpec, ...]:
-    """The enabled policies that can count an identity of ``kind`` (all, for other kinds)."""
-    counted_by = _COUNTED_BY.get(kind)
-    return tuple(s for s in current().all() if counted_by is None or s.key in counted_by)
 
 
 def policy_names() -> list[str]:
@@ -165,8 +152,11 @@ def user_names(whos: Iterable[str]) -> dict[str, str]:
                 continue
     if not pks:
         return {}
-    rows = model._default_manager.filter(pk__in=pks).values_list("pk", model.USERNAME_FIELD)
-    return {f"user:{pk}": str(name) for pk, name in rows}
+    try:
+        rows = model._default_manager.filter(pk__in=pks).values_list("pk", model.USERNAME_FIELD)
+        return {f"user:{pk}": str(name) for pk, name in rows}
+    except DatabaseError:  # names are a nicety: show the ids rather than fail
+        return {}
 
 
 def user_value(text: str) -> str:

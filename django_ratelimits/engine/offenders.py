@@ -162,20 +162,23 @@ class OffenderReader:
     def details(
         self, offenders: Sequence[Offender], *, hits: int, now_ms: int
     ) -> list[OffenderDetail]:
-        """The newest ``hits`` hits and the override of each offender, one pipeline."""
+        """The override and the newest ``hits`` hits (none if 0) of each offender, one pipeline."""
         if not offenders:
             return []
         pipe = self._pipeline()
         for offender in offenders:
             keys = self.engine.keys.of_ident(offender.ident)
-            pipe.lrange(keys.metadata, 0, hits - 1)
             pipe.get(keys.override)
-        replies = self._run(pipe)
+            if hits:
+                pipe.lrange(keys.metadata, 0, hits - 1)
+        replies = iter(self._run(pipe))
         return [
-            OffenderDetail(
-                o, _hits(replies[2 * n]), decode_override(replies[2 * n + 1], now_ms * 1000)
+            OffenderDetail(  # keywords in pipeline order: override, then hits
+                offender=o,
+                override=decode_override(next(replies), now_ms * 1000),
+                hits=_hits(next(replies)) if hits else (),
             )
-            for n, o in enumerate(offenders)
+            for o in offenders
         ]
 
     def _records(self, idents: Sequence[str]) -> list[Offender | None]:

@@ -26,20 +26,18 @@ import ipaddress
 import json
 import re
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from django.contrib.auth import get_user_model
-from django.core.exceptions import ImproperlyConfigured, ValidationError
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import DatabaseError
 from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException, RedisError
 
 from django_ratelimits.breaker import breaker
 from django_ratelimits.conf import get_settings
+from django_ratelimits.dashboard.services import user_names
 from django_ratelimits.engine import Check, Engine, Identity, get_engine
-from django_ratelimits.engine.core import decode_override
 from django_ratelimits.engine.keys import label
 from django_ratelimits.engine.offenders import Offender, OffenderReader
 from django_ratelimits.exceptions import BackendError
@@ -47,7 +45,7 @@ from django_ratelimits.identity import UNKNOWN, group, parse_address
 from django_ratelimits.policies import current
 from django_ratelimits.simulate import NoTargets
 from django_ratelimits.simulate import run as simulate
-from django_ratelimits.spec import KeyKind, PolicySpec
+from django_ratelimits.spec import PolicySpec
 
 Data = dict[str, Any]
 Report = tuple[Data, str]
@@ -55,17 +53,9 @@ Report = tuple[Data, str]
 _DURATION = re.compile(r"([1-9][0-9]{0,7})([smhd])")
 _UNITS = {"d": 86_400, "h": 3600, "m": 60, "s": 1}
 _MAX_OVERRIDE = 365 * 86_400
+
+
 # The identity kinds a policy counts, by its key (a header policy falls back to the IP).
-_KINDS = {
-    KeyKind.IP: {"ip"},
-    KeyKind.USER: {"user"},
-    KeyKind.USER_OR_IP: {"user", "ip"},
-    KeyKind.IP_AND_USER: {"ip", "user"},
-    KeyKind.HEADER: {"header", "ip"},
-    KeyKind.CALLABLE: {"key"},
-}
-
-
 class Command(BaseCommand):
     help = "Offenders, actions on them, Redis status and demo traffic, from the terminal."
     requires_system_checks: list[str] = []  # `status` is the diagnosis; `check` runs them
@@ -201,7 +191,8 @@ def _policy(name: str) -> PolicySpec:
 def offenders(options: dict[str, Any]) -> Report:
     engine = get_engine()
     period, order, offset = options["period"], options["order"], options["offset"]
-    page = OffenderReader(engine).page(
+    reader = OffenderReader(engine)
+    page = reader.page(
         period=period,
         order=order,
         offset=offset,
@@ -209,9 +200,9 @@ def offenders(options: dict[str, Any]) -> Report:
         kind=options["kind"],
         policy=options["policy"],
     )
-    overrides = _overrides(engine, [o.ident for o in page.offenders], page.now_ms)
-    rows = [_offender(o, overrides.get(o.ident)) for o in page.offenders]
-    names = _usernames(o.label for o in page.offenders)
+    details = reader.details(page.offenders, hits=0, now_ms=page.now_ms)
+    rows = [_offender(o, d.override) for o, d in zip(page.offenders, details, strict=True)]
+    names = user_names(o.label for o in page.offenders)
     data = {
         "period": period,
         "order": order,
@@ -251,7 +242,7 @@ def show(options: dict[str, Any]) -> Report:
     now_ms = reader.now_ms()
     quota = _quota(engine, identity)
     hits = detail.hits[: options["hits"]]
-    names = _usernames({identity.kind + ":" + identity.value, *(h.who for h in detail.hits)})
+    names = user_names({identity.kind + ":" + identity.value, *(h.who for h in detail.hits)})
     data = {
         "identity": label(identity),
         "now_ms": now_ms,
@@ -407,24 +398,9 @@ SUBCOMMANDS: dict[str, Callable[[dict[str, Any]], Report]] = {
 # --------------------------------------------------------------------------- reads
 
 
-def _overrides(engine: Engine, idents: Sequence[str], now_ms: int) -> dict[str, tuple[str, int]]:
-    """The blocks and allow-listings in force among ``idents``, read in one pipeline."""
-    if not idents:
-        return {}
-    pipe = engine.client.pipeline(transaction=False)
-    for ident in idents:
-        pipe.get(engine.keys.of_ident(ident).override)
-    found = {}
-    for ident, value in zip(idents, pipe.execute(), strict=True):
-        override = decode_override(value, now_ms * 1000)
-        if override is not None:
-            found[ident] = override
-    return found
-
-
 def _quota(engine: Engine, identity: Identity) -> list[Data]:
     """The quota left now under every enabled policy that counts this kind of identity."""
-    specs = [s for s in current().all() if identity.kind in _KINDS.get(s.key, ())]
+    specs = current().counting(identity.kind)
     if not specs:
         return []
     decision = engine.peek([Check(identity, spec.limits) for spec in specs])
@@ -468,26 +444,6 @@ def _nodes(engine: Engine) -> list[Data]:
             }
         )
     return nodes
-
-
-def _usernames(idents: Iterable[str]) -> dict[str, str]:
-    """``{"user:3": "alice"}`` for the ``user:`` identities that are users of this site."""
-    model = get_user_model()
-    pks: dict[Any, str] = {}
-    for ident in idents:
-        kind, _, value = ident.partition(":")
-        if kind == "user":
-            try:
-                pks[model._meta.pk.to_python(value)] = ident
-            except ValidationError:
-                continue
-    if not pks:
-        return {}
-    try:
-        rows = model._default_manager.filter(pk__in=pks).values_list("pk", model.USERNAME_FIELD)
-        return {pks[pk]: str(name) for pk, name in rows}
-    except DatabaseError:
-        return {}
 
 
 # --------------------------------------------------------------------------- text
