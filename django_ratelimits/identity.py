@@ -23,7 +23,7 @@ from django.http import HttpRequest
 from django.utils.module_loading import import_string
 
 from django_ratelimits.checks import warn_if_behind_proxy
-from django_ratelimits.conf import get_settings
+from django_ratelimits.conf import RateLimitSettings, get_settings
 from django_ratelimits.engine import Identity
 from django_ratelimits.spec import KeyKind, PolicySpec
 
@@ -65,11 +65,25 @@ def client_address(request: HttpRequest) -> IPAddress | None:
     """The client's own address, not grouped (``None`` if ``REMOTE_ADDR`` is unusable).
 
     For allow-lists, which must match single addresses inside an IPv6 /64.
+    Worked out once per request (every policy, exemption and metadata entry
+    of a request asks), and again only if the settings change.
     """
+    config = get_settings()
+    cached: tuple[RateLimitSettings, IPAddress | None] | None = getattr(request, _CACHE, None)
+    if cached is not None and cached[0] is config:
+        return cached[1]
+    address = _client_address(request, config)
+    setattr(request, _CACHE, (config, address))
+    return address
+
+
+_CACHE = "_ratelimits_client_address"
+
+
+def _client_address(request: HttpRequest, config: RateLimitSettings) -> IPAddress | None:
     peer = parse_address(request.META.get("REMOTE_ADDR"))
     if peer is None:
         return None
-    config = get_settings()
     proxies = config.trusted_proxies
     warn_if_behind_proxy(peer, proxies)
     if proxies and _is_trusted(peer, proxies):
