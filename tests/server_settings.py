@@ -3,12 +3,17 @@
 The test settings, with what a server process needs instead: a file-based SQLite
 database (``RATELIMITS_SERVER_DB``, migrated by the test) that every worker
 shares, the harness's Redis (``RATELIMITS_SERVER_REDIS``), ``RateLimitMiddleware``
-after ``AuthenticationMiddleware`` and the views of ``tests.urls``.
+after ``AuthenticationMiddleware`` and the views of ``tests.urls``. Every
+response names the process that served it (``X-Worker-Pid``), so that the test
+can tell gunicorn's two workers apart.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+
+from django.http import HttpRequest, HttpResponse
 
 from tests.settings import *  # noqa: F403
 from tests.settings import MIDDLEWARE
@@ -16,7 +21,24 @@ from tests.settings import MIDDLEWARE
 DATABASES = {
     "default": {"ENGINE": "django.db.backends.sqlite3", "NAME": os.environ["RATELIMITS_SERVER_DB"]}
 }
-MIDDLEWARE = [*MIDDLEWARE, "django_ratelimits.middleware.RateLimitMiddleware"]
+
+
+def worker_pid(
+    get_response: Callable[[HttpRequest], HttpResponse],
+) -> Callable[[HttpRequest], HttpResponse]:
+    def middleware(request: HttpRequest) -> HttpResponse:
+        response = get_response(request)
+        response["X-Worker-Pid"] = str(os.getpid())
+        return response
+
+    return middleware
+
+
+MIDDLEWARE = [
+    "tests.server_settings.worker_pid",
+    *MIDDLEWARE,
+    "django_ratelimits.middleware.RateLimitMiddleware",
+]
 ROOT_URLCONF = "tests.urls"
 
 DJANGO_RATELIMITS = {
