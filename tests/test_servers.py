@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
+from functools import partial
 
 import pytest
 
@@ -30,6 +31,7 @@ from tests.live import (
     access_statuses,
     assert_no_server_error,
     gunicorn,
+    new_source,
     prepare,
     serve,
     uvicorn,
@@ -40,6 +42,7 @@ pytestmark = pytest.mark.slow
 
 OUTAGE_BOUND = 2.0  # seconds a request may take while Redis is down or hung
 LIMIT = 10
+RUNS, CLIENTS = 20, 16  # of the concurrency test
 
 POLICIES = [
     {
@@ -118,19 +121,24 @@ def _check_denial(reply: Reply) -> None:
     assert json.loads(reply.body)["status"] == 429
 
 
-def test_two_gunicorn_workers_share_one_limit(
+def test_concurrent_clients_of_two_gunicorn_workers_get_exactly_the_limit(
     servers: dict[str, Site], redis_server: RedisServer
 ) -> None:
+    """16 clients at once send twice the limit, 20 times over (a new address each time)."""
     gunicorn = servers["gunicorn"]
-    with ThreadPoolExecutor(4) as pool:
-        replies = list(pool.map(lambda _: gunicorn.get("/api/hello"), range(2 * LIMIT)))
-    assert sorted(r.status for r in replies) == [200] * LIMIT + [429] * LIMIT
-    # Each allowed request saw its own place in the quota: no two counted as one.
-    assert sorted(r.remaining for r in replies if r.status == 200) == list(range(LIMIT))
-    for reply in replies:
-        if reply.status == 429:
-            _check_denial(reply)
-    assert len({r.headers["x-worker-pid"] for r in replies}) == 2  # both workers served
+    workers: set[str] = set()
+    with ThreadPoolExecutor(CLIENTS) as pool:
+        for _ in range(RUNS):
+            ask = partial(gunicorn.get, source=new_source())
+            replies = list(pool.map(ask, ["/api/hello"] * (2 * LIMIT)))
+            assert sorted(r.status for r in replies) == [200] * LIMIT + [429] * LIMIT
+            # Each allowed request saw its own place in the quota: no two counted as one.
+            assert sorted(r.remaining for r in replies if r.status == 200) == list(range(LIMIT))
+            for reply in replies:
+                if reply.status == 429:
+                    _check_denial(reply)
+            workers |= {r.worker for r in replies}
+    assert len(workers) == 2  # both workers served
 
 
 def test_the_boundary_is_exact_and_shared_by_both_servers(
