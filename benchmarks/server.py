@@ -1,7 +1,7 @@
 """Real servers on loopback, loaded from this process (issue 5, item 7).
 
-gunicorn (2 sync workers; 2 gthread workers of 4 threads) and uvicorn (2
-workers) serve ``benchmarks.settings``, with and without
+gunicorn (2 sync workers; 2 gthread workers of 4 threads) serves
+``benchmarks.settings``, with and without
 ``RateLimitMiddleware``, and the 10 policies of
 :func:`benchmarks.site.policy_rows` (``api``: client address and user, 3
 rates each, recording who; here with limits no run reaches, since every
@@ -47,15 +47,13 @@ WARM_SECONDS = 0.5
 def _commands(port: int) -> dict[str, list[str]]:
     wsgi = "django.core.wsgi:get_wsgi_application()"
     gunicorn = [sys.executable, "-m", "gunicorn", "--bind", f"127.0.0.1:{port}", "--workers", "2"]
+    # Not uvicorn: through it every response to http.client took about 48 ms, with or
+    # without the middleware (a stall like Nagle's against delayed ACKs), which would
+    # measure that stall rather than the server.
     return {
         "gunicorn sync": [*gunicorn, "--worker-class", "sync", wsgi],
         "gunicorn gthread": [*gunicorn, "--worker-class", "gthread", "--threads", "4", wsgi],
-        "uvicorn": [
-            sys.executable, "-m", "uvicorn", "--factory", "django.core.asgi:get_asgi_application",
-            "--host", "127.0.0.1", "--port", str(port), "--workers", "2",
-            "--lifespan", "off", "--no-access-log", "--log-level", "warning",
-        ],
-    }  # fmt: skip
+    }
 
 
 @dataclass

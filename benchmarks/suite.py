@@ -12,7 +12,7 @@ One ``redis-server`` on loopback (``tests.redis_harness``) serves every part:
   000's 2 x 3, Redis CPU, memory per identity;
 * ``peers`` (:mod:`benchmarks.peers`): django-ratelimit, DRF, ``limits``;
 * ``request`` (:mod:`benchmarks.request`): whole-request overhead in Django;
-* ``server`` (:mod:`benchmarks.server`): gunicorn and uvicorn under load;
+* ``server`` (:mod:`benchmarks.server`): gunicorn (sync, gthread) under load;
 * ``accuracy``: ``tests.accuracy``'s table (reference model, fake clock).
 
 Django runs in this process with ``benchmarks.settings`` and a SQLite file in
@@ -47,7 +47,6 @@ PACKAGES = (
     "djangorestframework",
     "limits",
     "gunicorn",
-    "uvicorn",
 )
 
 
@@ -121,6 +120,16 @@ def _versions() -> str:
     return ", ".join(f"{name} {version(name)}" for name in PACKAGES)
 
 
+def _pings(result: Run) -> str:
+    floors = {
+        "engine": result.engine and result.engine.floor,
+        "peers": result.peers and result.peers.floor,
+        "request": result.request and result.request.floor,
+        "server": result.server and result.server.floor,
+    }
+    return ", ".join(f"{part} {s.median_us:.0f} µs" for part, s in floors.items() if s)
+
+
 def _met(ok: bool) -> str:
     return "met" if ok else "**missed**"
 
@@ -179,7 +188,8 @@ def document(result: Run) -> str:
         "",
         "Every figure is also a ratio to the median of one bare round trip (`PING` through"
         " redis-py) measured in the same interleaved rounds: absolute times drift between"
-        " machines and between runs (other work shares this machine's cores), ratios much less.",
+        " machines and between runs (other work shares this machine's cores), ratios much less."
+        f" This run's PING medians: {_pings(result)}; a busy machine moves even those.",
         "",
         "## Targets",
         "",
@@ -266,10 +276,11 @@ def where_the_time_goes(result: Run) -> str:
         limits_fw = by_name["limits fixed window"]
         ours_fw = by_name["django_ratelimits fixed_window"]
         lines.append(
-            f"- **The peers**: django-ratelimit ({dr.round_trips:g} round trips,"
-            f" {dr.median_us / floor:.2f}x PING) and DRF's throttle ({drf.round_trips:g},"
-            f" {drf.median_us / floor:.2f}x) talk to Redis through the cache API, one command"
-            " at a time (`add` then an `EVAL` for `incr`; `get` then `set` of a pickled list);"
+            f"- **The peers**: django-ratelimit ({dr.median_us / floor:.2f}x PING, round trips"
+            f" {dr.round_trips:.3g}) and DRF's throttle ({drf.median_us / floor:.2f}x, round"
+            f" trips {drf.round_trips:.3g}) talk to Redis through the cache API, one command at"
+            " a time (`add`, then an `EVAL` for `incr` once the key exists; `get` then `set`"
+            " of a pickled list);"
             f" their drop-ins here make one script call ({compat.median_us / floor:.2f}x and"
             f" {throttle.median_us / floor:.2f}x). The `limits` library is faster than the"
             f" engine for one limit (fixed window {limits_fw.median_us / floor:.2f}x against"
