@@ -23,7 +23,7 @@ help:
 	@echo "make pytest     only the test suite (PYTEST_ARGS='-k cluster -x' to narrow it)"
 	@echo "make lint       ruff check ."
 	@echo "make typecheck  mypy django_ratelimits"
-	@echo "make bench      the engine benchmark: table on stdout and in docs/benchmarks.md"
+	@echo "make bench      every benchmark (engine, peers, request, servers, accuracy): docs/benchmarks.md"
 	@echo "make venv       create $(VENV) with $(PYTHON) (PYTHON=python3.13 to choose another)"
 	@echo "make clean      remove $(VENV), caches, test logs and the demo's database and Redis dir"
 
@@ -62,9 +62,16 @@ typecheck: venv
 
 # ---------------------------------------------------------------- benchmarks
 
-# Starts its own redis-server; see benchmarks/engine.py and docs/benchmarks.md.
-bench: venv
-	$(PY) -m benchmarks.engine
+BENCH_STAMP := $(VENV)/.installed-bench-extra
+
+# The bench extra (the peers: django-ratelimit, limits), which make test does not need.
+$(BENCH_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e '.[test,bench]'
+	@touch $@
+
+# Starts its own redis-server; see benchmarks/suite.py and docs/benchmarks.md.
+bench: $(BENCH_STAMP)
+	$(PY) -m benchmarks
 
 # ---------------------------------------------------------------- demo
 

@@ -31,6 +31,7 @@ import ctypes
 import importlib.util
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -139,6 +140,22 @@ def find_redis_server() -> Path:
 
 def find_redis_cli() -> Path:
     return find_binary("redis-cli", "REDIS_CLI")
+
+
+def binary_version(binary: Path) -> tuple[int, ...]:
+    """The version of a redis-server binary, without starting a server (``--version``)."""
+    output = subprocess.run(
+        [str(binary), "--version"], capture_output=True, text=True, check=True, timeout=10
+    ).stdout
+    found = re.search(r"v=([0-9.]+)", output)
+    if found is None:
+        raise RedisBinaryNotFound(f"{binary} --version printed no version: {output!r}")
+    return _parse_version(found.group(1))
+
+
+def debug_command_args(binary: Path) -> list[str]:
+    """Arguments that allow DEBUG (``DEBUG SLEEP``): Redis 7 refuses it unless told."""
+    return ["--enable-debug-command", "yes"] if binary_version(binary) >= (7,) else []
 
 
 # --------------------------------------------------------------------------- ports
@@ -360,17 +377,20 @@ class RedisServer:
 
 
 class RedisClusterHarness:
-    """Three ``redis-server`` masters forming one Redis Cluster (no replicas).
+    """Three ``redis-server`` masters forming one Redis Cluster, and ``replicas``
+    replicas of each (none by default).
 
-    Built with plain commands (CLUSTER ADDSLOTS / CLUSTER MEET), which Redis 6.2
-    understands, so no ``redis-cli --cluster`` is needed.
+    Built with plain commands (CLUSTER ADDSLOTS / CLUSTER MEET / CLUSTER
+    REPLICATE), which Redis 6.2 understands, so no ``redis-cli --cluster`` is
+    needed. ``servers`` lists the masters first, then the replicas.
     """
 
     SLOT_RANGES = ((0, 5460), (5461, 10922), (10923, 16383))
 
-    def __init__(self, workdir: Path, *, binary: Path | None = None) -> None:
+    def __init__(self, workdir: Path, *, binary: Path | None = None, replicas: int = 0) -> None:
         self.workdir = Path(workdir)
         self.binary = binary or find_redis_server()
+        masters = len(self.SLOT_RANGES)
         self.servers = [
             RedisServer(
                 self.workdir / f"node{i}",
@@ -384,10 +404,15 @@ class RedisClusterHarness:
                     "nodes.conf",
                     "--cluster-node-timeout",
                     "2000",
+                    # A replica's first sync starts at once, not after Redis 7's 5 s wait.
+                    *(["--repl-diskless-sync-delay", "0"] if replicas else []),
                 ],
             )
-            for i in range(len(self.SLOT_RANGES))
+            for i in range(masters * (1 + replicas))
         ]
+        self.masters = self.servers[:masters]
+        # replica n follows master n % 3
+        self.replicas = self.servers[masters:]
 
     @property
     def nodes(self) -> list[tuple[str, int]]:
@@ -413,8 +438,31 @@ class RedisClusterHarness:
         return RedisCluster(host=host, port=port, **kwargs)
 
     def node_clients(self, **kwargs: Any) -> list[redis.Redis]:
-        """One plain ``redis.Redis`` per node (every node is a primary)."""
-        return [s.client(**kwargs) for s in self.servers]
+        """One plain ``redis.Redis`` per node started as a master."""
+        return [s.client(**kwargs) for s in self.masters]
+
+    def master_of(self, slot: int) -> RedisServer:
+        """The master serving ``slot`` now (after failovers and migrations too)."""
+        live = next(s for s in self.servers if s.is_running())
+        with live.client() as conn:
+            for first, last, port in self._slot_map(conn):
+                if first <= slot <= last:
+                    return next(s for s in self.servers if s.port == port)
+        raise AssertionError(f"no node serves slot {slot}")
+
+    def replica_of(self, master: RedisServer) -> RedisServer:
+        """The one replica of ``master``."""
+        master_id = node_id(master)
+        with master.client(decode_responses=True) as conn:
+            nodes = str(conn.execute_command("CLUSTER", "NODES")).splitlines()
+        # <id> <ip:port@bus> <flags> <master id> ...
+        ports = [
+            int(line.split()[1].split("@")[0].rpartition(":")[2])
+            for line in nodes
+            if line.split()[3] == master_id
+        ]
+        (replica,) = [s for s in self.servers if s.port in ports]
+        return replica
 
     def start(self, timeout: float = CLUSTER_TIMEOUT) -> RedisClusterHarness:
         for server in self.servers:
@@ -442,27 +490,60 @@ class RedisClusterHarness:
                 conn.close()
 
     def _form(self, timeout: float) -> None:
-        clients = self.node_clients(decode_responses=True)
+        clients = [s.client(decode_responses=True) for s in self.servers]
         try:
-            for conn, (first, last) in zip(clients, self.SLOT_RANGES, strict=True):
+            for conn, (first, last) in zip(clients, self.SLOT_RANGES, strict=False):
                 conn.execute_command("CLUSTER", "ADDSLOTS", *range(first, last + 1))
             for server in self.servers[1:]:
                 clients[0].execute_command("CLUSTER", "MEET", server.host, server.port)
             self._wait_until_agreed(clients, timeout)
+            if self.replicas:
+                self._attach_replicas(clients, timeout)
         finally:
             for conn in clients:
                 conn.close()
 
+    def _attach_replicas(self, clients: list[redis.Redis], timeout: float) -> None:
+        masters = len(self.masters)
+        ids = [conn.execute_command("CLUSTER", "MYID") for conn in clients[:masters]]
+        deadline = time.monotonic() + timeout
+        for n, conn in enumerate(clients[masters:]):
+            while True:  # the replica must have heard of its master through gossip
+                try:
+                    conn.execute_command("CLUSTER", "REPLICATE", ids[n % masters])
+                    break
+                except redis.ResponseError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.1)
+        while time.monotonic() < deadline:
+            links = [conn.info("replication") for conn in clients[masters:]]
+            known = [self._replicas_known(conn) for conn in clients]
+            if all(i.get("master_link_status") == "up" for i in links) and min(known) == len(
+                self.replicas
+            ):
+                return
+            time.sleep(0.1)
+        raise RedisStartError(f"the replicas did not sync within {timeout:.0f}s")
+
+    @staticmethod
+    def _replicas_known(conn: redis.Redis) -> int:
+        """How many replicas the node ``conn`` knows of (they need votes to fail over)."""
+        raw = conn.execute_command("CLUSTER", "NODES")
+        text = raw if isinstance(raw, str) else raw.decode()
+        # <id> <ip:port@bus> <flags> ...: flags such as "slave" or "myself,slave"
+        return sum("slave" in line.split()[2].split(",") for line in text.splitlines())
+
     def _wait_until_agreed(self, clients: list[redis.Redis], timeout: float) -> None:
         expected = sorted(
             (first, last, s.port)
-            for (first, last), s in zip(self.SLOT_RANGES, self.servers, strict=True)
+            for (first, last), s in zip(self.SLOT_RANGES, self.masters, strict=True)
         )
         deadline = time.monotonic() + timeout
         last_seen: dict[int, Any] = {}
         while time.monotonic() < deadline:
             agreed = True
-            for server, conn in zip(self.servers, clients, strict=True):
+            for server, conn in zip(self.servers, clients, strict=False):
                 info = conn.execute_command("CLUSTER", "INFO")
                 text = info if isinstance(info, str) else info.decode()
                 slot_map = self._slot_map(conn)
@@ -485,6 +566,12 @@ class RedisClusterHarness:
         if isinstance(raw, dict):  # redis-py's parsed form: {(start, end): {"primary": ...}}
             return sorted((a, b, int(v["primary"][1])) for (a, b), v in raw.items())
         return sorted((int(r[0]), int(r[1]), int(r[2][1])) for r in raw)
+
+
+def node_id(server: RedisServer) -> str:
+    """The cluster node id of ``server``."""
+    with server.client(decode_responses=True) as conn:
+        return str(conn.execute_command("CLUSTER", "MYID"))
 
 
 # --------------------------------------------------------------------------- temp dirs

@@ -15,31 +15,34 @@ killed with its whole process group when the module ends.
 
 from __future__ import annotations
 
-import http.client
 import json
-import os
-import re
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack, contextmanager, suppress
-from dataclasses import dataclass
-from pathlib import Path
+from contextlib import ExitStack
+from functools import partial
 
 import pytest
 
+from tests.live import (
+    Reply,
+    Site,
+    access_statuses,
+    assert_no_server_error,
+    gunicorn,
+    new_source,
+    prepare,
+    serve,
+    uvicorn,
+)
 from tests.redis_harness import RedisServer, free_port
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parent.parent
-START_TIMEOUT = 30.0  # seconds for a server to answer its first request
-REQUEST_TIMEOUT = 10.0  # seconds for any one request, so a hang fails instead of stalling
 OUTAGE_BOUND = 2.0  # seconds a request may take while Redis is down or hung
 LIMIT = 10
+RUNS, CLIENTS = 20, 16  # of the concurrency test
 
 POLICIES = [
     {
@@ -60,96 +63,6 @@ POLICIES = [
 ]
 
 
-@dataclass(frozen=True)
-class Reply:
-    status: int
-    headers: dict[str, str]  # lower-case names
-    body: bytes
-    seconds: float
-
-    @property
-    def remaining(self) -> int:
-        """``r`` of the ``RateLimit`` header field."""
-        found = re.search(r";r=(\d+);", self.headers["ratelimit"])
-        assert found, self.headers["ratelimit"]
-        return int(found.group(1))
-
-
-@dataclass(frozen=True)
-class Site:
-    name: str
-    port: int
-    log: Path
-
-    def get(self, path: str, *, source: str = "127.0.0.1") -> Reply:
-        connection = http.client.HTTPConnection(
-            "127.0.0.1", self.port, timeout=REQUEST_TIMEOUT, source_address=(source, 0)
-        )
-        started = time.monotonic()
-        try:
-            connection.request("GET", path, headers={"Accept": "application/json"})
-            response = connection.getresponse()
-            body = response.read()
-        finally:
-            connection.close()
-        headers = {name.lower(): value for name, value in response.getheaders()}
-        return Reply(response.status, headers, body, time.monotonic() - started)
-
-
-# --------------------------------------------------------------------------- servers
-
-
-def _django(env: dict[str, str], *args: str) -> None:
-    subprocess.run(
-        [sys.executable, "-m", "django", *args],
-        env=env,
-        cwd=ROOT,
-        check=True,
-        timeout=120,
-        capture_output=True,
-    )
-
-
-def _kill_group(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM to the server's process group, then SIGKILL to whatever is left."""
-    with suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
-    with suppress(subprocess.TimeoutExpired):
-        process.wait(10)
-    with suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
-
-
-@contextmanager
-def _serve(
-    name: str, argv: list[str], env: dict[str, str], workdir: Path, port: int
-) -> Iterator[Site]:
-    site = Site(name, port, workdir / f"{name}.log")
-    with open(site.log, "wb") as output:
-        process = subprocess.Popen(
-            argv, env=env, cwd=ROOT, stdout=output, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    try:
-        _wait_until_serving(site, process)
-        yield site
-    finally:
-        _kill_group(process)
-
-
-def _wait_until_serving(site: Site, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            pytest.fail(f"{site.name} exited with {process.returncode}:\n{site.log.read_text()}")
-        booted = site.name != "gunicorn" or site.log.read_text().count("Booting worker") >= 2
-        with suppress(OSError):
-            if booted and site.get("/no-policy-here").status == 404:
-                return
-        time.sleep(0.1)
-    pytest.fail(f"{site.name} did not serve within {START_TIMEOUT} s:\n{site.log.read_text()}")
-
-
 @pytest.fixture(scope="module")
 def servers(
     redis_standalone: RedisServer, tmp_path_factory: pytest.TempPathFactory
@@ -158,43 +71,21 @@ def servers(
     if not redis_standalone.is_running():
         redis_standalone.start()
     workdir = tmp_path_factory.mktemp("servers")
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "tests.server_settings",
-        "RATELIMITS_SERVER_DB": str(workdir / "db.sqlite3"),
-        "RATELIMITS_SERVER_REDIS": redis_standalone.url,
-        "PYTHONPATH": str(ROOT),
-    }
-    _django(env, "migrate", "--noinput")
-    create = "from django_ratelimits.models import Policy\n"
-    create += f"for fields in {POLICIES!r}:\n    Policy.objects.create(**fields)"
-    _django(env, "shell", "-c", create)
+    env = prepare(workdir, redis_standalone.url, POLICIES)
     wsgi_port, asgi_port = free_port(), free_port()
-    gunicorn = [
-        sys.executable, "-m", "gunicorn",
-        "--workers", "2", "--worker-class", "sync",
-        "--bind", f"127.0.0.1:{wsgi_port}",
-        "--access-logfile", str(workdir / "access.log"),
-        "--access-logformat", "%(p)s %(s)s %(U)s",
-        "--graceful-timeout", "2",
-        "demo_project.wsgi:application",
-    ]  # fmt: skip
-    uvicorn = [
-        sys.executable, "-m", "uvicorn",
-        "--host", "127.0.0.1", "--port", str(asgi_port),
-        "--lifespan", "off", "--no-access-log",
-        "demo_project.asgi:application",
-    ]  # fmt: skip
     with ExitStack() as stack:
-        yield {
-            "gunicorn": stack.enter_context(_serve("gunicorn", gunicorn, env, workdir, wsgi_port)),
-            "uvicorn": stack.enter_context(_serve("uvicorn", uvicorn, env, workdir, asgi_port)),
+        sites = {
+            "gunicorn": stack.enter_context(
+                serve("gunicorn", gunicorn(wsgi_port, workdir), env, workdir, wsgi_port, workers=2)
+            ),
+            "uvicorn": stack.enter_context(
+                serve("uvicorn", uvicorn(asgi_port), env, workdir, asgi_port)
+            ),
         }
+        yield sites
     # No request ever failed with a 500, whatever Redis did.
-    for name in ("gunicorn", "uvicorn"):
-        output = (workdir / f"{name}.log").read_text()
-        assert "Traceback" not in output and "Internal Server Error" not in output, output
-    statuses = [line.split()[1] for line in (workdir / "access.log").read_text().splitlines()]
+    assert_no_server_error(*sites.values())
+    statuses = access_statuses(workdir)
     assert statuses and "500" not in statuses
 
 
@@ -230,19 +121,24 @@ def _check_denial(reply: Reply) -> None:
     assert json.loads(reply.body)["status"] == 429
 
 
-def test_two_gunicorn_workers_share_one_limit(
+def test_concurrent_clients_of_two_gunicorn_workers_get_exactly_the_limit(
     servers: dict[str, Site], redis_server: RedisServer
 ) -> None:
+    """16 clients at once send twice the limit, 20 times over (a new address each time)."""
     gunicorn = servers["gunicorn"]
-    with ThreadPoolExecutor(4) as pool:
-        replies = list(pool.map(lambda _: gunicorn.get("/api/hello"), range(2 * LIMIT)))
-    assert sorted(r.status for r in replies) == [200] * LIMIT + [429] * LIMIT
-    # Each allowed request saw its own place in the quota: no two counted as one.
-    assert sorted(r.remaining for r in replies if r.status == 200) == list(range(LIMIT))
-    for reply in replies:
-        if reply.status == 429:
-            _check_denial(reply)
-    assert len({r.headers["x-worker-pid"] for r in replies}) == 2  # both workers served
+    workers: set[str] = set()
+    with ThreadPoolExecutor(CLIENTS) as pool:
+        for _ in range(RUNS):
+            ask = partial(gunicorn.get, source=new_source())
+            replies = list(pool.map(ask, ["/api/hello"] * (2 * LIMIT)))
+            assert sorted(r.status for r in replies) == [200] * LIMIT + [429] * LIMIT
+            # Each allowed request saw its own place in the quota: no two counted as one.
+            assert sorted(r.remaining for r in replies if r.status == 200) == list(range(LIMIT))
+            for reply in replies:
+                if reply.status == 429:
+                    _check_denial(reply)
+            workers |= {r.worker for r in replies}
+    assert len(workers) == 2  # both workers served
 
 
 def test_the_boundary_is_exact_and_shared_by_both_servers(

@@ -1,0 +1,212 @@
+"""The peers on the same Redis, in the same run: one rate-limit decision each (issue 5, item 3).
+
+Each peer is paired with what this package offers for the same job, and
+every row is one decision on the allowed path (10/s, each call on its own
+client address, as in the engine benchmark):
+
+* django-ratelimit's ``is_ratelimited`` (django-redis cache) against
+  ``django_ratelimits.compat.is_ratelimited``, its drop-in;
+* DRF's ``AnonRateThrottle`` (django-redis cache) against ``PolicyThrottle``
+  with a sliding-log policy (DRF's throttle keeps a log of timestamps too);
+* the ``limits`` library's fixed window, moving window and sliding window
+  counter ``hit`` against one ``Engine.check`` of the same algorithm
+  (fixed window, sliding log, sliding window counter).
+
+The Django rows build a fresh ``HttpRequest`` per call, as a server would.
+Every peer is also checked to limit: 11 decisions at 10/h for one address
+must allow exactly 10.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import redis
+from django.http import HttpRequest
+
+from benchmarks.engine import Scenario
+from benchmarks.timing import CELLS_HEAD, CELLS_RULE, cells, counting_client, interleave, ping
+from tests.redis_harness import RedisServer
+
+LIMIT = 10
+UNITS = {"s": "second", "h": "hour"}
+Decide = Callable[[str], bool]  # client address -> allowed
+Make = Callable[[str], Decide]  # a rate, "10/s" -> a decide function
+
+
+@dataclass
+class Row:
+    name: str
+    make: Make
+    ours: bool
+    scenario: Scenario = field(init=False)
+    check: list[bool] = field(default_factory=list)
+
+    @property
+    def limits_at_its_limit(self) -> bool:
+        return self.check == [True] * LIMIT + [False]
+
+
+@dataclass
+class Report:
+    floor: Scenario
+    rows: list[Row]
+    rounds: int
+    per_round: int
+
+
+def _request(address: str) -> HttpRequest:
+    request = HttpRequest()
+    request.method = "GET"
+    request.path = request.path_info = "/api/items"
+    request.META = {"REMOTE_ADDR": address, "SERVER_NAME": "testserver", "SERVER_PORT": "80"}
+    return request
+
+
+def _django_ratelimit(rate: str) -> Decide:
+    from django_ratelimit.core import is_ratelimited
+
+    return lambda address: (
+        not is_ratelimited(_request(address), group="bench", key="ip", rate=rate, increment=True)
+    )
+
+
+def _compat(rate: str) -> Decide:
+    from django_ratelimits.compat import is_ratelimited
+
+    return lambda address: (
+        not is_ratelimited(_request(address), group="bench", key="ip", rate=rate, increment=True)
+    )
+
+
+def _drf(rate: str) -> Decide:
+    from rest_framework.request import Request
+    from rest_framework.throttling import AnonRateThrottle
+    from rest_framework.views import APIView
+
+    throttle = type("Anon", (AnonRateThrottle,), {"rate": rate})
+    view = APIView()
+    return lambda address: throttle().allow_request(Request(_request(address)), view)
+
+
+def _policy_throttle(rate: str) -> Decide:
+    from rest_framework.request import Request
+    from rest_framework.views import APIView
+
+    from django_ratelimits.contrib.drf import PolicyThrottle
+    from django_ratelimits.engine import Algorithm
+    from django_ratelimits.policies import get_registry
+    from django_ratelimits.rates import parse_rates
+    from django_ratelimits.spec import PolicySpec
+
+    name = "peer-drf-" + rate.replace("/", "-per-")
+    get_registry().declare(PolicySpec(name, parse_rates(rate), Algorithm.SLIDING_LOG))
+    throttle = type("Throttle", (PolicyThrottle,), {"policy": name})
+    view = APIView()
+    return lambda address: throttle().allow_request(Request(_request(address)), view)
+
+
+def _limits(client: redis.Redis, strategy: str) -> Make:
+    from limits import parse, storage, strategies
+
+    store = storage.RedisStorage("redis://", connection_pool=client.connection_pool)
+    limiter = getattr(strategies, strategy)(store)
+
+    def make(rate: str) -> Decide:
+        count, unit = rate.split("/")
+        item = parse(f"{count}/{UNITS[unit]}")
+        return lambda address: limiter.hit(item, "bench", address)
+
+    return make
+
+
+def _engine(client: redis.Redis, algorithm_name: str) -> Make:
+    from django_ratelimits.engine import Algorithm, Check, Engine, Identity, KeySpace, Limit
+    from django_ratelimits.rates import parse_rates
+
+    engine = Engine(client, keys=KeySpace(prefix="peers"))
+    algorithm = Algorithm(algorithm_name)
+
+    def make(rate: str) -> Decide:
+        limits = [Limit("peer", parse_rates(rate)[0], algorithm)]
+        return lambda address: engine.check([Check(Identity("ip", address), limits)]).allowed
+
+    return make
+
+
+def rows(client: redis.Redis) -> list[Row]:
+    """The peers, each followed by this package's answer to the same job."""
+    return [
+        Row("django-ratelimit `is_ratelimited` (fixed window)", _django_ratelimit, False),
+        Row("django_ratelimits.compat `is_ratelimited`", _compat, True),
+        Row("DRF `AnonRateThrottle` (log of timestamps)", _drf, False),
+        Row("django_ratelimits `PolicyThrottle` (sliding log)", _policy_throttle, True),
+        Row("limits fixed window `hit`", _limits(client, "FixedWindowRateLimiter"), False),
+        Row("django_ratelimits fixed_window `check`", _engine(client, "fixed_window"), True),
+        Row("limits moving window `hit`", _limits(client, "MovingWindowRateLimiter"), False),
+        Row("django_ratelimits sliding_log `check`", _engine(client, "sliding_log"), True),
+        Row(
+            "limits sliding window counter `hit`",
+            _limits(client, "SlidingWindowCounterRateLimiter"),
+            False,
+        ),
+        Row(
+            "django_ratelimits sliding_window_counter `check`",
+            _engine(client, "sliding_window_counter"),
+            True,
+        ),
+    ]
+
+
+def _rotating(decide: Decide, tag: int, n: int) -> Callable[[], bool]:
+    """Each call on the next of ``n`` addresses of its own."""
+    addresses = [f"10.{tag}.{i // 256}.{i % 256}" for i in range(n)]
+    position = 0
+
+    def call() -> bool:
+        nonlocal position
+        address = addresses[position]
+        position = (position + 1) % n
+        return decide(address)
+
+    return call
+
+
+def run(server: RedisServer, quick: bool = False) -> Report:
+    """Needs Django set up (:func:`benchmarks.site.setup`)."""
+    rounds, per_round = (3, 50) if quick else (5, 800)
+    client = counting_client(server)
+    stats = server.client(decode_responses=True)
+    floor = ping(client)
+    peers = rows(client)
+    for tag, row in enumerate(peers, start=1):
+        call = _rotating(row.make(f"{LIMIT}/s"), tag, per_round)
+        row.scenario = Scenario(row.name, call)
+        once = row.make(f"{LIMIT}/h")
+        row.check = [once(f"192.0.2.{tag}") for _ in range(LIMIT + 1)]
+    interleave([floor, *(row.scenario for row in peers)], rounds, per_round, stats)
+    return Report(floor, peers, rounds, per_round)
+
+
+def render(report: Report) -> str:
+    lines = [
+        "## Peers on the same Redis",
+        "",
+        f"One decision, allowed, at {LIMIT}/s; {report.rounds} interleaved rounds of"
+        f" {report.per_round:,} calls per row, with their own PING row. *vs ours*: the"
+        " peer's median over the median of the row under it (this package doing the"
+        f" same job). *limits*: of {LIMIT + 1} decisions at {LIMIT}/h for one address,"
+        f" exactly the first {LIMIT} were allowed.",
+        "",
+        f"| operation | {CELLS_HEAD} | vs ours | limits |",
+        f"|---|{CELLS_RULE}|--:|---|",
+        f"| {report.floor.name} | {cells(report.floor, report.floor)} | | |",
+    ]
+    for n, row in enumerate(report.rows):
+        ours = report.rows[n + 1] if not row.ours else None
+        versus = f"{row.scenario.median_us / ours.scenario.median_us:.2f}x" if ours else ""
+        allowed = sum(row.check)
+        limits = "yes" if row.limits_at_its_limit else f"**no** ({allowed} allowed)"
+        lines.append(f"| {row.name} | {cells(row.scenario, report.floor)} | {versus} | {limits} |")
+    return "\n".join(lines) + "\n"

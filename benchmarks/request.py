@@ -1,0 +1,297 @@
+"""Whole-request overhead: a trivial view through Django's WSGI handler (issue 5, item 4).
+
+Rows, each a ``GET`` through a ``WSGIHandler`` of ``benchmarks.settings`` (the
+demo's middleware stack, :class:`benchmarks.site.BenchUser` for the user):
+
+* no rate limiting: the floor of a request;
+* ``RateLimitMiddleware`` with 1, 10, 100 and 1,000 policies in the database
+  (:func:`benchmarks.site.policy_rows`), of which only ``api`` applies:
+  client address and user, 10/s, 120/m, 240/h each, recording who (2 x 3 +
+  metadata, the engine benchmark's seed-000 row);
+* the same with 1 and 1,000 policies on paths that are never cached (more
+  paths than the registry's match cache and the middleware's view cache hold);
+* django-ratelimit's ``@ratelimit(key="ip", rate="10/s")`` on the same view,
+  and ``django_ratelimits.compat.ratelimit``, its drop-in, without the middleware.
+
+Overhead = a row's median minus the floor's. Each row rotates over client
+addresses and users of its own, so every timed request is allowed (the
+*denied* column is 0); checks before the timing show the limits bite.
+Each policy count has its own ``PolicyRegistry``, loaded from the database
+while it held those rows and swapped in around its row's calls.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+from unittest import mock
+
+from benchmarks import site
+from benchmarks.engine import Scenario
+from benchmarks.timing import CELLS_HEAD, CELLS_RULE, cells, counting_client, interleave, ping
+from tests.redis_harness import RedisServer
+
+if TYPE_CHECKING:
+    from django_ratelimits.policies import PolicyRegistry
+    from django_ratelimits.spec import PolicySpec
+
+POLICY_COUNTS = (1, 10, 100, 1000)
+HEADLINE = 10  # policies configured in the target's case
+MATCHED = 5000  # paths matched to time PolicyRegistry.match alone
+DECORATOR_LIMIT = 10  # per second, both decorators
+
+# Targets of issue 5.
+TARGET_OVERHEAD = 1.5  # x PING, 10 policies with 6 limits matching
+TARGET_GROWTH = 0.10  # 1 -> 1,000 policies
+
+
+@dataclass
+class Row:
+    scenario: Scenario
+    policies: int | None = None  # configured, for the middleware rows
+    cold: bool = False
+
+
+@dataclass
+class Report:
+    floor: Scenario
+    bare: Scenario
+    rows: list[Row]
+    engine: Scenario | None = None  # the middleware's engine call for the headline, alone
+    checks: dict[str, list[int]] = field(default_factory=dict)  # what -> statuses
+    # µs per PolicyRegistry.match, by (policies, paths never cached), timed alone.
+    match_us: dict[tuple[int, bool], float] = field(default_factory=dict)
+    rounds: int = 0
+    per_round: int = 0
+
+    def overhead(self, scenario: Scenario) -> float:
+        return scenario.median_us - self.bare.median_us
+
+    def middleware(self, policies: int, cold: bool = False) -> Scenario:
+        return next(r.scenario for r in self.rows if (r.policies, r.cold) == (policies, cold))
+
+    def growth(self, cold: bool = False) -> float:
+        one = self.overhead(self.middleware(1, cold))
+        return self.overhead(self.middleware(max(POLICY_COUNTS), cold)) / one - 1
+
+    @property
+    def headline(self) -> Scenario:
+        return self.middleware(HEADLINE)
+
+    def scenario(self, name_start: str) -> Scenario:
+        return next(r.scenario for r in self.rows if r.scenario.name.startswith(name_start))
+
+    @property
+    def limits_bite(self) -> bool:
+        """Each limiter refused past its limit, and only where it applies."""
+        c = self.checks
+        return (
+            c["middleware"] == [200] * site.LIMITED + [429]
+            and c["no middleware"] == [200] * (site.LIMITED + 1)
+            and all(c[name][0] == 200 and c[name][-1] in (403, 429) for name in _DECORATED)
+        )
+
+
+_DECORATED = {"django-ratelimit": "/django-ratelimit/items", "compat": "/compat/items"}
+
+
+def _caller(
+    call: site.WSGICall, paths: Iterator[str], tag: int, n: int, user: bool
+) -> Callable[[], bool]:
+    """Requests on the next path, each from the next of ``n`` addresses and users of its own."""
+    identities = itertools.cycle(range(n))
+
+    def request() -> bool:
+        i = next(identities)
+        address = f"10.{100 + tag}.{i // 256}.{i % 256}"
+        return call(next(paths), address, tag * 100_000 + i if user else None) == 200
+
+    return request
+
+
+def _engine_caller(spec: PolicySpec, tag: int, n: int) -> Callable[[], bool]:
+    """The engine call the middleware makes for ``spec`` (client address and user), alone."""
+    from django_ratelimits.engine import Check, Identity, get_engine
+
+    engine = get_engine()
+    requests = []
+    for i in range(n):
+        address, user = f"10.{100 + tag}.{i // 256}.{i % 256}", str(tag * 100_000 + i)
+        where = f"GET /api/items/{i}"
+        requests.append(
+            [
+                Check(Identity("ip", address), spec.limits, f"user:{user}|{where}"),
+                Check(Identity("user", user), spec.limits, f"ip:{address}|{where}"),
+            ]
+        )
+    cycle = itertools.cycle(requests)
+    return lambda: engine.check(next(cycle)).allowed
+
+
+def _paths(prefix: str, n: int) -> Iterator[str]:
+    return itertools.cycle([f"{prefix}/{i}" for i in range(n)])
+
+
+def _handlers() -> tuple[site.WSGICall, site.WSGICall]:
+    """WSGI calls without and with ``RateLimitMiddleware`` (after the user)."""
+    from django.conf import settings
+    from django.core.handlers.wsgi import WSGIHandler
+    from django.test.utils import override_settings
+
+    bare = WSGIHandler()
+    at = settings.MIDDLEWARE.index("benchmarks.site.BenchUser") + 1
+    stack = [*settings.MIDDLEWARE[:at], settings.RATE_LIMIT_MIDDLEWARE, *settings.MIDDLEWARE[at:]]
+    with override_settings(MIDDLEWARE=stack):
+        limited = WSGIHandler()
+    return site.wsgi_caller(bare), site.wsgi_caller(limited)
+
+
+def _registries(counts: tuple[int, ...]) -> dict[int, PolicyRegistry]:
+    from django_ratelimits.policies import PolicyRegistry
+
+    registries: dict[int, PolicyRegistry] = {}
+    for n in counts:
+        site.store_policies(site.policy_rows(n))
+        registry = PolicyRegistry()
+        registry.refresh()
+        assert len(registry.all()) == n
+        registries[n] = registry
+    return registries
+
+
+def _match_us(registry: PolicyRegistry, paths: list[str]) -> float:
+    started = time.perf_counter_ns()
+    for path in paths:
+        registry.match(path, "GET")
+    return (time.perf_counter_ns() - started) / len(paths) / 1000
+
+
+def run(server: RedisServer, quick: bool = False) -> Report:
+    """Needs Django set up (:func:`benchmarks.site.setup`)."""
+    from django_ratelimits import policies
+    from django_ratelimits.policies import CACHE_SIZE
+
+    rounds, per_round = (2, 30) if quick else (5, 700)
+    bare, limited = _handlers()
+    floor = ping(counting_client(server))
+    stats = server.client(decode_responses=True)
+    call = _caller(bare, _paths("/api/items", per_round), 0, per_round, True)
+    report = Report(
+        floor, Scenario("no rate limiting", call), [], rounds=rounds, per_round=per_round
+    )
+    registry_of: dict[str, PolicyRegistry] = {}
+    tag = itertools.count(1)
+    for cold in (False, True):
+        counts = (1, max(POLICY_COUNTS)) if cold else POLICY_COUNTS
+        # Cold rows cycle over more paths than either cache holds: every lookup misses.
+        paths = 2 * CACHE_SIZE + 1 if cold else per_round
+        for n, registry in _registries(counts).items():
+            if cold:
+                unique = [f"/api/items/{MATCHED + i}" for i in range(MATCHED)]
+                report.match_us[n, cold] = _match_us(registry, unique)
+            elif n in (1, max(POLICY_COUNTS)):
+                cached = [f"/api/items/{i % per_round}" for i in range(MATCHED)]
+                report.match_us[n, cold] = _match_us(registry, cached)
+            what = ", paths never cached" if cold else ""
+            name = f"RateLimitMiddleware, {n:,} polic{'y' if n == 1 else 'ies'}{what}"
+            call = _caller(limited, _paths("/api/items", paths), next(tag), per_round, True)
+            report.rows.append(Row(Scenario(name, call), n, cold))
+            registry_of[name] = registry
+    spec = registry_of[report.headline.name].get("api")
+    assert spec is not None
+    engine_call = _engine_caller(spec, next(tag), per_round)
+    report.engine = Scenario("the engine call of the 10-policy row, alone", engine_call)
+    for label, prefix in (
+        ("django-ratelimit `@ratelimit`", _DECORATED["django-ratelimit"]),
+        ("django_ratelimits.compat `@ratelimit`", _DECORATED["compat"]),
+    ):
+        call = _caller(bare, _paths(prefix, per_round), next(tag), per_round, False)
+        report.rows.append(Row(Scenario(f"{label}, 1 limit, no middleware", call)))
+
+    def enter(scenario: Scenario) -> contextlib.AbstractContextManager[object]:  # swaps registry
+        registry = registry_of.get(scenario.name)
+        if registry is None:
+            return contextlib.nullcontext()
+        return mock.patch.object(policies, "_registry", registry)
+
+    with mock.patch.object(policies, "_registry", registry_of[report.headline.name]):
+        report.checks["middleware"] = [limited("/limited/1", "192.0.2.60", 1) for _ in range(6)]
+    report.checks["no middleware"] = [bare("/limited/1", "192.0.2.61", 1) for _ in range(6)]
+    for n, (name, prefix) in enumerate(_DECORATED.items()):
+        address = f"192.0.2.{70 + n}"
+        report.checks[name] = [bare(f"{prefix}/1", address, None) for _ in range(21)]
+    interleave(
+        [floor, report.engine, report.bare, *(r.scenario for r in report.rows)],
+        rounds,
+        per_round,
+        stats,
+        enter,
+    )
+    return report
+
+
+def _met(ok: bool) -> str:
+    return "met" if ok else "**missed**"
+
+
+def targets(report: Report) -> list[tuple[str, str, str]]:
+    """(target, measured, met or missed) of issue 5's request targets."""
+    ping_us = report.floor.median_us
+    headline = report.overhead(report.headline)
+    growth, cold = report.growth(), report.growth(cold=True)
+    return [
+        (
+            f"overhead, {HEADLINE} policies, 6 limits matching ≤ {TARGET_OVERHEAD}x PING",
+            f"{headline:.0f} µs = {headline / ping_us:.2f}x PING",
+            _met(headline / ping_us <= TARGET_OVERHEAD),
+        ),
+        (
+            f"1 → 1,000 policies adds < {TARGET_GROWTH:.0%} to the overhead",
+            f"{growth:+.1%} (paths never cached: {cold:+.1%})",
+            _met(growth < TARGET_GROWTH and cold < TARGET_GROWTH),
+        ),
+    ]
+
+
+def render(report: Report) -> str:
+    ping_us = report.floor.median_us
+    decorator = report.overhead(report.scenario("django-ratelimit"))
+    lines = [
+        "## Whole request overhead",
+        "",
+        f"`GET` of a trivial view through Django's `WSGIHandler`, in process; {report.rounds}"
+        f" interleaved rounds of {report.per_round:,} requests per row, with their own PING row."
+        " *overhead*: the row's median minus the median of the request with no rate limiting.",
+        "",
+        f"| request | {CELLS_HEAD} | overhead µs | overhead x PING"
+        " | vs django-ratelimit's overhead |",
+        f"|---|{CELLS_RULE}|--:|--:|--:|",
+        f"| {report.floor.name} | {cells(report.floor, report.floor)} | | | |",
+        f"| {report.bare.name} | {cells(report.bare, report.floor)} | | | |",
+    ]
+    if report.engine is not None:
+        lines.append(f"| {report.engine.name} | {cells(report.engine, report.floor)} | | | |")
+    for row in report.rows:
+        s = row.scenario
+        overhead = report.overhead(s)
+        lines.append(
+            f"| {s.name} | {cells(s, report.floor)} | {overhead:.0f} | {overhead / ping_us:.2f}"
+            f" | {overhead / decorator:.2f} |"
+        )
+    checks = "; ".join(f"{name}: {statuses}" for name, statuses in report.checks.items())
+    lines += [
+        "",
+        f"Limits bite ({'yes' if report.limits_bite else '**no**'}), before the timing:"
+        f" 6 requests to `/limited/1` ({site.LIMITED}/m per address) with the middleware"
+        " and 10 policies, and without it; 21 requests at 10/s to each decorated view."
+        f" Statuses: {checks}.",
+        "",
+        "| target | measured | |",
+        "|---|---|---|",
+        *(f"| {t} | {m} | {ok} |" for t, m, ok in targets(report)),
+    ]
+    return "\n".join(lines) + "\n"

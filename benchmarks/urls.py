@@ -1,0 +1,23 @@
+"""URLs of the benchmark site: one trivial view, bare and under each decorator."""
+
+from __future__ import annotations
+
+from django.http import HttpRequest, HttpResponse
+from django.urls import path
+from django_ratelimit.decorators import ratelimit as django_ratelimit
+
+from django_ratelimits import compat
+
+PEER_RATE = "10/s"
+
+
+def item(request: HttpRequest, n: int) -> HttpResponse:
+    return HttpResponse(b"ok", content_type="text/plain")
+
+
+urlpatterns = [
+    path("api/items/<int:n>", item),
+    path("limited/<int:n>", item),
+    path("django-ratelimit/items/<int:n>", django_ratelimit(key="ip", rate=PEER_RATE)(item)),
+    path("compat/items/<int:n>", compat.ratelimit(key="ip", rate=PEER_RATE)(item)),
+]
