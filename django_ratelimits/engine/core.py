@@ -106,6 +106,12 @@ class Engine:
             per_shard,
         ]
 
+    @property
+    def check_command(self) -> str:
+        """``FCALL`` (Redis 7+) or ``EVALSHA`` (Redis 6, known after the first check):
+        the command that runs checks, and whose ``INFO commandstats`` show their cost."""
+        return "FCALL" if self._functions else "EVALSHA"
+
     def check(self, checks: Iterable[Check], *, cost: int = 1) -> Decision:
         """Charge ``cost`` to every limit of every check that admits it.
 
