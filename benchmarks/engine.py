@@ -16,7 +16,8 @@ in one process and one run, measures:
    algorithm, 1 identity x 1 rate (10/s), then 2 identities (IP, user) x 3
    rates (10/s, 120/m, 240/h) with metadata, for every algorithm; each as a
    ratio to the PING median, with the round trips per check counted;
-3. Redis CPU per check: ``INFO commandstats`` deltas of ``evalsha``;
+3. Redis CPU per check: ``INFO commandstats`` deltas of ``fcall`` (Redis 7) or
+   ``evalsha`` (Redis 6);
 4. memory per identity: ``MEMORY USAGE`` of the keys one identity creates
    (found through the engine's ``KeySpace``), and of a metadata list at its cap.
 
@@ -170,7 +171,7 @@ def _commandstats(stats: redis.Redis) -> dict[str, tuple[int, float]]:
 
 def _inner(before: dict[str, tuple[int, float]], after: dict[str, tuple[int, float]]) -> float:
     """Microseconds of the commands run from scripts: all but the client's own."""
-    own = {"evalsha", "eval", "ping", "info", "config|resetstat"}
+    own = {"fcall", "evalsha", "eval", "function|load", "ping", "info", "config|resetstat"}
     return sum(
         usec - before.get(name, (0, 0.0))[1] for name, (_, usec) in after.items() if name not in own
     )
@@ -210,7 +211,8 @@ def _memory(
         identity = Identity("ip", f"mem-{algorithm.code}")
         keys = engine.keys.of(identity)
         engine.check([Check(identity, [limit])])
-        names = [keys.state(limit), keys.metadata, keys.record, keys.override]
+        state = keys.log(limit) if limit.is_log else keys.state
+        names = [state, keys.metadata, keys.record, keys.override]
         present = [k for k in names if stats.exists(k)]
         after_one = sum(int(stats.memory_usage(k, samples=0) or 0) for k in present)
         for _ in range(rate.limit - 1):  # up to the limit, all allowed
@@ -286,6 +288,8 @@ def run(server: RedisServer, quick: bool = False) -> Report:
     for scenario in scenarios:  # connect, load the script, create the keys
         for _ in range(warm):
             scenario.call()
+        if scenario.algorithm is not None:  # FCALL on Redis 7, EVALSHA before
+            scenario.command = engine.check_command.lower()
     for _ in range(rounds):
         for scenario in scenarios:
             _run_round(scenario, per_round, stats)
@@ -433,7 +437,8 @@ def notes(report: Report) -> str:
 - **round trips**: writes to the socket per call, counted by a `Connection`
   subclass (`send_packed_command`).
 - **Redis µs**: `INFO commandstats` deltas around each round, `usec / calls` of
-  `evalsha` (the engine's one script call) or `ping`. This is Redis's own time
+  `fcall` or `evalsha` (the engine's one call: a function on Redis 7, a script
+  before) or `ping`. This is Redis's own time
   in the command, Lua and the `redis.call`s inside it included; not the time spent
   reading the request and writing the reply. *calls/s per Redis core* is 1e6 / that.
   *of which commands* is the time of the commands the script ran (`redis.call`:
@@ -445,7 +450,8 @@ def notes(report: Report) -> str:
   call, packing the command, parsing the reply, building the `Decision`) plus the
   kernel's share of the socket writes and reads.
 - **Memory**: `MEMORY USAGE key SAMPLES 0` over the keys the engine's `KeySpace`
-  names for the identity (`keys.of(identity).state(limit)`, `.metadata`,
+  names for the identity (`keys.of(identity).state`, or `.log(limit)` for a
+  sliding log, `.metadata`,
   `.record`, `.override`), those that exist; never `KEYS` or `SCAN`.
 
 ## Engine: where the time goes (this run)

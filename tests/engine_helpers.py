@@ -20,6 +20,17 @@ def fresh_engine(client: Redis | RedisCluster, clock: FakeClock | None = None, *
     return Engine(client, keys=KeySpace(prefix=f"t{next(_prefixes)}"), clock=clock, **kw)
 
 
+def check_calls(*clients: Redis) -> int:
+    """How many times the check ran on these Redis servers so far: the calls of
+    its function (Redis 7+) or of its script (EVALSHA, or EVAL after a flush)."""
+    total = 0
+    for client in clients:
+        stats = client.info("commandstats")
+        for command in ("fcall", "evalsha", "eval"):
+            total += int(stats.get(f"cmdstat_{command}", {}).get("calls", 0))
+    return total
+
+
 def all_keys(client: Redis | RedisCluster) -> list[bytes]:
     """Every key in the test Redis (tests may scan; the engine never does)."""
     if isinstance(client, RedisCluster):

@@ -157,17 +157,17 @@ class ReferenceEngine:
 
     def __init__(self, keys: KeySpace) -> None:
         self.keys = keys
-        self.state: dict[str, Any] = {}
+        self.state: dict[tuple[str, str], Any] = {}
 
     def run(
         self, checks: Iterable[Check], now: int, cost: int, *, charge: bool
     ) -> list[tuple[bool, int, int, int]]:
         out: list[tuple[bool, int, int, int]] = []
         for chk in checks:
-            pending: list[tuple[str, Any]] = []
+            pending: list[tuple[tuple[str, str], Any]] = []
             all_allowed = True
             for limit in chk.limits:
-                key = self.keys.of(chk.identity).state(limit)
+                key = (self.keys.of(chk.identity).state, limit.spec)
                 allowed, remaining, retry, reset, new = MODELS[limit.algorithm](
                     self.state.get(key),
                     now,

@@ -25,6 +25,7 @@ from django_ratelimits.compat import (
 from django_ratelimits.engine import Engine
 from django_ratelimits.signals import rate_limited
 from django_ratelimits.testing import FakeClock
+from tests.engine_helpers import check_calls
 
 pytestmark = pytest.mark.django_db
 
@@ -425,12 +426,9 @@ def test_redis_down_fails_open_unless_ratelimit_fail_open_is_false(limiter: Any)
 
 @pytest.mark.parametrize("redis_client", ["standalone"], indirect=True)
 def test_one_decision_is_one_round_trip(limiter: Any) -> None:
-    def evalsha_calls() -> int:
-        return int(limiter.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
-
     request = factory.get("/")
     counted(request)
-    before = evalsha_calls()
+    before = check_calls(limiter)
     counted(request)
     get_usage(request, fn=counted, key="ip", rate="2/h")
-    assert evalsha_calls() - before == 2
+    assert check_calls(limiter) - before == 2

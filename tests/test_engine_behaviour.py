@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 import redis
+from redis.cluster import RedisCluster
 
 from django_ratelimits.engine import Algorithm, Check, Engine, Identity, Limit
 from django_ratelimits.exceptions import BackendError
@@ -145,16 +146,46 @@ def test_uses_redis_time_without_a_clock(redis_client: Any) -> None:
     assert abs(decision.now_us - (seconds * 1_000_000 + micros)) < 5_000_000
 
 
-def test_recovers_from_a_flushed_script_cache(redis_client: Any) -> None:
+def _flush_code(client: Any) -> None:
+    """Drop the check's code from Redis: its script cache and, on Redis 7, its functions."""
+    nodes = {"target_nodes": RedisCluster.PRIMARIES} if isinstance(client, RedisCluster) else {}
+    client.execute_command("SCRIPT", "FLUSH", **nodes)
+    if _version(client) >= (7,):
+        client.execute_command("FUNCTION", "FLUSH", **nodes)
+
+
+def _version(client: Any) -> tuple[int, ...]:
+    nodes = {"target_nodes": RedisCluster.RANDOM} if isinstance(client, RedisCluster) else {}
+    info = client.info("server", **nodes)
+    return tuple(int(part) for part in str(info["redis_version"]).split("."))
+
+
+def test_recovers_when_redis_lost_the_code(redis_client: Any) -> None:
     engine = fresh_engine(redis_client, FakeClock(EPOCH_US))
     checks = [
         Check(IP, limits("3/m", Algorithm.FIXED_WINDOW)),
         Check(USER, limits("3/m", Algorithm.GCRA)),
     ]
     engine.check(checks)
-    redis_client.script_flush()
+    _flush_code(redis_client)
     assert [r.remaining for r in engine.check(checks).results] == [1, 1]
     assert [r.remaining for r in engine.check(checks).results] == [0, 0]
+
+
+@pytest.mark.parametrize("redis_client", ["standalone"], indirect=True)
+def test_redis_7_runs_the_check_as_a_function(redis_client: Any) -> None:
+    engine = fresh_engine(redis_client, FakeClock(EPOCH_US))
+    checks = [Check(IP, limits("3/m", Algorithm.SLIDING_WINDOW))]
+    engine.check(checks)
+    stats = redis_client.info("commandstats")
+    before = {c: stats.get(f"cmdstat_{c}", {}).get("calls", 0) for c in ("fcall", "evalsha")}
+    engine.check(checks)
+    stats = redis_client.info("commandstats")
+    after = {c: stats.get(f"cmdstat_{c}", {}).get("calls", 0) for c in ("fcall", "evalsha")}
+    used = "fcall" if _version(redis_client) >= (7,) else "evalsha"
+    assert {c: after[c] - before[c] for c in after} == {
+        c: int(c == used) for c in ("fcall", "evalsha")
+    }
 
 
 def test_reset_clears_one_policy_or_everything(redis_client: Any) -> None:

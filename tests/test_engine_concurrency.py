@@ -8,7 +8,6 @@ read and write, which the single-script design must rule out.
 from __future__ import annotations
 
 import multiprocessing
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.pool import Pool
@@ -27,7 +26,7 @@ PROCESSES, THREADS, ATTEMPTS = 3, 8, 10  # 240 attempts at a 100/m limit
 
 
 def hammer(
-    nodes: list[tuple[str, int]], cluster: bool, prefix: str, algorithm: str, start_at: float
+    nodes: list[tuple[str, int]], cluster: bool, prefix: str, algorithm: str, start: Any
 ) -> int:
     """One process: THREADS threads, ATTEMPTS checks each; returns how many passed."""
     client: redis.Redis | RedisCluster
@@ -41,7 +40,7 @@ def hammer(
     ]
 
     engine.peek(checks)  # connect and load the script before the start
-    time.sleep(max(0.0, start_at - time.time()))
+    start.wait()  # every process connected, however slow the machine is to spawn them
 
     def attempts(_: int) -> int:
         return sum(engine.check(checks).allowed for _ in range(ATTEMPTS))
@@ -51,9 +50,11 @@ def hammer(
 
 
 @pytest.fixture(scope="module")
-def processes() -> Iterator[Pool]:
-    with multiprocessing.get_context("spawn").Pool(PROCESSES) as pool:
-        yield pool
+def processes() -> Iterator[tuple[Pool, Any]]:
+    """The worker processes, and the manager that gives them a shared start barrier."""
+    context = multiprocessing.get_context("spawn")
+    with context.Manager() as manager, context.Pool(PROCESSES) as pool:
+        yield pool, manager
 
 
 @pytest.mark.parametrize("algorithm", list(Algorithm))
@@ -61,7 +62,7 @@ def test_exactly_the_limit_is_admitted(
     redis_client: Any,
     redis_standalone: Any,
     request: pytest.FixtureRequest,
-    processes: Pool,
+    processes: tuple[Pool, Any],
     algorithm: Algorithm,
 ) -> None:
     cluster = isinstance(redis_client, RedisCluster)
@@ -70,8 +71,8 @@ def test_exactly_the_limit_is_admitted(
     else:
         nodes = [(redis_standalone.host, redis_standalone.port)]
     prefix = f"race{algorithm.code}"
-    start_at = time.time() + 1.5  # every process connected and waiting by then
-    args = (nodes, cluster, prefix, algorithm.value, start_at)
-    admitted = processes.starmap(hammer, [args] * PROCESSES)
+    pool, manager = processes
+    args = (nodes, cluster, prefix, algorithm.value, manager.Barrier(PROCESSES))
+    admitted = pool.starmap(hammer, [args] * PROCESSES)
     assert sum(admitted) == 100
     assert all(n > 0 for n in admitted), "some process never got through: not a real race"

@@ -14,7 +14,7 @@ from django_ratelimits.engine import Algorithm, Check, Engine, Identity, KeySpac
 from django_ratelimits.engine.keys import ident
 from django_ratelimits.rates import parse_rates
 from django_ratelimits.testing import FakeClock
-from tests.engine_helpers import EPOCH_US, all_keys, fresh_engine
+from tests.engine_helpers import EPOCH_US, all_keys, check_calls, fresh_engine
 
 HOSTILE = [
     "x" * 10_000,
@@ -118,12 +118,8 @@ def test_two_identities_three_rates_cost_one_round_trip(
     assert CountingConnection.sends - before == 1
 
 
-def _evalsha_calls(cluster: Any) -> int:
-    total = 0
-    for host, port in cluster.nodes:
-        stats = redis.Redis(host=host, port=port).info("commandstats")
-        total += stats.get("cmdstat_evalsha", {}).get("calls", 0)
-    return total
+def _check_calls(cluster: Any) -> int:
+    return check_calls(*(redis.Redis(host=host, port=port) for host, port in cluster.nodes))
 
 
 def test_on_a_cluster_one_script_call_per_slot(redis_cluster: Any) -> None:
@@ -131,9 +127,9 @@ def test_on_a_cluster_one_script_call_per_slot(redis_cluster: Any) -> None:
     request = seed_000_request("203.0.113.51", "43", Algorithm.GCRA)
     engine.check(request)
     slots = {redis_cluster.client().keyslot(engine.keys.of(c.identity).tag) for c in request}
-    before = _evalsha_calls(redis_cluster)
+    before = _check_calls(redis_cluster)
     assert engine.check(request).allowed
-    assert _evalsha_calls(redis_cluster) - before == len(slots)
+    assert _check_calls(redis_cluster) - before == len(slots)
 
 
 def test_a_shared_shard_makes_one_call_on_a_cluster(redis_cluster: Any) -> None:
@@ -142,9 +138,9 @@ def test_a_shared_shard_makes_one_call_on_a_cluster(redis_cluster: Any) -> None:
     engine = Engine(client, keys=KeySpace(prefix="oneshard", shards=1))
     request = seed_000_request("203.0.113.52", "44", Algorithm.FIXED_WINDOW)
     engine.check(request)
-    before = _evalsha_calls(redis_cluster)
+    before = _check_calls(redis_cluster)
     engine.check(request)
-    assert _evalsha_calls(redis_cluster) - before == 1
+    assert _check_calls(redis_cluster) - before == 1
 
 
 def test_on_a_cluster_one_write_per_node_involved(redis_cluster: Any) -> None:

@@ -8,6 +8,7 @@ import pytest
 
 from django_ratelimits.engine import Algorithm, Check, Engine, Identity, KeySpace, Limit
 from django_ratelimits.engine.keys import ident
+from django_ratelimits.engine.offenders import OffenderReader
 from django_ratelimits.rates import parse_rates
 from django_ratelimits.testing import FakeClock
 from tests.engine_helpers import EPOCH_US, fresh_engine
@@ -32,8 +33,13 @@ def test_denials_are_recorded_per_identity_and_policy(redis_client: Any) -> None
     assert int(record[b"n"]) == 10
     assert int(record[b"d:login"]) == 10
     assert b"d:api" not in record
-    assert int(record[b"first"]) == EPOCH_US // 1000 + 20
-    assert int(record[b"last"]) == EPOCH_US // 1000 + 110
+    # The time of the last denial is kept to the second: all ten fell in one.
+    assert int(record[b"first"]) == int(record[b"last"]) == EPOCH_US // 1000 + 20
+    clock.advance(1)
+    engine.check([Check(ip, LOGIN + API)])
+    record = redis_client.hgetall(engine.keys.of(ip).record)
+    assert int(record[b"last"]) == EPOCH_US // 1000 + 1120
+    assert int(record[b"n"]) == 11
 
 
 def test_the_index_is_written_at_most_once_a_second_per_identity(redis_client: Any) -> None:
@@ -96,9 +102,12 @@ def test_metadata_list_tells_who_was_behind_an_ip_and_is_capped(redis_client: An
         f"user:1|/login|{now_ms + 1}|A".encode(),
         f"user:0|/login|{now_ms}|A".encode(),
     ]
-    for _ in range(10):
-        engine.check([Check(ip, LOGIN, metadata="user:9|/login")])
-    assert redis_client.llen(engine.keys.of(ip).metadata) == 5
+    for n in range(10):
+        engine.check([Check(ip, LOGIN, metadata=f"user:{n}|/login")])
+    # Trimmed back to the cap once a fifth over it; readers see the newest five.
+    assert 5 <= redis_client.llen(engine.keys.of(ip).metadata) <= 6
+    hits = OffenderReader(engine).detail(ip).hits
+    assert [hit.who for hit in hits] == [f"user:{n}" for n in (9, 8, 7, 6, 5)]
 
 
 def test_no_metadata_unless_asked(redis_client: Any) -> None:

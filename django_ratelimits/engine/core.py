@@ -10,7 +10,7 @@ from typing import Any, Protocol
 from redis import Redis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
-from redis.exceptions import NoScriptError, RedisClusterException, RedisError
+from redis.exceptions import NoScriptError, RedisClusterException, RedisError, ResponseError
 
 from django_ratelimits.engine import script
 from django_ratelimits.engine.aconnection import AsyncClient
@@ -21,6 +21,17 @@ from django_ratelimits.exceptions import BackendError
 
 RedisClient = Redis | RedisCluster
 _REDIS_ERRORS = (RedisError, RedisClusterException)
+_ATTEMPTS = 3  # sends of one check: the call, then at most two after "not loaded" errors
+
+
+def _not_loaded(error: Exception) -> bool:
+    """Whether ``error`` only says the check's code is not on that node (yet)."""
+    if isinstance(error, NoScriptError):
+        return True
+    text = str(error).lower()
+    return isinstance(error, ResponseError) and (
+        "function not found" in text or "fcall" in text or "function|load" in text
+    )
 
 
 def decode_override(value: bytes | str | None, now_us: int) -> tuple[str, int] | None:
@@ -83,6 +94,8 @@ class Engine:
     ) -> None:
         self.client = client
         self.keys = keys or KeySpace()
+        self.metadata_max_entries = metadata_max_entries
+        self._functions = True  # FCALL until Redis says it has no functions (Redis 6)
         self.clock = clock
         self._async_client = async_client
         per_shard = -(-offender_index_max // self.keys.shards)
@@ -92,6 +105,12 @@ class Engine:
             offender_retention * 1000,
             per_shard,
         ]
+
+    @property
+    def check_command(self) -> str:
+        """``FCALL`` (Redis 7+) or ``EVALSHA`` (Redis 6, known after the first check):
+        the command that runs checks, and whose ``INFO commandstats`` show their cost."""
+        return "FCALL" if self._functions else "EVALSHA"
 
     def check(self, checks: Iterable[Check], *, cost: int = 1) -> Decision:
         """Charge ``cost`` to every limit of every check that admits it.
@@ -130,12 +149,15 @@ class Engine:
         take it out of the offender index.
         """
         keys = self.keys.of(identity)
-        names = [keys.state(limit) for limit in limits]
+        fields = [limit.spec for limit in limits if not limit.is_log]
+        names = [keys.log(limit) for limit in limits if limit.is_log]
         if forget:
             names += [keys.metadata, keys.record]
         try:
             pipe = self.client.pipeline(transaction=False)
             route = self._route(keys.record)  # every key here shares its slot
+            if fields:
+                pipe.execute_command("HDEL", keys.state, *fields, **route)
             if names:
                 pipe.execute_command("UNLINK", *names, **route)
             if forget:
@@ -202,14 +224,16 @@ class Engine:
         return self._plan(planned, mode, cost)
 
     @staticmethod
-    def _decode(calls: list[_Call], replies: list[list[Any]]) -> Decision:
+    def _decode(calls: list[_Call], replies: list[Any]) -> Decision:
         results: list[LimitResult] = []
+        now = 0
         for call, reply in zip(calls, replies, strict=True):
-            values = [int(v) for v in reply[1:]]
+            values = [int(v) for v in reply.split()]
+            now = max(now, values[0])
             for n, (identity, limit) in enumerate(call.pairs):
-                allowed, remaining, retry, reset = values[4 * n : 4 * n + 4]
+                allowed, remaining, retry, reset = values[1 + 4 * n : 5 + 4 * n]
                 results.append(LimitResult(identity, limit, bool(allowed), remaining, retry, reset))
-        return Decision(results=tuple(results), now_us=max((int(r[0]) for r in replies), default=0))
+        return Decision(results=tuple(results), now_us=now)
 
     def _plan(self, checks: list[Check], mode: str, cost: int) -> list[_Call]:
         """Group the checks into script calls: one call, or one per slot on a cluster."""
@@ -217,33 +241,26 @@ class Engine:
         calls: dict[int, _Call] = {}
         for chk in checks:
             keys = self.keys.of(chk.identity)
-            state_keys = [keys.state(limit) for limit in chk.limits]
-            if len(set(state_keys)) != len(state_keys):
+            specs = [limit.spec for limit in chk.limits]
+            if len(set(specs)) != len(specs):
                 raise ValueError(f"a limit is given twice for {label(chk.identity)}")
-            slot = self._slot(state_keys[0])
+            slot = self._slot(keys.state)
             call = calls.get(slot)
             if call is None:
                 call = calls[slot] = _Call()
             call.groups += 1
             call.keys += [
+                keys.state,
                 keys.metadata,
                 keys.record,
                 keys.index,
                 keys.count_index,
                 keys.override,
-                *state_keys,
             ]
+            call.keys += [keys.log(limit) for limit in chk.limits if limit.is_log]
             metadata = "" if chk.metadata is None else printable(chk.metadata, 300)
-            call.args += [len(chk.limits), keys.ident, label(chk.identity), metadata]
-            for limit in chk.limits:
-                call.args += [
-                    limit.algorithm.code,
-                    limit.rate.limit,
-                    limit.rate.window_us,
-                    limit.capacity,
-                    limit.policy,
-                ]
-                call.pairs.append((chk.identity, limit))
+            call.args += [len(specs), keys.ident, label(chk.identity), metadata, *specs]
+            call.pairs += [(chk.identity, limit) for limit in chk.limits]
         for call in calls.values():
             call.args[:0] = [now, mode, cost, call.groups, *self._tail]
         return list(calls.values())
@@ -253,7 +270,7 @@ class Engine:
             return int(self.client.keyslot(key))
         return 0
 
-    def _execute(self, calls: list[_Call]) -> list[list[Any]]:
+    def _execute(self, calls: list[_Call]) -> list[Any]:
         try:
             if len(calls) == 1:
                 return [self._eval(calls[0])]
@@ -269,49 +286,54 @@ class Engine:
             return {"target_nodes": self.client.get_node_from_key(key)}
         return {}
 
-    def _eval(self, call: _Call) -> list[Any]:
-        try:
-            return self.client.execute_command(  # type: ignore[no-any-return]
-                "EVALSHA",
-                script.SHA,
-                len(call.keys),
-                *call.keys,
-                *call.args,
-                **self._route(call.keys[0]),
-            )
-        except NoScriptError:
+    def _command(self, call: _Call) -> tuple[Any, ...]:
+        """The check as one command: FCALL of the library's function on Redis 7+, else
+        EVALSHA of the script."""
+        how = ("FCALL", script.FUNCTION) if self._functions else ("EVALSHA", script.SHA)
+        return (*how, len(call.keys), *call.keys, *call.args)
+
+    def _recover(self, call: _Call, error: Exception) -> list[tuple[Any, ...]]:
+        """After ``error`` (a :func:`_not_loaded` one), the commands to send in turn,
+        the last one's reply being the check's."""
+        if isinstance(error, NoScriptError):
             # Redis restarted or its script cache was flushed: EVAL runs the
             # script and caches it again, so the next call uses EVALSHA.
-            return self.client.execute_command(  # type: ignore[no-any-return]
-                "EVAL",
-                script.SOURCE,
-                len(call.keys),
-                *call.keys,
-                *call.args,
-                **self._route(call.keys[0]),
-            )
+            return [("EVAL", script.SOURCE, len(call.keys), *call.keys, *call.args)]
+        if "function not found" in str(error).lower():
+            # A new or restarted node, or FUNCTION FLUSH: load the library once.
+            return [("FUNCTION", "LOAD", "REPLACE", script.LIBRARY), self._command(call)]
+        # FCALL or FUNCTION LOAD unknown (Redis 6) or not permitted: scripts from now on.
+        self._functions = False
+        return [self._command(call)]
 
-    def _eval_many(self, calls: list[_Call]) -> list[list[Any]]:
-        """One script call per slot, pipelined: nodes are written before any is read."""
+    def _eval(self, call: _Call) -> Any:
+        route = self._route(call.keys[0])
+        commands = [self._command(call)]
+        for attempt in range(_ATTEMPTS):
+            try:
+                for command in commands:
+                    reply = self.client.execute_command(*command, **route)
+                return reply
+            except ResponseError as exc:
+                if attempt == _ATTEMPTS - 1 or not _not_loaded(exc):
+                    raise
+                commands = self._recover(call, exc)
+        raise AssertionError("unreachable")
+
+    def _eval_many(self, calls: list[_Call]) -> list[Any]:
+        """One check per slot, pipelined: nodes are written before any is read."""
         pipe = self.client.pipeline(transaction=False)
         for call in calls:
-            pipe.execute_command(
-                "EVALSHA",
-                script.SHA,
-                len(call.keys),
-                *call.keys,
-                *call.args,
-                **self._route(call.keys[0]),
-            )
+            pipe.execute_command(*self._command(call), **self._route(call.keys[0]))
         replies: list[Any] = pipe.execute(raise_on_error=False)
         for n, reply in enumerate(replies):
-            if isinstance(reply, NoScriptError):
+            if isinstance(reply, Exception):
+                if not _not_loaded(reply):
+                    raise reply
                 replies[n] = self._eval(calls[n])
-            elif isinstance(reply, Exception):
-                raise reply
         return replies
 
-    async def _aexecute(self, calls: list[_Call]) -> list[list[Any]]:
+    async def _aexecute(self, calls: list[_Call]) -> list[Any]:
         client = self._async_client() if self._async_client is not None else None
         if client is None:
             return await asyncio.to_thread(self._execute, calls)
@@ -321,17 +343,19 @@ class Engine:
         except _REDIS_ERRORS as exc:
             raise BackendError(f"rate-limit check failed: {exc}") from exc
 
-    @staticmethod
-    async def _aeval(client: AsyncClient, call: _Call) -> list[Any]:
+    async def _aeval(self, client: AsyncClient, call: _Call) -> Any:
         route: dict[str, Any] = {}
         if isinstance(client, AsyncRedisCluster):
             await client.initialize()  # loads the slot map once; a no-op after that
             route["target_nodes"] = client.get_node_from_key(call.keys[0])
-        try:
-            return await client.execute_command(  # type: ignore[no-any-return]
-                "EVALSHA", script.SHA, len(call.keys), *call.keys, *call.args, **route
-            )
-        except NoScriptError:
-            return await client.execute_command(  # type: ignore[no-any-return]
-                "EVAL", script.SOURCE, len(call.keys), *call.keys, *call.args, **route
-            )
+        commands = [self._command(call)]
+        for attempt in range(_ATTEMPTS):
+            try:
+                for command in commands:
+                    reply = await client.execute_command(*command, **route)
+                return reply
+            except ResponseError as exc:
+                if attempt == _ATTEMPTS - 1 or not _not_loaded(exc):
+                    raise
+                commands = self._recover(call, exc)
+        raise AssertionError("unreachable")

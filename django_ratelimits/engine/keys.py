@@ -2,7 +2,8 @@
 
 Layout (``P`` is the key prefix, ``{sN}`` the identity's shard tag)::
 
-    P:{sN}:<algo>:<policy>:<rate>:<ident>   state of one limit for one identity
+    P:{sN}:s:<ident>                        state of every limit (HASH, a field per limit)
+    P:{sN}:log:<policy>:<rate>:<ident>      a sliding log's timestamps (ZSET)
     P:{sN}:m:<ident>                        metadata list (capped)
     P:{sN}:o:<ident>                        offender record (HASH)
     P:{sN}:x:<ident>                        override: blocked or allow-listed until a time
@@ -18,6 +19,7 @@ short and made of safe characters, else ``kind:~`` and a digest of the value.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import re
 from dataclasses import dataclass
@@ -41,7 +43,10 @@ def key_part(value: str) -> str:
 
 def printable(text: str, limit: int = _LABEL_MAX) -> str:
     """``text`` cut to ``limit`` characters, anything unprintable replaced."""
-    return "".join(ch if ch.isprintable() else "\ufffd" for ch in text[:limit])
+    text = text[:limit]
+    if text.isprintable():  # the usual case, at C speed
+        return text
+    return "".join(ch if ch.isprintable() else "\ufffd" for ch in text)
 
 
 def ident(identity: Identity) -> str:
@@ -64,6 +69,12 @@ class IdentityKeys:
     count_index: str  # the same, by denial count
 
     @property
+    def state(self) -> str:
+        """The HASH of the identity's limits, one field per limit (``Limit.spec``).
+        Sliding logs have keys of their own (:meth:`log`)."""
+        return f"{self.tag}:s:{self.ident}"
+
+    @property
     def metadata(self) -> str:
         return f"{self.tag}:m:{self.ident}"
 
@@ -75,9 +86,19 @@ class IdentityKeys:
     def override(self) -> str:
         return f"{self.tag}:x:{self.ident}"
 
-    def state(self, limit: Limit) -> str:
-        policy = key_part(limit.policy)
-        return f"{self.tag}:{limit.algorithm.code}:{policy}:{limit.rate}:{self.ident}"
+    def log(self, limit: Limit) -> str:
+        """The ZSET of a sliding-log limit."""
+        return f"{self.tag}:log:{key_part(limit.policy)}:{limit.rate}:{self.ident}"
+
+
+# Busy identities come back request after request: their names are worked out
+# once. An ident is at most ~80 characters, so the cache stays small.
+@functools.lru_cache(maxsize=4096)
+def _identity_keys(space: KeySpace, who: str) -> IdentityKeys:
+    digest = hashlib.blake2b(who.encode("ascii"), digest_size=4).digest()
+    shard = int.from_bytes(digest, "big") % space.shards
+    tag = f"{space.prefix}:{{s{shard}}}"
+    return IdentityKeys(who, tag, space.index(shard), space.count_index(shard))
 
 
 @dataclass(frozen=True)
@@ -92,10 +113,7 @@ class KeySpace:
 
     def of_ident(self, who: str) -> IdentityKeys:
         """The keys of an identity known by its ``ident`` (an offender index member)."""
-        digest = hashlib.blake2b(who.encode("ascii"), digest_size=4).digest()
-        shard = int.from_bytes(digest, "big") % self.shards
-        tag = f"{self.prefix}:{{s{shard}}}"
-        return IdentityKeys(who, tag, self.index(shard), self.count_index(shard))
+        return _identity_keys(self, who)
 
     def index(self, shard: int) -> str:
         """The offender index of shard ``shard``, scored by last denial (ms)."""

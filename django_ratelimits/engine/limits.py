@@ -6,6 +6,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cached_property
 
 from django_ratelimits.rates import Rate
 
@@ -91,6 +92,18 @@ class Limit:
     def capacity(self) -> int:
         """The most a request may cost under this limit."""
         return self.burst if self.burst is not None else self.rate.limit
+
+    @cached_property
+    def spec(self) -> str:
+        """The limit as the check script reads it, and its field in an
+        identity's state HASH: ``<algorithm>|<limit>|<window_us>|<capacity>|<policy>``."""
+        rate = self.rate
+        return f"{self.algorithm.code}|{rate.limit}|{rate.window_us}|{self.capacity}|{self.policy}"
+
+    @property
+    def is_log(self) -> bool:
+        """Whether the state is a key of its own (the sliding log's ZSET)."""
+        return self.algorithm is Algorithm.SLIDING_LOG
 
 
 @dataclass(frozen=True)

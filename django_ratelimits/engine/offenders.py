@@ -152,7 +152,7 @@ class OffenderReader:
         now = self.now_ms()
         pipe = self._pipeline()
         pipe.hgetall(keys.record)
-        pipe.lrange(keys.metadata, 0, 10_000)
+        pipe.lrange(keys.metadata, 0, self.engine.metadata_max_entries - 1)
         pipe.get(keys.override)
         record, entries, override = self._run(pipe)
         return OffenderDetail(

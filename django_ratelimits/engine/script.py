@@ -1,4 +1,12 @@
-"""The check script: the Lua files joined into one script, run by its SHA."""
+"""The check script: the Lua files joined, run as a script or as a Redis 7 function.
+
+The same code serves both ways. ``SOURCE`` ends by calling ``check`` and runs
+by its SHA (``EVALSHA``) on any Redis; ``LIBRARY`` registers ``check`` as the
+function ``FUNCTION`` (``FCALL``) on Redis 7 and later, where the library's
+code runs once, when it is loaded, instead of on every call. Both names carry
+the code's digest, so two releases of this package can share one Redis while
+a deployment rolls from one to the other.
+"""
 
 from __future__ import annotations
 
@@ -23,5 +31,15 @@ def _load() -> str:
     return "\n".join(lua.joinpath(f"{part}.lua").read_text("utf-8") for part in _PARTS)
 
 
-SOURCE = _load()
+_CODE = _load()
+_DIGEST = hashlib.sha1(_CODE.encode("utf-8")).hexdigest()[:12]
+
+SOURCE = _CODE + "\nreturn check(KEYS, ARGV)\n"
 SHA = hashlib.sha1(SOURCE.encode("utf-8")).hexdigest()
+
+FUNCTION = f"django_ratelimits_check_{_DIGEST}"
+LIBRARY = (
+    f"#!lua name=django_ratelimits_{_DIGEST}\n"
+    + _CODE
+    + f"\nredis.register_function('{FUNCTION}', check)\n"
+)

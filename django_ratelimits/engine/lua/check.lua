@@ -3,33 +3,29 @@
 -- ARGV: now_us ('' = Redis TIME), mode ('c' check | 'p' peek), cost, groups,
 --       metadata cap, metadata ttl ms, offender retention ms, index cap,
 --       then per group: nlimits, ident, label, metadata ('' = none),
---       then per limit: algorithm, limit, window_us, capacity, policy.
--- KEYS: per group: metadata list, offender record, offender index (by last
---       denial), offender index (by denial count), override, then one state
---       key per limit. All keys of a group share one hash tag.
--- Returns {now_us, then per limit: allowed, remaining, retry_us, reset_us}.
+--       then per limit its spec "<algorithm>|<limit>|<window_us>|<capacity>|<policy>",
+--       which is also the limit's field in the state HASH.
+-- KEYS: per group: state HASH, metadata list, offender record, offender index
+--       (by last denial), offender index (by denial count), override, then
+--       one ZSET per sliding-log limit. All keys of a group share one hash tag.
+-- Returns one string of integers separated by spaces: now_us, then per limit
+-- allowed (1 or 0), remaining, retry_us, reset_us. (One string is cheaper
+-- for Redis to reply and for the client to read than an array of numbers.)
 --
 -- A group is one identity and is all or nothing: if any of its limits denies,
 -- none of its limits is charged. An override ("b:<until_us>" blocked, or
 -- "a:<until_us>" allow-listed, until that time) decides the whole group
 -- without looking at its limits.
+--
+-- A charge extends the state HASH's TTL only when a field it writes must
+-- outlive it, and then by a quarter more than needed, so that a busy
+-- identity's key is not given a new TTL on every request; the TTL never
+-- shrinks, whatever other policies' fields the key holds.
+-- The metadata list is trimmed back to its cap once it is a fifth over it;
+-- readers read the newest `cap` entries.
 
-local now
-if ARGV[1] ~= '' then
-  now = tonumber(ARGV[1])
-  TTL_EXTRA_MS = 60000
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-local charge = ARGV[2] == 'c'
-local cost = tonumber(ARGV[3])
-local groups = tonumber(ARGV[4])
-local meta_cap = tonumber(ARGV[5])
-local meta_ttl = tonumber(ARGV[6])
-local retention = tonumber(ARGV[7])
-local index_cap = tonumber(ARGV[8])
-local now_ms = floor(now / 1000)
+-- Set at the start of every call (check), read by the functions below.
+local now, now_ms, charge, cost, meta_cap, meta_ttl, retention, index_cap
 
 local TRIM_BATCH = 100
 
@@ -49,24 +45,28 @@ local function trim(index, by_count, cutoff)
   end
 end
 
--- Bounded bookkeeping of a denial: per-identity counts on every denial, the
--- shared indexes touched at most once a second per identity.
+-- Bounded bookkeeping of a denial: the counts on every denial; the time of
+-- the last denial, the shared indexes and the record's TTL at most once a
+-- second per identity.
 local function record_denial(record, index, by_count, ident, label, policies)
-  redis.call('HSET', record, 'id', label, 'last', now_ms)
-  redis.call('HSETNX', record, 'first', now_ms)
   local n = redis.call('HINCRBY', record, 'n', 1)
   for policy in pairs(policies) do
     redis.call('HINCRBY', record, 'd:' .. policy, 1)
   end
-  local indexed = tonumber(redis.call('HGET', record, 'ix'))
-  if indexed == nil or now_ms - indexed >= 1000 then
-    redis.call('HSET', record, 'ix', now_ms)
-    redis.call('ZADD', index, now_ms, ident)
-    redis.call('ZADD', by_count, n, ident)
-    trim(index, by_count, now_ms - retention)
-    redis.call('PEXPIRE', index, retention + TTL_EXTRA_MS)
-    redis.call('PEXPIRE', by_count, retention + TTL_EXTRA_MS)
+  local indexed = n > 1 and tonumber(redis.call('HGET', record, 'ix'))
+  if indexed and now_ms - indexed < 1000 then
+    return
   end
+  if n == 1 then
+    redis.call('HSET', record, 'id', label, 'first', now_ms, 'last', now_ms, 'ix', now_ms)
+  else
+    redis.call('HSET', record, 'id', label, 'last', now_ms, 'ix', now_ms)
+  end
+  redis.call('ZADD', index, now_ms, ident)
+  redis.call('ZADD', by_count, n, ident)
+  trim(index, by_count, now_ms - retention)
+  redis.call('PEXPIRE', index, retention + TTL_EXTRA_MS)
+  redis.call('PEXPIRE', by_count, retention + TTL_EXTRA_MS)
   redis.call('PEXPIRE', record, retention + TTL_EXTRA_MS)
 end
 
@@ -83,54 +83,141 @@ local function override_of(key)
   return nil, 0
 end
 
-local out = {now}
-local a, k = 9, 1
-for _ = 1, groups do
-  local nlimits, ident, label, meta = tonumber(ARGV[a]), ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
-  local meta_key, record, index, by_count = KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3]
-  local override, override_until = override_of(KEYS[k + 4])
-  a, k = a + 4, k + 5
-  local pending, denied, all_allowed = {}, {}, true
-  for _ = 1, nlimits do
-    local alg = ALG[ARGV[a]]
-    local limit, window = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
-    local capacity, policy = tonumber(ARGV[a + 3]), ARGV[a + 4]
-    local key = KEYS[k]
-    a, k = a + 5, k + 1
-    local allowed, remaining, retry, reset, state
-    if override == 'a' then
-      allowed, remaining, retry, reset = true, limit, 0, 0
-    elseif override == 'b' then
-      allowed, remaining = false, 0
-      retry, reset = override_until - now, override_until - now
-      policy = '!blocked'
-    else
-      allowed, remaining, retry, reset, state = alg.peek(key, now, limit, window, capacity, cost)
-    end
-    out[#out + 1] = allowed and 1 or 0
-    out[#out + 1] = remaining
-    out[#out + 1] = retry
-    out[#out + 1] = reset
-    if not allowed then
-      all_allowed = false
-      denied[policy] = true
-    elseif override == nil then
-      pending[#pending + 1] = {alg, key, limit, window, capacity, state}
+-- Charges an allowed group: one HSET of every field, the expiry extended
+-- only if needed, then the sliding logs.
+-- Charges an allowed group: one HSET of every field, the TTL extended only
+-- if needed, then the sliding logs.
+local function commit(state_key, writes, live, logs)
+  if #writes > 0 then
+    redis.call('HSET', state_key, unpack(writes))
+    local need = ceil(live / 1000) + TTL_EXTRA_MS
+    if redis.call('PTTL', state_key) < need then
+      redis.call('PEXPIRE', state_key, ceil(live / 1000 * 1.25) + 1 + TTL_EXTRA_MS)
     end
   end
-  if charge then
-    if all_allowed then
-      for _, p in ipairs(pending) do
-        p[1].commit(p[2], now, p[3], p[4], p[5], cost, p[6])
-      end
-    else
-      record_denial(record, index, by_count, ident, label, denied)
-    end
-    if meta ~= '' then
-      redis.call('LPUSH', meta_key, meta .. '|' .. fmt(now_ms) .. '|' .. (all_allowed and 'A' or 'D'))
-      redis.call('LTRIM', meta_key, 0, meta_cap - 1)
-      redis.call('PEXPIRE', meta_key, meta_ttl + TTL_EXTRA_MS)
-    end
+  for _, p in ipairs(logs) do
+    ALG.log.commit(p[1], now, p[2], p[3], p[4], cost, p[5])
   end
 end
-return out
+
+local function push_metadata(key, entry)
+  local length = redis.call('LPUSH', key, entry)
+  if length > meta_cap + ceil(meta_cap / 5) then
+    redis.call('LTRIM', key, 0, meta_cap - 1)
+  end
+  redis.call('PEXPIRE', key, meta_ttl + TTL_EXTRA_MS)
+end
+
+-- A limit's spec, parsed: {algorithm, limit, window, capacity, policy, spec}.
+-- Kept between calls where Redis keeps the code loaded (a Redis 7 function
+-- library), up to SPECS_MAX of them; parsed on every call otherwise.
+local SPECS, SPECS_MAX, nspecs = {}, 1000, 0
+
+local function parse_spec(spec)
+  local l = SPECS[spec]
+  if l == nil then
+    local code, limit, window, capacity, policy =
+      string.match(spec, '^(%a+)|(%d+)|(%d+)|(%d+)|(.*)$')
+    l = {ALG[code], tonumber(limit), tonumber(window), tonumber(capacity), policy, spec}
+    if nspecs >= SPECS_MAX then
+      SPECS, nspecs = {}, 0
+    end
+    SPECS[spec], nspecs = l, nspecs + 1
+  end
+  return l
+end
+
+-- The entry point: the script's body ends with `return check(KEYS, ARGV)`;
+-- on Redis 7 the same code is a function library that registers it.
+local function check(KEYS, ARGV)
+  bind()
+  if ARGV[1] ~= '' then
+    now = tonumber(ARGV[1])
+    TTL_EXTRA_MS = 60000
+  else
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    TTL_EXTRA_MS = 0
+  end
+  charge = ARGV[2] == 'c'
+  cost = tonumber(ARGV[3])
+  meta_cap = tonumber(ARGV[5])
+  meta_ttl = tonumber(ARGV[6])
+  retention = tonumber(ARGV[7])
+  index_cap = tonumber(ARGV[8])
+  now_ms = floor(now / 1000)
+  local out = {fmt(now)}
+  local a, k = 9, 1
+  for _ = 1, tonumber(ARGV[4]) do
+    local nlimits, ident, label, meta = tonumber(ARGV[a]), ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
+    local state_key, meta_key, record, index, by_count = KEYS[k], KEYS[k + 1], KEYS[k + 2],
+      KEYS[k + 3], KEYS[k + 4]
+    local override, override_until = override_of(KEYS[k + 5])
+    a, k = a + 4, k + 6
+    -- Every hash-held field of the group is read with one HMGET.
+    local limits, fields = {}, {}
+    for i = 1, nlimits do
+      local spec = ARGV[a]
+      local l = parse_spec(spec)
+      local key
+      if l[1].zset then
+        key = KEYS[k]
+        k = k + 1
+      else
+        fields[#fields + 1] = spec
+        key = #fields
+      end
+      limits[i] = {l, key}
+      a = a + 1
+    end
+    local values = {}
+    if override == nil and #fields > 0 then
+      values = redis.call('HMGET', state_key, unpack(fields))
+    end
+    local writes, live, logs, denied, all_allowed = {}, 0, {}, {}, true
+    for _, lk in ipairs(limits) do
+      local l, key = lk[1], lk[2]
+      local alg, limit, window, capacity, policy = l[1], l[2], l[3], l[4], l[5]
+      local allowed, remaining, retry, reset, new, lives
+      if override == 'a' then
+        allowed, remaining, retry, reset = true, limit, 0, 0
+      elseif override == 'b' then
+        allowed, remaining = false, 0
+        retry, reset = override_until - now, override_until - now
+        policy = '!blocked'
+      elseif alg.zset then
+        allowed, remaining, retry, reset, new = alg.peek(key, now, limit, window, capacity, cost)
+        if allowed then
+          logs[#logs + 1] = {key, limit, window, capacity, new}
+        end
+      else
+        allowed, remaining, retry, reset, new, lives =
+          alg.peek(values[key] or nil, now, limit, window, capacity, cost)
+        if allowed then
+          writes[#writes + 1] = l[6]
+          writes[#writes + 1] = new
+          live = max(live, lives)
+        end
+      end
+      out[#out + 1] = allowed and '1' or '0'
+      out[#out + 1] = fmt(remaining)
+      out[#out + 1] = fmt(retry)
+      out[#out + 1] = fmt(reset)
+      if not allowed then
+        all_allowed = false
+        denied[policy] = true
+      end
+    end
+    if charge then
+      if all_allowed then
+        commit(state_key, writes, live, logs)
+      else
+        record_denial(record, index, by_count, ident, label, denied)
+      end
+      if meta ~= '' then
+        push_metadata(meta_key, meta .. '|' .. fmt(now_ms) .. '|' .. (all_allowed and 'A' or 'D'))
+      end
+    end
+  end
+  return table.concat(out, ' ')
+end

@@ -1,18 +1,34 @@
 -- django-ratelimits: the check script is this prelude, one file per algorithm
 -- and check.lua, joined in that order into one script loaded once (EVALSHA).
 --
--- Every algorithm registers ALG[code] = {peek = ..., commit = ...}:
---   peek(key, now, limit, window, capacity, cost)
---     -> allowed, remaining, retry_us, reset_us, state
---   decides without writing; remaining/retry/reset describe the state as it
---   would be if the request were charged (allowed) or as it is (denied).
---   commit(key, now, limit, window, capacity, cost, state) writes the charge.
+-- An identity's limits live as fields of one HASH (its state key), so that
+-- one HMGET reads and one HSET writes all of them. Every algorithm but the
+-- sliding log is a pure function of a field's value:
+--
+--   ALG[code].peek(value, now, limit, window, capacity, cost)
+--     -> allowed, remaining, retry_us, reset_us, new_value, live_us
+--
+-- `value` is the field's string (nil when absent); remaining/retry/reset
+-- describe the state as it would be if the request were charged (allowed) or
+-- as it is (denied). When allowed, `new_value` is the field's next value and
+-- `live_us` how long it matters: the key must not expire before then. No
+-- value relies on expiry to be read correctly: each holds the time it is of.
+--
+-- The sliding log keeps a ZSET of its own (ALG.log.zset = true) and reads and
+-- writes it itself: peek(key, ...) -> ..., state; commit(key, ..., state).
+--
 -- Times are integer microseconds held in Lua doubles (exact below 2^53).
--- Numbers reach Redis only as command arguments (Redis formats them exactly)
--- or through fmt(): never through `..`, which would keep only 14 digits.
+-- Numbers reach Redis as command arguments (Redis formats them exactly) or
+-- through fmt()/fmt_float(): never through `..`, which keeps only 14 digits.
 
 local ALG = {}
-local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
+-- Bound by bind() at the start of every call: a Redis 7 function library
+-- runs its top level where `math` is not yet visible.
+local floor, ceil, max, min
+
+local function bind()
+  floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
+end
 -- Set by check.lua: extra TTL while a test clock drives time (ms).
 local TTL_EXTRA_MS = 0
 
@@ -20,7 +36,11 @@ local function fmt(n)
   return string.format('%d', n)
 end
 
--- Every key gets a TTL: the time (us) until its state stops mattering.
+-- A double written so that tonumber() reads back the same double.
+local function fmt_float(n)
+  return string.format('%.17g', n)
+end
+
 local function expire_in(key, us)
   redis.call('PEXPIRE', key, max(1, ceil(us / 1000)) + TTL_EXTRA_MS)
 end

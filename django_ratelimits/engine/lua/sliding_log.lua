@@ -1,7 +1,8 @@
 -- Sliding log: a ZSET with one member per unit of cost, scored by its time.
 -- Exact; memory grows with the limit. Members are "time:ordinal" so requests
--- in the same microsecond stay distinct.
-ALG.log = {}
+-- in the same microsecond stay distinct. The one algorithm with a key of its
+-- own (ALG.log.zset): it reads and writes that key itself.
+ALG.log = {zset = true}
 
 local function log_score_at(key, now, window, rank, reverse)
   local lo, hi = string.format('(%d', now - window), '+inf'

@@ -1,6 +1,7 @@
 -- Sliding window counter: the current and the previous fixed window's counts,
 -- the previous one weighted by how much of it still overlaps the sliding
--- window (HASH w, c, p). O(1) memory; an approximation of the sliding log.
+-- window ("<w> <current> <previous>"). O(1) memory; an approximation of the
+-- sliding log.
 ALG.swc = {}
 
 local function swc_estimate(prev, cur, window, elapsed)
@@ -22,15 +23,17 @@ local function swc_first_fit(prev, cur, window, limit, cost, from)
   return min(e, window)
 end
 
-function ALG.swc.peek(key, now, limit, window, capacity, cost)
+function ALG.swc.peek(v, now, limit, window, capacity, cost)
   local w = floor(now / window)
-  local v = redis.call('HMGET', key, 'w', 'c', 'p')
-  local sw = tonumber(v[1])
   local cur, prev = 0, 0
-  if sw == w then
-    cur, prev = tonumber(v[2]), tonumber(v[3])
-  elseif sw == w - 1 then
-    prev = tonumber(v[2])
+  if v then
+    local sw, sc, sp = string.match(v, '^(%d+) (%d+) (%d+)$')
+    sw = tonumber(sw)
+    if sw == w then
+      cur, prev = tonumber(sc), tonumber(sp)
+    elseif sw == w - 1 then
+      prev = tonumber(sc)
+    end
   end
   local start = w * window
   local elapsed = now - start
@@ -41,7 +44,8 @@ function ALG.swc.peek(key, now, limit, window, capacity, cost)
     return 0
   end
   if est + cost <= limit then
-    return true, limit - est - cost, 0, reset_for(cur + cost), {w, cur + cost, prev}
+    return true, limit - est - cost, 0, reset_for(cur + cost),
+      fmt(w) .. ' ' .. fmt(cur + cost) .. ' ' .. fmt(prev), (w + 2) * window - now
   end
   local retry
   if cur + cost <= limit then
@@ -50,10 +54,5 @@ function ALG.swc.peek(key, now, limit, window, capacity, cost)
     -- Not in this window: in the next one the current count becomes `prev`.
     retry = start + window + swc_first_fit(cur, 0, window, limit, cost, 0) - now
   end
-  return false, max(0, limit - est), retry, reset_for(cur), nil
-end
-
-function ALG.swc.commit(key, now, limit, window, capacity, cost, state)
-  redis.call('HSET', key, 'w', state[1], 'c', state[2], 'p', state[3])
-  expire_in(key, (state[1] + 2) * window - now)
+  return false, max(0, limit - est), retry, reset_for(cur)
 end

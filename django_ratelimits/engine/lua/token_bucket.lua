@@ -1,13 +1,13 @@
 -- Token bucket: `capacity` tokens, refilled continuously at limit/window
--- (HASH t = tokens, ts = last refill). Tokens are doubles: Redis stores a
--- number argument with all its digits, so the state round-trips exactly.
+-- ("<tokens> <last refill>"). Tokens are doubles, written with all their
+-- digits (fmt_float), so the state round-trips exactly.
 ALG.tb = {}
 
-function ALG.tb.peek(key, now, limit, window, capacity, cost)
-  local v = redis.call('HMGET', key, 't', 'ts')
-  local tokens, ts = capacity, tonumber(v[2])
-  if ts then
-    tokens = tonumber(v[1])
+function ALG.tb.peek(v, now, limit, window, capacity, cost)
+  local tokens, ts = capacity, nil
+  if v then
+    local st, sts = string.match(v, '^(%S+) (%d+)$')
+    tokens, ts = tonumber(st), tonumber(sts)
     if now > ts then
       tokens = min(capacity, tokens + (now - ts) * limit / window)
     end
@@ -17,13 +17,9 @@ function ALG.tb.peek(key, now, limit, window, capacity, cost)
   local stamp = max(ts, now)
   if tokens >= cost then
     local left = tokens - cost
-    return true, floor(left), 0, ceil((capacity - left) * window / limit), {left, stamp}
+    local full_in = ceil((capacity - left) * window / limit)
+    return true, floor(left), 0, full_in, fmt_float(left) .. ' ' .. fmt(stamp), full_in
   end
   return false, floor(tokens), ceil((cost - tokens) * window / limit),
-    ceil((capacity - tokens) * window / limit), nil
-end
-
-function ALG.tb.commit(key, now, limit, window, capacity, cost, state)
-  redis.call('HSET', key, 't', state[1], 'ts', state[2])
-  expire_in(key, ceil((capacity - state[1]) * window / limit))
+    ceil((capacity - tokens) * window / limit)
 end
