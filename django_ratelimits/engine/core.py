@@ -60,8 +60,9 @@ class Clock(Protocol):
 class _Call:
     """One script call: the groups of identities that share one slot."""
 
-    keys: list[str] = field(default_factory=list)
-    args: list[str | int] = field(default_factory=list)
+    route: str  # a key of the slot, to find its node on a cluster
+    keys: list[str | bytes] = field(default_factory=list)
+    args: list[str | bytes | int] = field(default_factory=list)
     pairs: list[tuple[Identity, Limit]] = field(default_factory=list)
     groups: int = 0
 
@@ -99,11 +100,14 @@ class Engine:
         self.clock = clock
         self._async_client = async_client
         per_shard = -(-offender_index_max // self.keys.shards)
-        self._tail: list[str | int] = [
-            metadata_max_entries,
-            metadata_ttl * 1000,
-            offender_retention * 1000,
-            per_shard,
+        self._tail = [
+            str(n).encode()
+            for n in (
+                metadata_max_entries,
+                metadata_ttl * 1000,
+                offender_retention * 1000,
+                per_shard,
+            )
         ]
 
     @property
@@ -241,22 +245,15 @@ class Engine:
         calls: dict[int, _Call] = {}
         for chk in checks:
             keys = self.keys.of(chk.identity)
-            specs = [limit.spec for limit in chk.limits]
+            specs = [limit.encoded_spec for limit in chk.limits]
             if len(set(specs)) != len(specs):
                 raise ValueError(f"a limit is given twice for {label(chk.identity)}")
             slot = self._slot(keys.state)
             call = calls.get(slot)
             if call is None:
-                call = calls[slot] = _Call()
+                call = calls[slot] = _Call(keys.state)
             call.groups += 1
-            call.keys += [
-                keys.state,
-                keys.metadata,
-                keys.record,
-                keys.index,
-                keys.count_index,
-                keys.override,
-            ]
+            call.keys += keys.group
             call.keys += [keys.log(limit) for limit in chk.limits if limit.is_log]
             metadata = "" if chk.metadata is None else printable(chk.metadata, 300)
             call.args += [len(specs), keys.ident, label(chk.identity), metadata, *specs]
@@ -307,7 +304,7 @@ class Engine:
         return [self._command(call)]
 
     def _eval(self, call: _Call) -> Any:
-        route = self._route(call.keys[0])
+        route = self._route(call.route)
         commands = [self._command(call)]
         for attempt in range(_ATTEMPTS):
             try:
@@ -324,7 +321,7 @@ class Engine:
         """One check per slot, pipelined: nodes are written before any is read."""
         pipe = self.client.pipeline(transaction=False)
         for call in calls:
-            pipe.execute_command(*self._command(call), **self._route(call.keys[0]))
+            pipe.execute_command(*self._command(call), **self._route(call.route))
         replies: list[Any] = pipe.execute(raise_on_error=False)
         for n, reply in enumerate(replies):
             if isinstance(reply, Exception):
@@ -347,7 +344,7 @@ class Engine:
         route: dict[str, Any] = {}
         if isinstance(client, AsyncRedisCluster):
             await client.initialize()  # loads the slot map once; a no-op after that
-            route["target_nodes"] = client.get_node_from_key(call.keys[0])
+            route["target_nodes"] = client.get_node_from_key(call.route)
         commands = [self._command(call)]
         for attempt in range(_ATTEMPTS):
             try:

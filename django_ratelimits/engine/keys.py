@@ -86,6 +86,20 @@ class IdentityKeys:
     def override(self) -> str:
         return f"{self.tag}:x:{self.ident}"
 
+    @functools.cached_property
+    def group(self) -> tuple[bytes, ...]:
+        """The keys every check of the identity names, in the order the script reads
+        them, encoded once (key names are cached with the identity, see ``of_ident``)."""
+        names = (
+            self.state,
+            self.metadata,
+            self.record,
+            self.index,
+            self.count_index,
+            self.override,
+        )
+        return tuple(name.encode() for name in names)
+
     def log(self, limit: Limit) -> str:
         """The ZSET of a sliding-log limit."""
         return f"{self.tag}:log:{key_part(limit.policy)}:{limit.rate}:{self.ident}"

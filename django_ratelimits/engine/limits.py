@@ -100,6 +100,11 @@ class Limit:
         rate = self.rate
         return f"{self.algorithm.code}|{rate.limit}|{rate.window_us}|{self.capacity}|{self.policy}"
 
+    @cached_property
+    def encoded_spec(self) -> bytes:
+        """:attr:`spec` as sent to Redis, encoded once."""
+        return self.spec.encode()
+
     @property
     def is_log(self) -> bool:
         """Whether the state is a key of its own (the sliding log's ZSET)."""
