@@ -231,7 +231,8 @@ def _metadata(engine: Engine, stats: redis.Redis) -> tuple[int, int]:
     return int(stats.memory_usage(key, samples=0) or 0), int(stats.llen(key))
 
 
-def _machine(server: RedisServer, stats: redis.Redis) -> dict[str, str]:
+def cpu() -> str:
+    """How many CPUs, and their model as /proc/cpuinfo names it."""
     model = "unknown"
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -240,10 +241,14 @@ def _machine(server: RedisServer, stats: redis.Redis) -> dict[str, str]:
                 break
     except OSError:
         pass
+    return f"{os.cpu_count()} x {model}"
+
+
+def _machine(server: RedisServer, stats: redis.Redis) -> dict[str, str]:
     info = stats.info("server")
     return {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "cpu": f"{os.cpu_count()} x {model}",
+        "cpu": cpu(),
         "os": platform.platform(),
         "python": platform.python_version(),
         "redis-py": version("redis"),

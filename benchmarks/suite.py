@@ -105,15 +105,7 @@ def _run(redis_server: RedisServer, workdir: Path, parts: Sequence[str], quick: 
 
 
 def _machine() -> str:
-    model = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{os.cpu_count()} x {model}, {platform.platform()}"
+    return f"{engine.cpu()}, {platform.platform()}"
 
 
 def _versions() -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -289,9 +289,18 @@ class Engine:
         how = ("FCALL", script.FUNCTION) if self._functions else ("EVALSHA", script.SHA)
         return (*how, len(call.keys), *call.keys, *call.args)
 
+    def _attempts(self, call: _Call) -> Generator[list[tuple[Any, ...]], ResponseError, None]:
+        """The commands to send for ``call``, in turn, the last one's reply being the
+        check's: first the check itself; after a :func:`_not_loaded` error sent back
+        in, what loads the code first; any other error (or too many) is raised."""
+        commands = [self._command(call)]
+        for attempt in range(_ATTEMPTS):
+            error = yield commands
+            if attempt == _ATTEMPTS - 1 or not _not_loaded(error):
+                raise error
+            commands = self._recover(call, error)
+
     def _recover(self, call: _Call, error: Exception) -> list[tuple[Any, ...]]:
-        """After ``error`` (a :func:`_not_loaded` one), the commands to send in turn,
-        the last one's reply being the check's."""
         if isinstance(error, NoScriptError):
             # Redis restarted or its script cache was flushed: EVAL runs the
             # script and caches it again, so the next call uses EVALSHA.
@@ -304,18 +313,13 @@ class Engine:
         return [self._command(call)]
 
     def _eval(self, call: _Call) -> Any:
-        route = self._route(call.route)
-        commands = [self._command(call)]
-        for attempt in range(_ATTEMPTS):
+        route, attempts = self._route(call.route), self._attempts(call)
+        commands = next(attempts)
+        while True:
             try:
-                for command in commands:
-                    reply = self.client.execute_command(*command, **route)
-                return reply
+                return [self.client.execute_command(*c, **route) for c in commands][-1]
             except ResponseError as exc:
-                if attempt == _ATTEMPTS - 1 or not _not_loaded(exc):
-                    raise
-                commands = self._recover(call, exc)
-        raise AssertionError("unreachable")
+                commands = attempts.send(exc)
 
     def _eval_many(self, calls: list[_Call]) -> list[Any]:
         """One check per slot, pipelined: nodes are written before any is read."""
@@ -345,14 +349,10 @@ class Engine:
         if isinstance(client, AsyncRedisCluster):
             await client.initialize()  # loads the slot map once; a no-op after that
             route["target_nodes"] = client.get_node_from_key(call.route)
-        commands = [self._command(call)]
-        for attempt in range(_ATTEMPTS):
+        attempts = self._attempts(call)
+        commands = next(attempts)
+        while True:
             try:
-                for command in commands:
-                    reply = await client.execute_command(*command, **route)
-                return reply
+                return [await client.execute_command(*c, **route) for c in commands][-1]
             except ResponseError as exc:
-                if attempt == _ATTEMPTS - 1 or not _not_loaded(exc):
-                    raise
-                commands = self._recover(call, exc)
-        raise AssertionError("unreachable")
+                commands = attempts.send(exc)
