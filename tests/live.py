@@ -72,17 +72,13 @@ class Site:
     port: int
     log: Path
 
-    def get(
-        self, path: str, *, source: str = "127.0.0.1", headers: dict[str, str] | None = None
-    ) -> Reply:
+    def get(self, path: str, *, source: str = "127.0.0.1") -> Reply:
         connection = http.client.HTTPConnection(
             "127.0.0.1", self.port, timeout=REQUEST_TIMEOUT, source_address=(source, 0)
         )
         started = time.monotonic()
         try:
-            connection.request(
-                "GET", path, headers={"Accept": "application/json", **(headers or {})}
-            )
+            connection.request("GET", path, headers={"Accept": "application/json"})
             response = connection.getresponse()
             body = response.read()
         finally:
@@ -103,7 +99,7 @@ class Site:
 # --------------------------------------------------------------------------- servers
 
 
-def django(env: dict[str, str], *args: str) -> None:
+def _django(env: dict[str, str], *args: str) -> None:
     subprocess.run(
         [sys.executable, "-m", "django", *args],
         env=env,
@@ -131,10 +127,10 @@ def prepare(
         "PYTHONPATH": str(ROOT),
         **extra_env,
     }
-    django(env, "migrate", "--noinput")
+    _django(env, "migrate", "--noinput")
     create = "from django_ratelimits.models import Policy\n"
     create += f"for fields in {list(policies)!r}:\n    Policy.objects.create(**fields)"
-    django(env, "shell", "-c", create)
+    _django(env, "shell", "-c", create)
     return env
 
 
