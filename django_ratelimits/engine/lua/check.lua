@@ -199,10 +199,7 @@ local function check(KEYS, ARGV)
           live = max(live, lives)
         end
       end
-      out[#out + 1] = allowed and '1' or '0'
-      out[#out + 1] = fmt(remaining)
-      out[#out + 1] = fmt(retry)
-      out[#out + 1] = fmt(reset)
+      out[#out + 1] = string.format('%d %d %d %d', allowed and 1 or 0, remaining, retry, reset)
       if not allowed then
         all_allowed = false
         denied[policy] = true
@@ -215,7 +212,7 @@ local function check(KEYS, ARGV)
         record_denial(record, index, by_count, ident, label, denied)
       end
       if meta ~= '' then
-        push_metadata(meta_key, meta .. '|' .. fmt(now_ms) .. '|' .. (all_allowed and 'A' or 'D'))
+        push_metadata(meta_key, string.format('%s|%d|%s', meta, now_ms, all_allowed and 'A' or 'D'))
       end
     end
   end
