@@ -211,3 +211,27 @@ def test_an_unreachable_redis_raises_backend_error(redis_standalone: Any) -> Non
         engine.check([Check(IP, limits("5/s", Algorithm.GCRA))])
     with pytest.raises(BackendError):
         engine.reset(IP, limits("5/s", Algorithm.GCRA), forget=True)
+
+
+@pytest.mark.parametrize("redis_client", ["standalone"], indirect=True)
+def test_a_user_without_functions_runs_the_check_as_a_script(
+    redis_client: Any, redis_standalone: Any
+) -> None:
+    # On Redis 6 there are no functions to refuse: every check is a script there too.
+    refused = ["-fcall", "-function"] if _version(redis_client) >= (7,) else []
+    redis_client.execute_command(
+        "ACL", "SETUSER", "nofunctions", "on", ">secret", "~*", "+@all", *refused
+    )
+    try:
+        client = redis.Redis(
+            host=redis_standalone.host,
+            port=redis_standalone.port,
+            username="nofunctions",
+            password="secret",
+        )
+        engine = fresh_engine(client, FakeClock(EPOCH_US))
+        checks = [Check(IP, limits("2/m", Algorithm.SLIDING_WINDOW))]
+        assert [engine.check(checks).allowed for _ in range(3)] == [True, True, False]
+        assert engine.check_command == "EVALSHA"
+    finally:
+        redis_client.execute_command("ACL", "DELUSER", "nofunctions")
