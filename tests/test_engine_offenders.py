@@ -71,6 +71,9 @@ def test_the_index_is_capped_and_keeps_the_latest(redis_client: Any) -> None:
         clock.advance(1)
     members = redis_client.zrange(engine.keys.index(0), 0, -1)
     assert members == [ident(ip).encode() for ip in ips[3:]]
+    # The records of the identities the cap dropped go with them; the others stay.
+    records = [redis_client.exists(engine.keys.of(ip).record) for ip in ips]
+    assert records == [0, 0, 0, 1, 1, 1]
 
 
 def test_the_index_forgets_entries_past_retention(redis_client: Any) -> None:

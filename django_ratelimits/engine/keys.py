@@ -79,7 +79,7 @@ class IdentityKeys:
         return f"{self.tag}:m:{self.ident}"
 
     @property
-    def record(self) -> str:
+    def record(self) -> str:  # check.lua builds it too, to drop records past the cap
         return f"{self.tag}:o:{self.ident}"
 
     @property

@@ -42,6 +42,15 @@ local function trim(index, by_count, cutoff)
     local oldest = redis.call('ZRANGE', index, 0, min(over, TRIM_BATCH) - 1)
     redis.call('ZREM', index, unpack(oldest))
     redis.call('ZREM', by_count, unpack(oldest))
+    -- Their offender records would outlive them by up to the retention, so that
+    -- memory under a flood of identities would be bounded by time, not by the
+    -- cap: drop them too. A record is "P:{sN}:o:<ident>" (keys.py), the index
+    -- "P:{sN}:ox": both in the shard's slot.
+    local tag = string.sub(index, 1, -4)
+    for i, who in ipairs(oldest) do
+      oldest[i] = tag .. ':o:' .. who
+    end
+    redis.call('UNLINK', unpack(oldest))
   end
 end
 
