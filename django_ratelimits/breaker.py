@@ -4,6 +4,10 @@ After ``BREAKER_FAILURES`` consecutive failures the breaker opens: checks fail
 open (or closed, per policy) at once, without asking Redis. After
 ``BREAKER_COOLDOWN`` seconds one request tries Redis again; success closes the
 breaker, failure keeps it open for another cooldown.
+
+A cluster slot being migrated is not Redis failing: the checks of that slot's
+identities fail (redis-py gives up after its TRYAGAIN retries) while every
+other slot answers, so those failures leave the breaker as it is.
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+
+from redis.exceptions import ClusterDownError, ClusterError, TryAgainError
 
 from django_ratelimits.conf import get_settings
 
@@ -50,6 +56,9 @@ class CircuitBreaker:
                 self._opened_at = None
 
     def failure(self, error: Exception) -> None:
+        if _slot_in_migration(error):
+            logger.warning("%s (a cluster slot is being migrated)", error)
+            return
         with self._lock:
             self._failures += 1
             if self._opened_at is not None:
@@ -65,6 +74,18 @@ class CircuitBreaker:
                 )
             else:
                 logger.warning("%s", error)
+
+
+def _slot_in_migration(error: Exception) -> bool:
+    """``TRYAGAIN`` from a node, or redis-py out of retries on one (``TTL exhausted``)."""
+    cause = error.__cause__ or error
+    if isinstance(cause, TryAgainError):
+        return True
+    return (
+        isinstance(cause, ClusterError)
+        and not isinstance(cause, ClusterDownError)
+        and "TTL exhausted" in str(cause)
+    )
 
 
 breaker = CircuitBreaker()
