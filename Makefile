@@ -21,7 +21,7 @@ help:
 	@echo "make demo       run the demo site on http://$(DEMO_ADDR)/ (admin login is printed)"
 	@echo "make test       the whole test suite, then ruff and mypy (all must pass)"
 	@echo "make pytest     only the test suite (PYTEST_ARGS='-k cluster -x' to narrow it)"
-	@echo "make lint       ruff check ."
+	@echo "make lint       ruff check . and ruff format --check ."
 	@echo "make typecheck  mypy django_ratelimits"
 	@echo "make bench      every benchmark (engine, peers, request, servers, accuracy): docs/benchmarks.md"
 	@echo "make venv       create $(VENV) with $(PYTHON) (PYTHON=python3.13 to choose another)"
@@ -37,16 +37,17 @@ $(STAMP): pyproject.toml
 	  { echo "error: $(PYTHON) is $$($(PYTHON) --version 2>&1); django-ratelimits needs Python 3.11+ (make PYTHON=python3.12 ...)" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -e '.[test,bench]'
 	@touch $@
 
 # ---------------------------------------------------------------- checks
 
-# Runs all three even when one fails, then fails if any did.
+# Runs them all even when one fails, then fails if any did.
 test: venv
 	@status=0; \
 	echo "==> pytest $(PYTEST_ARGS)"; $(BIN)/pytest $(PYTEST_ARGS) || status=1; \
 	echo "==> ruff check ."; $(BIN)/ruff check . || status=1; \
+	echo "==> ruff format --check ."; $(BIN)/ruff format --check . || status=1; \
 	echo "==> mypy django_ratelimits"; $(BIN)/mypy django_ratelimits || status=1; \
 	if [ $$status -ne 0 ]; then echo "make test: FAILED (see above)" >&2; fi; \
 	exit $$status
@@ -56,21 +57,15 @@ pytest: venv
 
 lint: venv
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 typecheck: venv
 	$(BIN)/mypy django_ratelimits
 
 # ---------------------------------------------------------------- benchmarks
 
-BENCH_STAMP := $(VENV)/.installed-bench-extra
-
-# The bench extra (the peers: django-ratelimit, limits), which make test does not need.
-$(BENCH_STAMP): $(STAMP)
-	$(PY) -m pip install --quiet -e '.[test,bench]'
-	@touch $@
-
 # Starts its own redis-server; see benchmarks/suite.py and docs/benchmarks.md.
-bench: $(BENCH_STAMP)
+bench: venv
 	$(PY) -m benchmarks
 
 # ---------------------------------------------------------------- demo
