@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 
 from redis import Redis
-from redis.cluster import RedisCluster
+from redis.cluster import ClusterNode, RedisCluster
 
 from django_ratelimits.engine import Engine, KeySpace
 from django_ratelimits.testing import FakeClock
@@ -18,6 +18,15 @@ EPOCH_US = 1_800_000_000_000_000
 def fresh_engine(client: Redis | RedisCluster, clock: FakeClock | None = None, **kw: int) -> Engine:
     """An engine with a key prefix no other test or example has used."""
     return Engine(client, keys=KeySpace(prefix=f"t{next(_prefixes)}"), clock=clock, **kw)
+
+
+def client_of(
+    nodes: list[tuple[str, int]], cluster: bool, connections: int
+) -> Redis | RedisCluster:
+    """A new client of the test Redis, for a process of its own (spawned workers)."""
+    if cluster:
+        return RedisCluster(startup_nodes=[ClusterNode(host, port) for host, port in nodes])
+    return Redis(host=nodes[0][0], port=nodes[0][1], max_connections=connections)
 
 
 def check_calls(*clients: Redis) -> int:

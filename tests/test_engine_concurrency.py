@@ -14,13 +14,12 @@ from multiprocessing.pool import Pool
 from typing import Any
 
 import pytest
-import redis
-from redis.cluster import ClusterNode, RedisCluster
+from redis.cluster import RedisCluster
 
 from django_ratelimits.engine import Algorithm, Check, Engine, Identity, KeySpace, Limit
 from django_ratelimits.rates import Rate
 from django_ratelimits.testing import FakeClock
-from tests.engine_helpers import EPOCH_US
+from tests.engine_helpers import EPOCH_US, client_of
 
 PROCESSES, THREADS, ATTEMPTS = 3, 8, 10  # 240 attempts at a 100/m limit
 
@@ -29,11 +28,7 @@ def hammer(
     nodes: list[tuple[str, int]], cluster: bool, prefix: str, algorithm: str, start: Any
 ) -> int:
     """One process: THREADS threads, ATTEMPTS checks each; returns how many passed."""
-    client: redis.Redis | RedisCluster
-    if cluster:
-        client = RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in nodes])
-    else:
-        client = redis.Redis(host=nodes[0][0], port=nodes[0][1], max_connections=THREADS)
+    client = client_of(nodes, cluster, THREADS)
     engine = Engine(client, keys=KeySpace(prefix=prefix), clock=FakeClock(EPOCH_US))
     checks = [
         Check(Identity("ip", "203.0.113.1"), [Limit("race", Rate(100, 60), Algorithm(algorithm))])

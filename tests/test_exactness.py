@@ -20,13 +20,12 @@ from multiprocessing.pool import Pool
 from typing import Any
 
 import pytest
-import redis
-from redis.cluster import ClusterNode, RedisCluster
+from redis.cluster import RedisCluster
 
 from django_ratelimits.engine import Algorithm, Check, Engine, Identity, KeySpace, Limit
 from django_ratelimits.rates import Rate
 from django_ratelimits.testing import FakeClock
-from tests.engine_helpers import EPOCH_US
+from tests.engine_helpers import EPOCH_US, client_of
 
 pytestmark = pytest.mark.slow
 
@@ -43,11 +42,7 @@ def race(
 ) -> list[list[int]]:
     """One process: per run, THREADS threads race; returns its admissions per run and
     algorithm (in the order of ``EXACT``)."""
-    client: redis.Redis | RedisCluster
-    if cluster:
-        client = RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in nodes])
-    else:
-        client = redis.Redis(host=nodes[0][0], port=nodes[0][1], max_connections=THREADS)
+    client = client_of(nodes, cluster, THREADS)
     engine = Engine(client, keys=KeySpace(prefix=prefix), clock=FakeClock(EPOCH_US))
 
     def checks(run: int) -> list[list[Check]]:
