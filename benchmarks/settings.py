@@ -22,6 +22,7 @@ import os
 
 from demo_project.settings import *  # noqa: F403
 from demo_project.settings import MIDDLEWARE as BASE_MIDDLEWARE
+from tests.settings import SERVER_LOGGING
 
 SECRET_KEY = "django-ratelimits-benchmarks-only-not-secret"
 DEBUG = False
@@ -49,12 +50,4 @@ if os.environ.get("RATELIMITS_BENCH_MIDDLEWARE") == "1":
     _AT = MIDDLEWARE.index("benchmarks.site.BenchUser") + 1
     MIDDLEWARE = [*MIDDLEWARE[:_AT], RATE_LIMIT_MIDDLEWARE, *MIDDLEWARE[_AT:]]
 
-LOGGING: dict[str, object] = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "handlers": {"stderr": {"class": "logging.StreamHandler"}},
-    "loggers": {
-        "django": {"handlers": ["stderr"], "level": "ERROR"},
-        "django_ratelimits": {"handlers": ["stderr"], "level": "WARNING"},
-    },
-}
+LOGGING = SERVER_LOGGING

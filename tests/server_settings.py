@@ -16,7 +16,7 @@ from collections.abc import Callable
 from django.http import HttpRequest, HttpResponse
 
 from tests.settings import *  # noqa: F403
-from tests.settings import MIDDLEWARE
+from tests.settings import MIDDLEWARE, SERVER_LOGGING
 
 DATABASES = {
     "default": {"ENGINE": "django.db.backends.sqlite3", "NAME": os.environ["RATELIMITS_SERVER_DB"]}
@@ -51,13 +51,4 @@ DJANGO_RATELIMITS = {
     "BREAKER_COOLDOWN": 1.0,
 }
 
-# Server errors on stderr, which the test keeps in a log file per server.
-LOGGING: dict[str, object] = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "handlers": {"stderr": {"class": "logging.StreamHandler"}},
-    "loggers": {
-        "django": {"handlers": ["stderr"], "level": "ERROR"},
-        "django_ratelimits": {"handlers": ["stderr"], "level": "WARNING"},
-    },
-}
+LOGGING = SERVER_LOGGING
