@@ -113,6 +113,20 @@ def test_metadata_list_tells_who_was_behind_an_ip_and_is_capped(redis_client: An
     assert [hit.who for hit in hits] == [f"user:{n}" for n in (9, 8, 7, 6, 5)]
 
 
+def test_metadata_lives_at_least_its_ttl_after_the_newest_entry(redis_client: Any) -> None:
+    engine = fresh_engine(redis_client, metadata_ttl=100)  # Redis' clock: real TTLs
+    ip = Identity("ip", "203.0.113.10")
+    key = engine.keys.of(ip).metadata
+    engine.check([Check(ip, API, metadata="user:1|/api")])
+    assert 100_000 < redis_client.pttl(key) <= 125_000
+    redis_client.pexpire(key, 110_000)  # more than the TTL left: a push leaves it
+    engine.check([Check(ip, API, metadata="user:1|/api")])
+    assert 100_000 < redis_client.pttl(key) <= 110_000
+    redis_client.pexpire(key, 90_000)  # less: the push renews it
+    engine.check([Check(ip, API, metadata="user:1|/api")])
+    assert 100_000 < redis_client.pttl(key) <= 125_000
+
+
 def test_no_metadata_unless_asked(redis_client: Any) -> None:
     engine = fresh_engine(redis_client, FakeClock(EPOCH_US))
     ip = Identity("ip", "203.0.113.10")

@@ -109,12 +109,16 @@ local function commit(state_key, writes, live, logs)
   end
 end
 
+-- The list lives at least METADATA_TTL after its newest entry, at most a quarter
+-- more: its TTL is set to 1.25 times that only once less than the whole is left.
 local function push_metadata(key, entry)
   local length = redis.call('LPUSH', key, entry)
   if length > meta_cap + ceil(meta_cap / 5) then
     redis.call('LTRIM', key, 0, meta_cap - 1)
   end
-  redis.call('PEXPIRE', key, meta_ttl + TTL_EXTRA_MS)
+  if length == 1 or redis.call('PTTL', key) < meta_ttl + TTL_EXTRA_MS then
+    redis.call('PEXPIRE', key, ceil(meta_ttl * 1.25) + TTL_EXTRA_MS)
+  end
 end
 
 -- A limit's spec, parsed: {algorithm, limit, window, capacity, policy, spec}.
