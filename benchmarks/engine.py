@@ -196,8 +196,8 @@ def _run_round(scenario: Scenario, n: int, stats: redis.Redis) -> None:
     scenario.denied += denied
     after = _commandstats(stats)
     command = scenario.command
-    scenario.redis_calls += after[command][0] - before.get(command, (0, 0.0))[0]
-    scenario.redis_usec += after[command][1] - before.get(command, (0, 0.0))[1]
+    scenario.redis_calls += after.get(command, (0, 0.0))[0] - before.get(command, (0, 0.0))[0]
+    scenario.redis_usec += after.get(command, (0, 0.0))[1] - before.get(command, (0, 0.0))[1]
     scenario.inner_usec += _inner(before, after)
 
 

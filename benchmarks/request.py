@@ -36,6 +36,7 @@ from benchmarks.timing import CELLS_HEAD, CELLS_RULE, cells, counting_client, in
 from tests.redis_harness import RedisServer
 
 if TYPE_CHECKING:
+    from django_ratelimits.engine import Check
     from django_ratelimits.policies import PolicyRegistry
     from django_ratelimits.spec import PolicySpec
 
@@ -62,6 +63,7 @@ class Report:
     bare: Scenario
     rows: list[Row]
     engine: Scenario | None = None  # the middleware's engine call for the headline, alone
+    python: Scenario | None = None  # the headline's middleware, the engine's answer replayed
     checks: dict[str, list[int]] = field(default_factory=dict)  # what -> statuses
     # µs per PolicyRegistry.match, by (policies, paths never cached), timed alone.
     match_us: dict[tuple[int, bool], float] = field(default_factory=dict)
@@ -113,11 +115,10 @@ def _caller(
     return request
 
 
-def _engine_caller(spec: PolicySpec, tag: int, n: int) -> Callable[[], bool]:
-    """The engine call the middleware makes for ``spec`` (client address and user), alone."""
-    from django_ratelimits.engine import Check, Identity, get_engine
+def _engine_requests(spec: PolicySpec, tag: int, n: int) -> list[list[Check]]:
+    """What the middleware asks the engine for ``spec`` (client address and user)."""
+    from django_ratelimits.engine import Check, Identity
 
-    engine = get_engine()
     requests = []
     for i in range(n):
         address, user = f"10.{100 + tag}.{i // 256}.{i % 256}", str(tag * 100_000 + i)
@@ -128,7 +129,15 @@ def _engine_caller(spec: PolicySpec, tag: int, n: int) -> Callable[[], bool]:
                 Check(Identity("user", user), spec.limits, f"ip:{address}|{where}"),
             ]
         )
-    cycle = itertools.cycle(requests)
+    return requests
+
+
+def _engine_caller(spec: PolicySpec, tag: int, n: int) -> Callable[[], bool]:
+    """The engine call the middleware makes for ``spec``, alone."""
+    from django_ratelimits.engine import get_engine
+
+    engine = get_engine()
+    cycle = itertools.cycle(_engine_requests(spec, tag, n))
     return lambda: engine.check(next(cycle)).allowed
 
 
@@ -173,6 +182,7 @@ def _match_us(registry: PolicyRegistry, paths: list[str]) -> float:
 def run(server: RedisServer, quick: bool = False) -> Report:
     """Needs Django set up (:func:`benchmarks.site.setup`)."""
     from django_ratelimits import policies
+    from django_ratelimits.engine import get_engine
     from django_ratelimits.policies import CACHE_SIZE
 
     rounds, per_round = (2, 30) if quick else (5, 700)
@@ -205,6 +215,14 @@ def run(server: RedisServer, quick: bool = False) -> Report:
     assert spec is not None
     engine_call = _engine_caller(spec, next(tag), per_round)
     report.engine = Scenario("the engine call of the 10-policy row, alone", engine_call)
+    # The headline's requests with the engine answering from memory: the Python alone.
+    replayed = get_engine().check(_engine_requests(spec, next(tag), 1)[0])
+    call = _caller(limited, _paths("/api/items", per_round), next(tag), per_round, True)
+    report.python = Scenario(
+        f"RateLimitMiddleware, {HEADLINE} policies, the engine's answer replayed", call
+    )
+    report.rows.append(Row(report.python))
+    registry_of[report.python.name] = registry_of[report.headline.name]
     for label, prefix in (
         ("django-ratelimit `@ratelimit`", _DECORATED["django-ratelimit"]),
         ("django_ratelimits.compat `@ratelimit`", _DECORATED["compat"]),
@@ -214,9 +232,13 @@ def run(server: RedisServer, quick: bool = False) -> Report:
 
     def enter(scenario: Scenario) -> contextlib.AbstractContextManager[object]:  # swaps registry
         registry = registry_of.get(scenario.name)
-        if registry is None:
-            return contextlib.nullcontext()
-        return mock.patch.object(policies, "_registry", registry)
+        stack = contextlib.ExitStack()
+        if registry is not None:
+            stack.enter_context(mock.patch.object(policies, "_registry", registry))
+        if scenario is report.python:
+            answer = mock.patch.object(get_engine(), "check", lambda *_, **__: replayed)
+            stack.enter_context(answer)
+        return stack
 
     with mock.patch.object(policies, "_registry", registry_of[report.headline.name]):
         report.checks["middleware"] = [limited("/limited/1", "192.0.2.60", 1) for _ in range(6)]

@@ -238,12 +238,22 @@ def where_the_time_goes(result: Run) -> str:
                 f"  The engine call it makes, timed alone in the same rounds, is"
                 f" {check_us:.0f} µs ({check_us / ping_us:.2f}x PING, one round trip"
                 " included): the engine is most of the overhead, and alone it is above the"
-                f" {request.TARGET_OVERHEAD}x target. The other {overhead - check_us:.0f} µs"
-                " are the limiter and the middleware in Python: the client address and the"
-                " two identities, grouping six limits into two checks, the metadata strings,"
-                " the verdict and its signals, the `RateLimit` header fields on the response"
-                f" (this process's CPU per request: {req.headline.client_cpu_us:.0f} µs with"
-                f" the middleware, {req.bare.client_cpu_us:.0f} µs without, and"
+                f" {request.TARGET_OVERHEAD}x target."
+            )
+        if req.engine is not None and req.python is not None:
+            python_us = req.overhead(req.python)
+            lines.append(
+                f"  The limiter and the middleware in Python (the same requests with the"
+                f" engine's answer replayed from memory) add {python_us:.0f} µs"
+                f" ({python_us / ping_us:.2f}x PING): the client address and the two"
+                " identities, grouping six limits into two checks, the metadata strings, the"
+                " verdict, the `RateLimit` header fields. The remaining"
+                f" {overhead - check_us - python_us:.0f} µs are what the same engine call"
+                " costs more inside a request than alone: a larger working set for the"
+                " caches, and on a 2-core machine the scheduler (this process's CPU per"
+                f" request: {req.headline.client_cpu_us:.0f} µs with the middleware,"
+                f" {req.python.client_cpu_us:.0f} µs with the answer replayed,"
+                f" {req.bare.client_cpu_us:.0f} µs without, and"
                 f" {req.engine.client_cpu_us:.0f} µs for the engine call alone)."
             )
         lines.append(

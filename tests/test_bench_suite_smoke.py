@@ -74,8 +74,8 @@ def test_the_request_rows_ask_redis_once_and_the_limits_bite(report: str) -> Non
         assert f"RateLimitMiddleware, {count}" in names
     assert any(name.startswith("django-ratelimit `@ratelimit`") for name in names)
     for row in rows:
-        if row[0] == "no rate limiting":
-            assert row[4] == "0", row
+        if row[0] == "no rate limiting" or row[0].endswith("the engine's answer replayed"):
+            assert row[4] == "0", row  # no Redis: the middleware's Python alone
         elif row[0].startswith(("RateLimitMiddleware", "the engine call")):
             assert row[4] == "1", row  # one round trip per request, 6 limits and all
         assert row[5] == "0", row
