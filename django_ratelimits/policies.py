@@ -109,6 +109,9 @@ def _has_top_level_bar(pattern: str) -> bool:
     return False
 
 
+_METHODS_MAX = 16
+
+
 class _Snapshot:
     """The enabled policies of one load, in order, with their path index."""
 
@@ -118,31 +121,55 @@ class _Snapshot:
         # Names that a row decides (enabled and compiled, or disabled): declared
         # defaults apply only to the other names.
         self.row_names = row_names
-        self._scan_always: list[int] = []
+        # Per method, built on first use; past _METHODS_MAX methods (any token is a
+        # method to HTTP), one index of every method's policies serves the others.
+        self._any_method = _PathIndex(self.ordered, None)
+        self._indexes: dict[str, _PathIndex] = {}
+        self.cached_match = functools.lru_cache(maxsize=CACHE_SIZE)(self.match)
+
+    def match(self, path: str, method: str) -> tuple[PolicySpec, ...]:
+        index = self._indexes.get(method)
+        if index is None:
+            if len(self._indexes) >= _METHODS_MAX:
+                return self._any_method.match(self.ordered, path, method)
+            # Racing threads build equal indexes; either one is kept.
+            index = self._indexes[method] = _PathIndex(self.ordered, method)
+        return index.match(self.ordered, path)
+
+
+class _PathIndex:
+    """The path policies that apply to one method (every method: ``None``), by
+    literal prefix: a path is searched only by those whose prefix starts it, and
+    by those with none."""
+
+    def __init__(self, ordered: tuple[PolicySpec, ...], method: str | None) -> None:
+        self.scan_always: list[int] = []
         prefixes: dict[int, dict[str, list[int]]] = {}
-        for rank, spec in enumerate(self.ordered):
-            if spec.path_re is None:
+        for rank, spec in enumerate(ordered):
+            if spec.path_re is None or (method and not spec.applies_to_method(method)):
                 continue
             prefix = literal_prefix(spec.path)
             if prefix:
                 prefixes.setdefault(len(prefix), {}).setdefault(prefix, []).append(rank)
             else:
-                self._scan_always.append(rank)
-        self._prefixes = sorted(prefixes.items())
-        self.cached_match = functools.lru_cache(maxsize=CACHE_SIZE)(self.match)
+                self.scan_always.append(rank)
+        self.prefixes = sorted(prefixes.items())
 
-    def match(self, path: str, method: str) -> tuple[PolicySpec, ...]:
-        ranks = list(self._scan_always)
-        for length, by_prefix in self._prefixes:
+    def match(
+        self, ordered: tuple[PolicySpec, ...], path: str, method: str | None = None
+    ) -> tuple[PolicySpec, ...]:
+        """The policies that match ``path``; ``method`` filters an every-method index."""
+        ranks = list(self.scan_always)
+        for length, by_prefix in self.prefixes:
             if length > len(path):
                 break
             ranks.extend(by_prefix.get(path[:length], ()))
         ranks.sort()
         found = []
         for rank in ranks:
-            spec = self.ordered[rank]
+            spec = ordered[rank]
             assert spec.path_re is not None
-            if spec.applies_to_method(method) and spec.path_re.search(path):
+            if (method is None or spec.applies_to_method(method)) and spec.path_re.search(path):
                 found.append(spec)
         return tuple(found)
 
