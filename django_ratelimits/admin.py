@@ -15,7 +15,7 @@ from django.utils import timezone, translation
 from django.utils.html import format_html_join
 from django.utils.safestring import SafeString
 from django.utils.text import capfirst, get_text_list
-from django.utils.translation import gettext, ngettext
+from django.utils.translation import gettext, ngettext, ngettext_lazy
 from django.utils.translation import gettext_lazy as _
 
 from django_ratelimits.dashboard.actions import VIEW_PERMISSION
@@ -187,33 +187,20 @@ def describe(spec: PolicySpec, enabled: bool = True) -> list[str]:
     return sentences
 
 
+# Largest first: a period is told in the largest unit that divides it.
+_PERIOD_UNITS = (
+    (86_400, _("day"), ngettext_lazy("%(count)s day", "%(count)s days", "count")),
+    (3600, _("hour"), ngettext_lazy("%(count)s hour", "%(count)s hours", "count")),
+    (60, _("minute"), ngettext_lazy("%(count)s minute", "%(count)s minutes", "count")),
+    (1, _("second"), ngettext_lazy("%(count)s second", "%(count)s seconds", "count")),
+)
+
+
 def _period(seconds: int) -> str:
     """``minute``, ``5 minutes``: the largest unit that divides the period."""
-    days, hours, minutes = seconds / 86_400, seconds / 3600, seconds / 60
-    if days.is_integer():
-        count = int(days)
-        return (
-            gettext("day")
-            if count == 1
-            else ngettext("%(count)s day", "%(count)s days", count) % {"count": count}
-        )
-    if hours.is_integer():
-        count = int(hours)
-        return (
-            gettext("hour")
-            if count == 1
-            else ngettext("%(count)s hour", "%(count)s hours", count) % {"count": count}
-        )
-    if minutes.is_integer():
-        count = int(minutes)
-        return (
-            gettext("minute")
-            if count == 1
-            else ngettext("%(count)s minute", "%(count)s minutes", count) % {"count": count}
-        )
-    if seconds == 1:
-        return gettext("second")
-    return ngettext("%(count)s second", "%(count)s seconds", seconds) % {"count": seconds}
+    size, one, many = next(unit for unit in _PERIOD_UNITS if seconds % unit[0] == 0)
+    count = seconds // size
+    return str(one) if count == 1 else str(many % {"count": count})
 
 
 def _limits(rates: tuple[Rate, ...]) -> str:

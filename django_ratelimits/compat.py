@@ -28,13 +28,11 @@ from django.core.exceptions import ImproperlyConfigured, PermissionDenied
 from django.http import HttpRequest
 from django.utils.module_loading import import_string
 
-from django_ratelimits import signals
-from django_ratelimits.breaker import breaker
 from django_ratelimits.conf import get_settings
 from django_ratelimits.engine import Algorithm, Check, Identity, get_engine
-from django_ratelimits.exceptions import BackendError, RateLimited
-from django_ratelimits.identity import client_ip
-from django_ratelimits.limiter import Verdict
+from django_ratelimits.exceptions import RateLimited
+from django_ratelimits.identity import client_ip, meta_key
+from django_ratelimits.limiter import Pending, Verdict
 from django_ratelimits.rates import Rate
 from django_ratelimits.spec import PolicySpec
 
@@ -199,18 +197,21 @@ def _usage(
         return Usage(count=0, limit=0, should_limit=True, time_left=-1), verdict
     result = verdict.decision.results[0]
     count = limit - result.remaining
-    window_us = period * 1_000_000
+    window_us = result.limit.rate.window_us
     now_us = verdict.decision.now_us
     left = math.ceil(((now_us // window_us + 1) * window_us - now_us) / 1_000_000)
     should_limit = not result.allowed if increment else count >= limit
     return Usage(count=count, limit=limit, should_limit=should_limit, time_left=left), verdict
 
 
-def _counts(request: HttpRequest, method: Methods) -> bool:
-    if method == ALL:
-        return True
+def _methods(method: Methods) -> frozenset[str]:
+    """The counted methods, upper-case (``method`` is not ``ALL``)."""
     methods = [method] if isinstance(method, str) else method
-    return request.method in {m.upper() for m in methods if m is not None}
+    return frozenset(m.upper() for m in methods if m is not None)
+
+
+def _counts(request: HttpRequest, method: Methods) -> bool:
+    return method == ALL or request.method in _methods(method)
 
 
 def _rate(group: str, request: HttpRequest, rate: RateArg) -> tuple[int, int] | None:
@@ -251,7 +252,7 @@ def _identity(group: str, request: HttpRequest, key: KeyArg) -> Identity:
     accessor, colon, name = key.partition(":")
     if colon:
         if accessor == "header":
-            value = request.META.get("HTTP_" + name.upper().replace("-", "_"), "")
+            value = request.META.get(meta_key(name), "")
         elif accessor == "get":
             value = request.GET.get(name, "")
         elif accessor == "post":
@@ -272,8 +273,7 @@ def _policy_name(group: str, method: Methods) -> str:
     never share a name.
     """
     if method != ALL:
-        methods = [method] if isinstance(method, str) else method
-        group += "@" + "+".join(sorted({m.upper() for m in methods if m is not None}))
+        group += "@" + "+".join(sorted(_methods(method)))
     if _SAFE_NAME.fullmatch(group):
         return group
     readable = re.sub(r"[^A-Za-z0-9._-]+", "-", group)[:48]
@@ -291,30 +291,7 @@ def _spec(name: str, limit: int, period: int, fail_closed: bool) -> PolicySpec:
 
 def _decide(request: HttpRequest, spec: PolicySpec, identity: Identity, increment: bool) -> Verdict:
     """One engine call: charge (``increment``) or look; a Redis failure becomes a verdict."""
-    checks = [Check(identity, spec.limits)]
-    if not breaker.allow():
-        return _failed(request, spec, BackendError("circuit breaker open"))
-    try:
-        engine = get_engine()
-        decision = engine.check(checks) if increment else engine.peek(checks)
-    except BackendError as error:
-        breaker.failure(error)
-        return _failed(request, spec, error)
-    breaker.success()
-    verdict = Verdict((spec,), decision, considered=frozenset({spec.name}))
-    for result in verdict.blocking()[:1]:
-        signals.rate_limited.send(
-            sender=PolicySpec, request=request, policy=spec, result=result, shadow=False
-        )
-    return verdict
-
-
-def _failed(request: HttpRequest, spec: PolicySpec, error: BackendError) -> Verdict:
-    signals.backend_failed.send(
-        sender=PolicySpec,
-        request=request,
-        error=error,
-        policies=(spec,),
-        fail_closed=spec.fail_closed,
+    pending = Pending(request, (spec,), [Check(identity, spec.limits)])
+    return pending.run(
+        lambda checks: (get_engine().check if increment else get_engine().peek)(checks)
     )
-    return Verdict((spec,), error=error, considered=frozenset({spec.name}))

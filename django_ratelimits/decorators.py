@@ -23,13 +23,13 @@ import functools
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from asgiref.sync import iscoroutinefunction, sync_to_async
+from asgiref.sync import iscoroutinefunction
 from django.http import HttpRequest
 
 from django_ratelimits.engine import Algorithm
-from django_ratelimits.limiter import Verdict, aevaluate, evaluate
+from django_ratelimits.limiter import aevaluate, evaluate, pending, store
 from django_ratelimits.middleware import VIEW_POLICIES
-from django_ratelimits.policies import PolicyRegistry, current, get_registry
+from django_ratelimits.policies import acurrent, current, get_registry
 from django_ratelimits.rates import parse_rates
 from django_ratelimits.responses import refusal
 from django_ratelimits.spec import KeyKind, Mode, PolicySpec
@@ -74,12 +74,9 @@ def ratelimit(
 
             @functools.wraps(view)
             async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-                registry = get_registry()
-                if registry.is_stale():
-                    await sync_to_async(registry.refresh)()
-                verdict, spec = _pending(registry, request, name)
+                verdict, spec = pending(await acurrent(), request, name)
                 if spec is not None:
-                    verdict = _store(request, verdict, await aevaluate(request, [spec]))
+                    verdict = store(request, verdict, await aevaluate(request, [spec]))
                 if block and verdict.blocked({name}):
                     return refusal(request, verdict, {name})
                 return await view(request, *args, **kwargs)
@@ -89,9 +86,9 @@ def ratelimit(
 
             @functools.wraps(view)
             def sync_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-                verdict, spec = _pending(current(), request, name)
+                verdict, spec = pending(current(), request, name)
                 if spec is not None:
-                    verdict = _store(request, verdict, evaluate(request, [spec]))
+                    verdict = store(request, verdict, evaluate(request, [spec]))
                 if block and verdict.blocked({name}):
                     return refusal(request, verdict, {name})
                 return view(request, *args, **kwargs)
@@ -101,21 +98,3 @@ def ratelimit(
         return wrapper  # type: ignore[no-any-return]
 
     return decorator
-
-
-def _pending(
-    registry: PolicyRegistry, request: HttpRequest, name: str
-) -> tuple[Verdict, PolicySpec | None]:
-    """The request's verdict so far, and the policy still to decide (None if decided)."""
-    verdict: Verdict = getattr(request, "ratelimit", None) or Verdict(())
-    if verdict.covers(name):
-        return verdict, None
-    spec = registry.get(name)
-    if spec is None or not spec.applies_to_method(request.method or "GET"):
-        return verdict, None
-    return verdict, spec
-
-
-def _store(request: HttpRequest, before: Verdict, new: Verdict) -> Verdict:
-    request.ratelimit = merged = before.merge(new)  # type: ignore[attr-defined]
-    return merged

@@ -87,7 +87,7 @@ def _client_address(request: HttpRequest, config: RateLimitSettings) -> IPAddres
     proxies = config.trusted_proxies
     warn_if_behind_proxy(peer, proxies)
     if proxies and _is_trusted(peer, proxies):
-        header = request.META.get(_meta_key(config.client_ip_header))
+        header = request.META.get(meta_key(config.client_ip_header))
         if isinstance(header, str):
             return _from_header(config.client_ip_header.lower(), header, peer, proxies)
     return peer
@@ -211,7 +211,7 @@ def _is_trusted(address: IPAddress, proxies: Sequence[IPNetwork]) -> bool:
 
 
 @functools.lru_cache(maxsize=16)
-def _meta_key(header: str) -> str:
+def meta_key(header: str) -> str:
     return "HTTP_" + header.upper().replace("-", "_")
 
 

@@ -11,9 +11,10 @@ counting, and the other way round).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from django.http import HttpRequest
 
@@ -24,6 +25,9 @@ from django_ratelimits.engine import Check, Decision, Identity, Limit, LimitResu
 from django_ratelimits.exceptions import BackendError
 from django_ratelimits.identity import client_address, client_ip, identities
 from django_ratelimits.spec import PolicySpec
+
+if TYPE_CHECKING:
+    from django_ratelimits.policies import PolicyRegistry
 
 
 @dataclass(frozen=True)
@@ -113,13 +117,7 @@ class Verdict:
 
 def evaluate(request: HttpRequest, policies: Iterable[PolicySpec]) -> Verdict:
     """Decide ``policies`` for ``request`` in one engine call."""
-    pending = _Pending(request, tuple(policies))
-    if pending.verdict is not None:
-        return pending.verdict
-    try:
-        return pending.decided(get_engine().check(pending.checks))
-    except BackendError as error:
-        return pending.failed(error)
+    return Pending(request, tuple(policies)).run(lambda checks: get_engine().check(checks))
 
 
 async def aevaluate(request: HttpRequest, policies: Iterable[PolicySpec]) -> Verdict:
@@ -127,7 +125,7 @@ async def aevaluate(request: HttpRequest, policies: Iterable[PolicySpec]) -> Ver
     policies = tuple(policies)
     if any(_needs_user(p) for p in policies) and hasattr(request, "auser"):
         request.user = await request.auser()  # the lazy user would query the DB synchronously
-    pending = _Pending(request, policies)
+    pending = Pending(request, policies)
     if pending.verdict is not None:
         return pending.verdict
     try:
@@ -136,23 +134,62 @@ async def aevaluate(request: HttpRequest, policies: Iterable[PolicySpec]) -> Ver
         return pending.failed(error)
 
 
-class _Pending:
+def pending(
+    registry: PolicyRegistry, request: HttpRequest, name: str
+) -> tuple[Verdict, PolicySpec | None]:
+    """The request's verdict so far (``request.ratelimit``), and the policy ``name``
+    if it still needs deciding (None if decided already, unknown, or not for this method)."""
+    verdict: Verdict = getattr(request, "ratelimit", None) or Verdict(())
+    if verdict.covers(name):
+        return verdict, None
+    spec = registry.get(name)
+    if spec is None or not spec.applies_to_method(request.method or "GET"):
+        return verdict, None
+    return verdict, spec
+
+
+def store(request: HttpRequest, before: Verdict, new: Verdict) -> Verdict:
+    """Merge ``new`` into the request's verdict, which ``request.ratelimit`` then holds."""
+    request.ratelimit = merged = before.merge(new)  # type: ignore[attr-defined]
+    return merged
+
+
+class Pending:
     """One request's policies on their way to a verdict: everything but the engine call.
 
     ``verdict`` is already set when no call is needed (nothing to check, or the
     circuit breaker is open); otherwise ``checks`` go to the engine and its
     answer, or its failure, comes back through :meth:`decided` / :meth:`failed`.
+    ``checks`` are planned from ``policies`` unless given (the compat API
+    counts its own identities).
     """
 
-    def __init__(self, request: HttpRequest, policies: tuple[PolicySpec, ...]) -> None:
+    def __init__(
+        self,
+        request: HttpRequest,
+        policies: tuple[PolicySpec, ...],
+        checks: list[Check] | None = None,
+    ) -> None:
         self.request = request
         self.considered = _names(policies)
-        self.applied, self.checks = _plan(request, policies)
+        if checks is None:
+            self.applied, self.checks = _plan(request, policies)
+        else:
+            self.applied, self.checks = policies, checks
         self.verdict: Verdict | None = None
         if not self.checks:
             self.verdict = Verdict(self.applied, considered=self.considered)
         elif not breaker.allow():
             self.verdict = self._refused(BackendError("circuit breaker open"))
+
+    def run(self, call: Callable[[list[Check]], Decision]) -> Verdict:
+        """The verdict, with ``call`` (an engine's ``check`` or ``peek``) if one is needed."""
+        if self.verdict is not None:
+            return self.verdict
+        try:
+            return self.decided(call(self.checks))
+        except BackendError as error:
+            return self.failed(error)
 
     def decided(self, decision: Decision) -> Verdict:
         breaker.success()
@@ -207,7 +244,7 @@ def _plan(
         for identity in identities(request, policy):
             group = (identity, policy.shadow)
             groups.setdefault(group, []).extend(policy.limits)
-            if policy.record_metadata:
+            if policy.record_metadata and group not in metadata:
                 metadata[group] = _metadata(request, identity)
     checks = [Check(i, tuple(limits), metadata.get((i, s))) for (i, s), limits in groups.items()]
     return applied, checks

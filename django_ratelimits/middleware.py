@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Awaitable, Callable
 
-from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.conf import settings
 from django.core.signals import setting_changed
 from django.dispatch import receiver
@@ -26,15 +26,12 @@ from django.urls import resolve
 
 from django_ratelimits.exceptions import RateLimited
 from django_ratelimits.limiter import aevaluate, evaluate
-from django_ratelimits.policies import PolicyRegistry, current, get_registry
+from django_ratelimits.policies import CACHE_PATH_MAX, PolicyRegistry, acurrent, current
 from django_ratelimits.responses import add_headers, refusal, too_many_requests
 from django_ratelimits.spec import PolicySpec
 
 VIEW_POLICIES = "ratelimit_policies"
 """Attribute ``@ratelimit`` sets on a view: the names of the policies it applies."""
-
-# Longer paths (rare, often hostile) are resolved without being cached.
-_CACHE_PATH_MAX = 256
 
 GetResponse = Callable[[HttpRequest], HttpResponseBase | Awaitable[HttpResponseBase]]
 
@@ -61,10 +58,7 @@ class RateLimitMiddleware:
         return add_headers(response, request.ratelimit)  # type: ignore[attr-defined]
 
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
-        registry = get_registry()
-        if registry.is_stale():
-            await sync_to_async(registry.refresh)()
-        path_names, policies = _policies(registry, request)
+        path_names, policies = _policies(await acurrent(), request)
         verdict = request.ratelimit = await aevaluate(request, policies)  # type: ignore[attr-defined]
         if verdict.blocked(path_names):
             return refusal(request, verdict, path_names)
@@ -99,7 +93,7 @@ def _view_policies(request: HttpRequest) -> tuple[str, ...]:
     """
     urlconf = getattr(request, "urlconf", None) or settings.ROOT_URLCONF
     path = request.path_info
-    if len(path) > _CACHE_PATH_MAX:
+    if len(path) > CACHE_PATH_MAX:  # rare, often hostile: resolved without being cached
         return _resolve_policies.__wrapped__(urlconf, path)
     return _resolve_policies(urlconf, path)
 

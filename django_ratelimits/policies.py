@@ -6,8 +6,7 @@ transaction as every edit) and reloads the enabled policies only when it
 changed. Callers refresh when :meth:`~PolicyRegistry.is_stale` says
 ``POLICY_REFRESH`` seconds have passed, so a worker costs the database one
 tiny query per interval and an admin edit reaches it within that interval.
-Sync code calls :func:`current`; async code does
-``if reg.is_stale(): await sync_to_async(reg.refresh)()``.
+Sync code calls :func:`current`; async code awaits :func:`acurrent`.
 
 Matching. Each reload builds an immutable snapshot, swapped in whole, so
 readers never lock. :meth:`~PolicyRegistry.match` answers from a bounded LRU
@@ -29,6 +28,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Final
 
+from asgiref.sync import sync_to_async
 from django.core.exceptions import ValidationError
 from django.db import DatabaseError, router, transaction
 
@@ -300,4 +300,11 @@ def current() -> PolicyRegistry:
     """The registry of this process, refreshed first if stale (sync code only)."""
     if _registry.is_stale():
         _registry.refresh()
+    return _registry
+
+
+async def acurrent() -> PolicyRegistry:
+    """:func:`current` for async code: the database is read in a worker thread."""
+    if _registry.is_stale():
+        await sync_to_async(_registry.refresh)()
     return _registry

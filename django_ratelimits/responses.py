@@ -56,9 +56,14 @@ def rate_limit_headers(verdict: Verdict) -> dict[str, str]:
 def add_headers(response: HttpResponseBase, verdict: Verdict | None) -> HttpResponseBase:
     """Put the RateLimit fields on an allowed response, if the settings ask for it."""
     if verdict is not None and get_settings().headers_on_allowed:
-        for name, value in rate_limit_headers(verdict).items():
-            response.headers.setdefault(name, value)
+        _set_headers(response, verdict)
     return response
+
+
+def _set_headers(response: HttpResponseBase, verdict: Verdict) -> None:
+    """The RateLimit fields of ``verdict``, where the response has none of its own."""
+    for name, value in rate_limit_headers(verdict).items():
+        response.headers.setdefault(name, value)
 
 
 def _wants_json(request: HttpRequest) -> bool:
@@ -98,8 +103,7 @@ def too_many_requests(request: HttpRequest, exception: RateLimited) -> HttpRespo
         response = _problem(request, 429, _("Too Many Requests"), detail)
     response.headers.setdefault("Retry-After", str(retry))
     if verdict is not None:
-        for name, value in rate_limit_headers(verdict).items():
-            response.headers.setdefault(name, value)
+        _set_headers(response, verdict)
     return response
 
 

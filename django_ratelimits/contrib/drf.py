@@ -25,7 +25,7 @@ from rest_framework.request import Request
 from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
-from django_ratelimits.limiter import Verdict, evaluate
+from django_ratelimits.limiter import Verdict, evaluate, pending, store
 from django_ratelimits.policies import current
 
 __all__ = ["PolicyThrottle"]
@@ -52,17 +52,15 @@ class PolicyThrottle(BaseThrottle):
         if not name:
             return True
         http = request._request  # what the middleware and decorators saw
-        verdict: Verdict = getattr(http, "ratelimit", None) or Verdict(())
-        if not verdict.covers(name):
-            spec = current().get(name)
-            if spec is None:
-                if name not in _warned:
-                    _warned.add(name)
-                    logger.warning("PolicyThrottle: no enabled policy %r, not throttling", name)
-                return True
-            if spec.applies_to_method(http.method or "GET"):
-                verdict = verdict.merge(evaluate(http, [spec]))
-                http.ratelimit = verdict  # type: ignore[attr-defined]
+        registry = current()
+        verdict, spec = pending(registry, http, name)
+        if spec is not None:
+            verdict = store(http, verdict, evaluate(http, [spec]))
+        elif not verdict.covers(name) and registry.get(name) is None:
+            if name not in _warned:
+                _warned.add(name)
+                logger.warning("PolicyThrottle: no enabled policy %r, not throttling", name)
+            return True
         self.verdict, self.names = verdict, {name}
         return not verdict.blocked({name})
 
