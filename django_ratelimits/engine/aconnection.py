@@ -23,11 +23,9 @@ from typing import Any, TypeAlias
 import redis.asyncio
 from django.conf import settings
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from django_ratelimits.conf import RateLimitSettings, RedisServer
-from django_ratelimits.engine.connection import default_alias
+from django_ratelimits.engine.connection import bounded, default_alias
 
 AsyncClient: TypeAlias = redis.asyncio.Redis | AsyncRedisCluster
 
@@ -41,6 +39,9 @@ _lock = threading.Lock()
 def get_async_redis(config: RateLimitSettings) -> AsyncClient | None:
     """The asyncio client for ``config`` on the running loop, or ``None`` if there is none."""
     loop = asyncio.get_running_loop()
+    per_loop = _clients.get(loop)
+    if per_loop is not None and config in per_loop:  # every request but the first
+        return per_loop[config]
     with _lock:
         per_loop = _clients.setdefault(loop, {})
         if config not in per_loop:
@@ -49,11 +50,7 @@ def get_async_redis(config: RateLimitSettings) -> AsyncClient | None:
 
 
 def _connect(config: RateLimitSettings) -> AsyncClient | None:
-    kwargs: dict[str, Any] = {
-        "socket_timeout": config.socket_timeout,
-        "socket_connect_timeout": config.socket_connect_timeout,
-        "retry": Retry(NoBackoff(), 0),
-    }
+    kwargs = bounded(config)
     target = config.redis
     if isinstance(target, RedisServer):
         kwargs.update(target.options)

@@ -73,15 +73,19 @@ def _connect(config: RateLimitSettings) -> RedisClient:
     return _from_cache(target if target is not None else default_alias())
 
 
-def _from_server(server: RedisServer, config: RateLimitSettings) -> RedisClient:
-    kwargs: dict[str, Any] = {
+def bounded(config: RateLimitSettings) -> dict[str, Any]:
+    """Client options of every connection the engine makes: the settings' timeouts and
+    no retries (a check re-sent after a timeout could be counted twice, and a retry
+    loop would stretch the bounded timeouts)."""
+    return {
         "socket_timeout": config.socket_timeout,
         "socket_connect_timeout": config.socket_connect_timeout,
-        # No retries: a script re-sent after a timeout could be counted twice,
-        # and a retry loop would stretch the bounded timeouts.
         "retry": Retry(NoBackoff(), 0),
-        **server.options,
     }
+
+
+def _from_server(server: RedisServer, config: RateLimitSettings) -> RedisClient:
+    kwargs: dict[str, Any] = {**bounded(config), **server.options}
     if not server.cluster:
         client: RedisClient = redis.Redis.from_url(server.url, **kwargs)
     else:

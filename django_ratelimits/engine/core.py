@@ -124,7 +124,7 @@ class Engine:
         offender index; metadata, if given, in the identity's metadata list.
         """
         calls = self._prepare(checks, "c", cost)
-        return self._decode(calls, self._execute(calls) if calls else [])
+        return self._decode(calls, self._execute(calls))
 
     def peek(self, checks: Iterable[Check], *, cost: int = 0) -> Decision:
         """What ``check`` would decide for ``cost``, writing nothing.
@@ -132,17 +132,17 @@ class Engine:
         With the default cost of 0, ``remaining`` is the quota left now.
         """
         calls = self._prepare(checks, "p", cost)
-        return self._decode(calls, self._execute(calls) if calls else [])
+        return self._decode(calls, self._execute(calls))
 
     async def acheck(self, checks: Iterable[Check], *, cost: int = 1) -> Decision:
         """:meth:`check` for async code."""
         calls = self._prepare(checks, "c", cost)
-        return self._decode(calls, await self._aexecute(calls) if calls else [])
+        return self._decode(calls, await self._aexecute(calls))
 
     async def apeek(self, checks: Iterable[Check], *, cost: int = 0) -> Decision:
         """:meth:`peek` for async code."""
         calls = self._prepare(checks, "p", cost)
-        return self._decode(calls, await self._aexecute(calls) if calls else [])
+        return self._decode(calls, await self._aexecute(calls))
 
     def reset(
         self, identity: Identity, limits: Sequence[Limit] = (), *, forget: bool = False
@@ -268,6 +268,8 @@ class Engine:
         return 0
 
     def _execute(self, calls: list[_Call]) -> list[Any]:
+        if not calls:  # nothing to decide: no round trip
+            return []
         try:
             if len(calls) == 1:
                 return [self._eval(calls[0])]
@@ -335,6 +337,8 @@ class Engine:
         return replies
 
     async def _aexecute(self, calls: list[_Call]) -> list[Any]:
+        if not calls:
+            return []
         client = self._async_client() if self._async_client is not None else None
         if client is None:
             return await asyncio.to_thread(self._execute, calls)

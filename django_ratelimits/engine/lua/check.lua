@@ -92,8 +92,6 @@ local function override_of(key)
   return nil, 0
 end
 
--- Charges an allowed group: one HSET of every field, the expiry extended
--- only if needed, then the sliding logs.
 -- Charges an allowed group: one HSET of every field, the TTL extended only
 -- if needed, then the sliding logs.
 local function commit(state_key, writes, live, logs)
@@ -105,7 +103,7 @@ local function commit(state_key, writes, live, logs)
     end
   end
   for _, p in ipairs(logs) do
-    ALG.log.commit(p[1], now, p[2], p[3], p[4], cost, p[5])
+    ALG.log.commit(p[1], now, p[2], cost, p[3])
   end
 end
 
@@ -201,7 +199,7 @@ local function check(KEYS, ARGV)
       elseif alg.zset then
         allowed, remaining, retry, reset, new = alg.peek(key, now, limit, window, capacity, cost)
         if allowed then
-          logs[#logs + 1] = {key, limit, window, capacity, new}
+          logs[#logs + 1] = {key, window, new}
         end
       else
         allowed, remaining, retry, reset, new, lives =

@@ -31,7 +31,7 @@ function ALG.log.peek(key, now, limit, window, capacity, cost)
   return false, max(0, limit - count), retry, reset, nil
 end
 
-function ALG.log.commit(key, now, limit, window, capacity, cost, count)
+function ALG.log.commit(key, now, window, cost, count)
   redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - window))
   if cost > 0 then
     local args = {}
