@@ -17,6 +17,7 @@ from django.utils.module_loading import import_string
 from django.utils.translation import gettext_lazy as _
 
 from django_ratelimits.engine import Algorithm, Limit
+from django_ratelimits.engine.limits import MAX_BURST
 from django_ratelimits.exceptions import RateParseError
 from django_ratelimits.rates import Rate, parse_rates
 from django_ratelimits.spec import IPNetwork, KeyKind
@@ -35,7 +36,6 @@ __all__ = [
 ]
 
 HTTP_METHODS: Final = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE")
-MAX_BURST: Final = 1_000_000
 MAX_NETWORKS: Final = 1000
 PATH_MAX_LENGTH: Final = 500
 # Letters, digits and hyphens: a valid HTTP token that every server passes on
@@ -61,11 +61,15 @@ def parse_policy_rates(text: str) -> tuple[Rate, ...]:
         ) from None
 
 
+# Not Algorithm(algorithm).has_burst: an unknown algorithm is the algorithm field's error.
+_BURST_ALGORITHMS = frozenset(a for a in Algorithm if a.has_burst)
+
+
 def check_burst(algorithm: str, rates: tuple[Rate, ...], burst: int | None) -> None:
     """A burst only for the token bucket and GCRA, and one every rate can hold."""
     if burst is None:
         return
-    if algorithm not in (Algorithm.TOKEN_BUCKET, Algorithm.GCRA):
+    if algorithm not in _BURST_ALGORITHMS:
         raise ValidationError(
             _("Only the token bucket and GCRA have a burst: leave it empty for this algorithm."),
             code="burst_unused",

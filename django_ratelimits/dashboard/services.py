@@ -18,7 +18,6 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db import DatabaseError
-from redis.exceptions import RedisClusterException, RedisError
 
 from django_ratelimits.engine import Check, Engine, Identity, LimitResult, get_engine
 from django_ratelimits.engine.keys import ident
@@ -40,11 +39,8 @@ PER_PAGE = 25
 MAX_PAGE = SCAN_LIMIT // PER_PAGE
 ROW_HITS = 100  # metadata entries read for each row of a page, newest first
 ACTIVITY_SECONDS = 60
-_ERRORS = (RedisError, RedisClusterException)
 
 
-# Which policies can count an identity of each kind (see identity.identities):
-# a header policy counts the client IP when the header is missing.
 @dataclass(frozen=True)
 class Filters:
     """What the offenders page asks for. ``user`` is a user identity's value (the pk)."""
@@ -89,13 +85,13 @@ class IdentityReport:
     now_ms: int
 
 
-def offender_list(filters: Filters, per_page: int = PER_PAGE) -> OffenderList:
+def offender_list(filters: Filters) -> OffenderList:
     """The page of offenders ``filters`` asks for (raises ``BackendError``)."""
     engine = get_engine()
     reader = OffenderReader(engine)
     if filters.user is not None:
         return _user_lookup(reader, filters)
-    offset = (filters.page - 1) * per_page
+    offset = (filters.page - 1) * PER_PAGE
     if filters.network is not None:
         # The index knows nothing of networks: look down it as far as a policy
         # filter does, and keep the addresses inside.
@@ -107,31 +103,33 @@ def offender_list(filters: Filters, per_page: int = PER_PAGE) -> OffenderList:
             policy=filters.policy,
         )
         found = [o for o in page.offenders if _inside(o, filters.network)]
-        found = found[offset : offset + per_page + 1]
+        found = found[offset : offset + PER_PAGE + 1]
     else:
         page = reader.page(
             period=filters.period,
             order=filters.order,
             offset=offset,
-            limit=per_page + 1,
+            limit=PER_PAGE + 1,
             kind=filters.kind,
             policy=filters.policy,
         )
         found = list(page.offenders)
-    rows = _rows(engine, found[:per_page], page.now_ms)
-    return OffenderList(rows, page.total, page.now_ms, len(found) > per_page)
+    rows = _rows(engine, found[:PER_PAGE], page.now_ms)
+    return OffenderList(rows, page.total, page.now_ms, len(found) > PER_PAGE)
 
 
 def identity_report(identity: Identity) -> IdentityReport:
     """Everything the detail page shows about ``identity`` (raises ``BackendError``)."""
     engine = get_engine()
     reader = OffenderReader(engine)
-    detail = reader.detail(identity)
     checks = [Check(identity, spec.limits) for spec in current().counting(identity.kind)]
-    if not checks:
-        return IdentityReport(identity, detail, (), reader.now_ms())
-    decision = engine.peek(checks)
-    return IdentityReport(identity, detail, decision.results, decision.now_us // 1000)
+    quotas: tuple[LimitResult, ...] = ()
+    if checks:
+        decision = engine.peek(checks)  # Redis' time comes with it
+        quotas, now_ms = decision.results, decision.now_us // 1000
+    else:
+        now_ms = reader.now_ms()
+    return IdentityReport(identity, reader.detail(identity, now_ms=now_ms), quotas, now_ms)
 
 
 def policy_names() -> list[str]:
@@ -172,8 +170,8 @@ def user_value(text: str) -> str:
 
 def _user_lookup(reader: OffenderReader, filters: Filters) -> OffenderList:
     identity = Identity("user", filters.user or "")
-    detail = reader.detail(identity)
     now = reader.now_ms()
+    detail = reader.detail(identity, now_ms=now)
     offender = detail.offender
     keep = (
         offender is not None

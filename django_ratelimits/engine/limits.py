@@ -12,6 +12,7 @@ from django_ratelimits.rates import Rate
 
 # GCRA keeps interval * capacity in a Lua double: it must stay exact.
 _MAX_TOLERANCE_US = 2**52
+MAX_BURST = 1_000_000
 _KIND_RE = re.compile(r"[a-z][a-z0-9_]{0,15}")
 
 
@@ -83,8 +84,8 @@ class Limit:
         if self.burst is not None:
             if not self.algorithm.has_burst:
                 raise ValueError(f"{self.algorithm} has no burst; leave it unset")
-            if not 1 <= self.burst <= 1_000_000:
-                raise ValueError(f"burst must be between 1 and 1000000, not {self.burst}")
+            if not 1 <= self.burst <= MAX_BURST:
+                raise ValueError(f"burst must be between 1 and {MAX_BURST}, not {self.burst}")
             if -(-self.rate.window_us // self.rate.limit) * self.burst > _MAX_TOLERANCE_US:
                 raise ValueError(f"burst {self.burst} is too large for the rate {self.rate}")
 

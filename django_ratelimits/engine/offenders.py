@@ -146,10 +146,11 @@ class OffenderReader:
             offenders = [o for o in offenders if policy in o.by_policy]
         return OffenderPage(tuple(offenders[offset : offset + limit]), total, now)
 
-    def detail(self, identity: Identity) -> OffenderDetail:
-        """The record, the metadata list and the override of one identity."""
+    def detail(self, identity: Identity, *, now_ms: int | None = None) -> OffenderDetail:
+        """The record, the metadata list and the override of one identity; ``now_ms``
+        (Redis' time, read here if not given) decides whether the override is in force."""
         keys = self.engine.keys.of(identity)
-        now = self.now_ms()
+        now = self.now_ms() if now_ms is None else now_ms
         pipe = self._pipeline()
         pipe.hgetall(keys.record)
         pipe.lrange(keys.metadata, 0, self.engine.metadata_max_entries - 1)

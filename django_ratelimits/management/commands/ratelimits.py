@@ -36,8 +36,8 @@ from redis.exceptions import RedisClusterException, RedisError
 
 from django_ratelimits.breaker import breaker
 from django_ratelimits.conf import get_settings
-from django_ratelimits.dashboard.services import user_names
-from django_ratelimits.engine import Check, Engine, Identity, get_engine
+from django_ratelimits.dashboard.services import identity_report, user_names
+from django_ratelimits.engine import Engine, Identity, LimitResult, get_engine
 from django_ratelimits.engine.keys import label
 from django_ratelimits.engine.offenders import Offender, OffenderReader
 from django_ratelimits.exceptions import BackendError
@@ -55,7 +55,6 @@ _UNITS = {"d": 86_400, "h": 3600, "m": 60, "s": 1}
 _MAX_OVERRIDE = 365 * 86_400
 
 
-# The identity kinds a policy counts, by its key (a header policy falls back to the IP).
 class Command(BaseCommand):
     help = "Offenders, actions on them, Redis status and demo traffic, from the terminal."
     requires_system_checks: list[str] = []  # `status` is the diagnosis; `check` runs them
@@ -236,16 +235,14 @@ def offenders(options: dict[str, Any]) -> Report:
 
 def show(options: dict[str, Any]) -> Report:
     identity = parse_identity(options["ident"])
-    engine = get_engine()
-    reader = OffenderReader(engine)
-    detail = reader.detail(identity)
-    now_ms = reader.now_ms()
-    quota = _quota(engine, identity)
+    report = identity_report(identity)
+    detail = report.detail
+    quota = [_quota(r) for r in report.quotas]
     hits = detail.hits[: options["hits"]]
-    names = user_names({identity.kind + ":" + identity.value, *(h.who for h in detail.hits)})
+    names = user_names({label(identity), *(h.who for h in detail.hits)})
     data = {
         "identity": label(identity),
-        "now_ms": now_ms,
+        "now_ms": report.now_ms,
         "offender": None if detail.offender is None else _offender(detail.offender, None),
         "override": _override_data(detail.override),
         "behind": [{"who": who, "hits": n} for who, n in detail.behind()],
@@ -398,23 +395,16 @@ SUBCOMMANDS: dict[str, Callable[[dict[str, Any]], Report]] = {
 # --------------------------------------------------------------------------- reads
 
 
-def _quota(engine: Engine, identity: Identity) -> list[Data]:
-    """The quota left now under every enabled policy that counts this kind of identity."""
-    specs = current().counting(identity.kind)
-    if not specs:
-        return []
-    decision = engine.peek([Check(identity, spec.limits) for spec in specs])
-    return [
-        {
-            "policy": r.limit.policy,
-            "rate": str(r.limit.rate),
-            "algorithm": r.limit.algorithm.value,
-            "remaining": r.remaining,
-            "capacity": r.limit.capacity,
-            "full_in": round(r.reset_after, 3),
-        }
-        for r in decision.results
-    ]
+def _quota(r: LimitResult) -> Data:
+    """The quota left now under one limit of a policy that counts the identity."""
+    return {
+        "policy": r.limit.policy,
+        "rate": str(r.limit.rate),
+        "algorithm": r.limit.algorithm.value,
+        "remaining": r.remaining,
+        "capacity": r.limit.capacity,
+        "full_in": round(r.reset_after, 3),
+    }
 
 
 def _nodes(engine: Engine) -> list[Data]:
