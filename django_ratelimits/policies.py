@@ -131,10 +131,10 @@ class _Snapshot:
         index = self._indexes.get(method)
         if index is None:
             if len(self._indexes) >= _METHODS_MAX:
-                return self._any_method.match(self.ordered, path, method)
+                return self._any_method.match(path, method)
             # Racing threads build equal indexes; either one is kept.
             index = self._indexes[method] = _PathIndex(self.ordered, method)
-        return index.match(self.ordered, path)
+        return index.match(path)
 
 
 class _PathIndex:
@@ -143,6 +143,7 @@ class _PathIndex:
     by those with none."""
 
     def __init__(self, ordered: tuple[PolicySpec, ...], method: str | None) -> None:
+        self.ordered = ordered
         self.scan_always: list[int] = []
         prefixes: dict[int, dict[str, list[int]]] = {}
         for rank, spec in enumerate(ordered):
@@ -155,9 +156,7 @@ class _PathIndex:
                 self.scan_always.append(rank)
         self.prefixes = sorted(prefixes.items())
 
-    def match(
-        self, ordered: tuple[PolicySpec, ...], path: str, method: str | None = None
-    ) -> tuple[PolicySpec, ...]:
+    def match(self, path: str, method: str | None = None) -> tuple[PolicySpec, ...]:
         """The policies that match ``path``; ``method`` filters an every-method index."""
         ranks = list(self.scan_always)
         for length, by_prefix in self.prefixes:
@@ -167,7 +166,7 @@ class _PathIndex:
         ranks.sort()
         found = []
         for rank in ranks:
-            spec = ordered[rank]
+            spec = self.ordered[rank]
             assert spec.path_re is not None
             if (method is None or spec.applies_to_method(method)) and spec.path_re.search(path):
                 found.append(spec)
