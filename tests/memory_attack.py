@@ -15,6 +15,7 @@ entries in the offender index. Then:
 Run from the repository root (starts its own redis-server)::
 
     python -m tests.memory_attack --identities 1000000
+    python -m tests.memory_attack --footprint    # bytes per new identity, per denial
 
 ``tests/test_memory.py`` runs the same attack with fewer identities.
 """
@@ -24,9 +25,10 @@ from __future__ import annotations
 import argparse
 import itertools
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 
 import redis
 
@@ -104,10 +106,72 @@ def _batches(keys: Iterator[bytes], size: int) -> Iterator[list[bytes]]:
         yield batch
 
 
+FOOTPRINT_CALLS = 5000
+FOOTPRINT_METADATA = "user:-|POST /accounts/login/"
+
+
+def _policies(policies: int, rates: int) -> list[Limit]:
+    """``policies`` sliding-window policies of ``rates`` rates each (10/m, 100/2m, 1000/3m)."""
+    return [
+        Limit(f"p{p}", Rate(10**r, 60 * r), Algorithm.SLIDING_WINDOW)
+        for p in range(policies)
+        for r in range(1, rates + 1)
+    ]
+
+
+def _new(limits: list[Limit], metadata: str | None, times: int, n: int) -> list[list[Check]]:
+    """Identity ``n`` checked ``times`` times."""
+    return [[Check(attacker(n), limits, metadata)]] * times
+
+
+def _same(limits: list[Limit], metadata: str | None, n: int) -> list[list[Check]]:
+    """Identity 0, whatever ``n``."""
+    return [[Check(attacker(0), limits, metadata)]]
+
+
+def _grown(engine: Engine, requests: Callable[[int], list[list[Check]]]) -> float:
+    """Redis' ``used_memory`` growth per identity ``n`` (0 .. FOOTPRINT_CALLS - 1),
+    each sending ``requests(n)``."""
+    client = engine.client
+    assert isinstance(client, redis.Redis)
+    before = int(client.info("memory")["used_memory"])
+    for n in range(FOOTPRINT_CALLS):
+        for checks in requests(n):
+            engine.check(checks)
+    return (int(client.info("memory")["used_memory"]) - before) / FOOTPRINT_CALLS
+
+
+def footprint(engine: Engine) -> list[str]:
+    """Bytes per new identity (counted once), and per denied request of one identity."""
+    lines = []
+    for policies, rates in ((1, 1), (2, 3)):
+        for metadata in (None, FOOTPRINT_METADATA):
+            engine.client.flushall()
+            each = _grown(engine, partial(_new, _policies(policies, rates), metadata, 1))
+            lines.append(
+                f"new identity, {policies}x{rates} limits, metadata {bool(metadata)}: {each:,.0f} B"
+            )
+    login = [Limit("login", Rate(1, 3600))]
+    for metadata in (None, FOOTPRINT_METADATA):
+        engine.client.flushall()
+        each = _grown(engine, partial(_new, login, metadata, 2))
+        lines.append(f"new identity counted, then denied, metadata {bool(metadata)}: {each:,.0f} B")
+        each = _grown(engine, partial(_same, login, metadata))
+        lines.append(
+            f"each further denial of one identity, metadata {bool(metadata)}: {each:,.1f} B"
+        )
+    return lines
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.memory_attack", description=__doc__)
     parser.add_argument("--identities", type=int, default=100_000)
     parser.add_argument("--clients", type=int, default=8, help="threads sending checks")
+    parser.add_argument(
+        "--footprint",
+        action="store_true",
+        help=f"bytes per new identity and per denied request ({FOOTPRINT_CALLS:,} calls each)",
+    )
     parser.add_argument(
         "--index-max", type=int, default=1_000_000, help="OFFENDER_INDEX_MAX (the default)"
     )
@@ -117,7 +181,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             client = server.client(max_connections=args.clients)
             engine = Engine(client, offender_index_max=args.index_max)
-            print(attack(engine, args.identities, args.clients).line())
+            if args.footprint:
+                print("\n".join(footprint(engine)))
+            else:
+                print(attack(engine, args.identities, args.clients).line())
         finally:
             server.stop()
     return 0

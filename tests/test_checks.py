@@ -7,6 +7,7 @@ import logging
 import socket
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ from django.test import override_settings
 from django_ratelimits import checks
 from django_ratelimits.checks import REDIS_TAG, TAG
 from django_ratelimits.middleware import RateLimitMiddleware
+from tests.eviction import blind_url, redis_with
 from tests.redis_harness import RedisClusterHarness, RedisServer, free_port
 
 OURS = "django_ratelimits.middleware.RateLimitMiddleware"
@@ -300,3 +302,70 @@ def test_nothing_is_logged_in_debug(fresh_hint: Any) -> None:
     with override_settings(DEBUG=True):
         checks.warn_if_behind_proxy(address("127.0.0.1"), ())
     assert hints(fresh_hint) == []
+
+
+# --------------------------------------------------------------------------- eviction (W003)
+
+
+def deploy_ids(url: str) -> list[str]:
+    with override_settings(DJANGO_RATELIMITS={"REDIS": url}):
+        found = run_checks(tags=[REDIS_TAG], include_deployment_checks=True)
+    return [m.id or "" for m in found]
+
+
+def test_a_redis_that_refuses_writes_when_full_is_a_deploy_warning(tmp_path: Path) -> None:
+    with (
+        redis_with(tmp_path, "noeviction") as server,
+        override_settings(DJANGO_RATELIMITS={"REDIS": server.url}),
+    ):
+        found = run_checks(tags=[REDIS_TAG], include_deployment_checks=True)
+        assert ids([REDIS_TAG]) == []  # only with --deploy
+    assert [m.id for m in found] == ["django_ratelimits.W003"]
+    assert "noeviction" in found[0].msg and "fail open" in found[0].msg
+    assert server.url.split("//")[1].rstrip("/0") in found[0].msg
+    assert "allkeys-lru" in (found[0].hint or "")
+
+
+@pytest.mark.parametrize("policy", ["allkeys-lru", "volatile-lru", "volatile-ttl"])
+def test_an_eviction_policy_that_makes_room_passes_the_deploy_check(
+    tmp_path: Path, policy: str
+) -> None:
+    with redis_with(tmp_path, policy) as server:
+        assert deploy_ids(server.url) == []
+
+
+def test_noeviction_without_a_maxmemory_is_not_a_write_failure(tmp_path: Path) -> None:
+    with redis_with(tmp_path, "noeviction", maxmemory="0") as server:
+        assert deploy_ids(server.url) == []
+
+
+def test_an_eviction_policy_that_cannot_be_read_is_said_without_failing(tmp_path: Path) -> None:
+    with (
+        redis_with(tmp_path, "noeviction") as server,
+        override_settings(DJANGO_RATELIMITS={"REDIS": blind_url(server)}),
+    ):
+        found = run_checks(tags=[REDIS_TAG], include_deployment_checks=True)
+    assert [m.id for m in found] == ["django_ratelimits.W003"]
+    assert found[0].msg.startswith("Could not read Redis' maxmemory-policy")
+    assert "NoPermissionError" in found[0].msg
+
+
+def test_the_eviction_check_leaves_an_unreachable_redis_to_w002() -> None:
+    assert deploy_ids(DEAD_URL) == ["django_ratelimits.W002"]
+
+
+def test_the_eviction_check_reads_every_master_of_a_cluster(
+    redis_cluster: RedisClusterHarness,
+) -> None:
+    redis_cluster.ensure_running()
+    first = redis_cluster.node_clients()[0]
+    first.config_set("maxmemory", "100mb")
+    try:
+        with override_settings(
+            DJANGO_RATELIMITS={"REDIS": {"URL": redis_cluster.url, "CLUSTER": True}}
+        ):
+            found = run_checks(tags=[REDIS_TAG], include_deployment_checks=True)
+    finally:
+        first.config_set("maxmemory", "0")
+    assert [m.id for m in found] == ["django_ratelimits.W003"]
+    assert f"{redis_cluster.nodes[0][0]}:{redis_cluster.nodes[0][1]}" in found[0].msg

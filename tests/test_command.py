@@ -23,6 +23,7 @@ from django_ratelimits.management.commands import ratelimits
 from django_ratelimits.models import Policy
 from django_ratelimits.policies import current, get_registry
 from django_ratelimits.testing import FakeClock
+from tests.eviction import blind_url, redis_with
 from tests.redis_harness import free_port
 
 pytestmark = pytest.mark.django_db
@@ -346,3 +347,29 @@ def test_on_the_command_line_a_failure_is_one_line_and_exit_status_1(tmp_path: P
     assert done.stdout == ""
     assert done.stderr.startswith("CommandError: Redis failed: ")
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_status_reports_what_a_full_redis_does(tmp_path: Path) -> None:
+    with (
+        redis_with(tmp_path, "noeviction", maxmemory="2mb") as server,
+        override_settings(DJANGO_RATELIMITS={"REDIS": server.url}),
+    ):
+        (memory,) = run_json("status")["memory"]
+        assert memory["maxmemory_policy"] == "noeviction" and memory["maxmemory"] == 2 << 20
+        assert memory["fails_writes"] is True and memory["error"] is None
+        verdict = "when full, writes fail and limits fail open: use allkeys-lru"
+        assert f"maxmemory-policy noeviction ({verdict})" in run("status")
+        with server.client() as client:
+            client.config_set("maxmemory-policy", "allkeys-lru")
+        assert "maxmemory-policy allkeys-lru (recommended)" in run("status")
+
+
+def test_status_says_when_the_eviction_policy_cannot_be_read(tmp_path: Path) -> None:
+    with (
+        redis_with(tmp_path, "noeviction") as server,
+        override_settings(DJANGO_RATELIMITS={"REDIS": blind_url(server)}),
+    ):
+        (memory,) = run_json("status")["memory"]
+        text = run("status")
+    assert memory["maxmemory_policy"] is None and "NoPermissionError" in memory["error"]
+    assert "maxmemory-policy could not be read (INFO: NoPermissionError" in text

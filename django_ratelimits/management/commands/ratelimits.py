@@ -32,13 +32,14 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from redis.cluster import RedisCluster
-from redis.exceptions import RedisClusterException, RedisError
+from redis.exceptions import RedisClusterException, RedisError, ResponseError
 
 from django_ratelimits.breaker import breaker
 from django_ratelimits.conf import get_settings
 from django_ratelimits.dashboard.services import identity_report, user_names
 from django_ratelimits.engine import Engine, Identity, LimitResult, get_engine
 from django_ratelimits.engine.keys import label
+from django_ratelimits.engine.memory import memory_of, node_routes
 from django_ratelimits.engine.offenders import Offender, OffenderReader
 from django_ratelimits.exceptions import BackendError
 from django_ratelimits.identity import UNKNOWN, group, parse_address
@@ -338,6 +339,7 @@ def status(options: dict[str, Any]) -> Report:
     config = get_settings()
     engine = get_engine()
     nodes = _nodes(engine)
+    memory = memory_of(engine.client)
     pipe = engine.client.pipeline(transaction=False)
     for shard in range(engine.keys.shards):
         pipe.zcard(engine.keys.index(shard))
@@ -352,6 +354,7 @@ def status(options: dict[str, Any]) -> Report:
         "policies": len(current().all()),
         "offenders_indexed": indexed,
         "breaker_open": breaker.is_open,
+        "memory": [m.as_dict() for m in memory],
     }
     node_lines = [
         f"    {n['address']:<22} {n['role']:<8} Redis {n['version']:<8} PING {n['ping_ms']:.2f} ms"
@@ -366,6 +369,8 @@ def status(options: dict[str, Any]) -> Report:
             f"offender index: {indexed} identities (all shards)",
             f"circuit breaker: {'open' if breaker.is_open else 'closed'} "
             "(in this process; every worker keeps its own)",
+            "memory when full:",
+            *(f"    {m.describe()}" for m in memory),
         ]
     )
     return data, text
@@ -410,26 +415,20 @@ def _quota(r: LimitResult) -> Data:
 def _nodes(engine: Engine) -> list[Data]:
     """Each node: address, role, version and the round-trip time of one PING."""
     client = engine.client
-    if isinstance(client, RedisCluster):
-        targets = [
-            (f"{n.host}:{n.port}", n.server_type or "?", {"target_nodes": n})
-            for n in client.get_nodes()
-        ]
-    else:
-        kwargs = client.connection_pool.connection_kwargs
-        where = kwargs.get("path") or f"{kwargs.get('host')}:{kwargs.get('port')}"
-        targets = [(str(where), "server", {})]
     nodes = []
-    for address, role, route in sorted(targets, key=lambda t: t[0]):
+    for address, role, route in node_routes(client):
         started = time.perf_counter()
         client.ping(**route)
         elapsed = time.perf_counter() - started
-        info = client.info("server", **route)
+        try:
+            version = str(client.info("server", **route).get("redis_version", "?"))
+        except ResponseError:  # INFO refused (ACLs, a managed Redis): the rest still works
+            version = "?"
         nodes.append(
             {
                 "address": address,
                 "role": role,
-                "version": str(info.get("redis_version", "?")),
+                "version": version,
                 "ping_ms": round(elapsed * 1000, 3),
             }
         )
