@@ -34,7 +34,7 @@ from django_ratelimits.exceptions import RateLimited
 from django_ratelimits.identity import client_ip, meta_key
 from django_ratelimits.limiter import Pending, Verdict
 from django_ratelimits.rates import Rate
-from django_ratelimits.spec import PolicySpec
+from django_ratelimits.spec import PolicySpec, covers_method
 
 __all__ = ["ALL", "UNSAFE", "Ratelimited", "Usage", "get_usage", "is_ratelimited", "ratelimit"]
 
@@ -211,7 +211,9 @@ def _methods(method: Methods) -> frozenset[str]:
 
 
 def _counts(request: HttpRequest, method: Methods) -> bool:
-    return method == ALL or request.method in _methods(method)
+    """Whether ``method`` counts the request: HEAD counts where GET does, unlike
+    django-ratelimit (Django answers HEAD with the view's GET code)."""
+    return method == ALL or covers_method(_methods(method), request.method or "GET")
 
 
 def _rate(group: str, request: HttpRequest, rate: RateArg) -> tuple[int, int] | None:
