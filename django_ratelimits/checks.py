@@ -8,7 +8,7 @@ configuration ones.
 ========================  =========================================================
 ``E001``                  ``RateLimitMiddleware`` comes before ``AuthenticationMiddleware``
 ``E002``                  ``DJANGO_RATELIMITS`` is invalid
-``E003``                  ``REDIS`` names no usable django-redis cache
+``E003``                  ``REDIS`` gives no usable client (a decoding one among them)
 ``E004``                  ``TRUSTED_PROXIES`` trusts every address
 ``W001``                  the app is installed but ``RateLimitMiddleware`` is not
 ``W002``                  Redis does not answer PING within half a second
@@ -30,8 +30,14 @@ from django.core.checks import CheckMessage, Error, Warning, register
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
-from django_ratelimits.conf import SETTING_NAME, RateLimitSettings, RedisServer, get_settings
-from django_ratelimits.engine.connection import get_redis
+from django_ratelimits.conf import (
+    SETTING_NAME,
+    InvalidSettings,
+    RateLimitSettings,
+    RedisServer,
+    get_settings,
+)
+from django_ratelimits.engine.connection import get_redis, url_decodes_responses
 
 if TYPE_CHECKING:  # identity calls warn_if_behind_proxy: no import back at run time
     from django_ratelimits.identity import IPAddress, IPNetwork
@@ -102,27 +108,34 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
     try:
         config = get_settings()
     except ImproperlyConfigured as error:
+        problems = error.problems if isinstance(error, InvalidSettings) else (str(error),)
         return [
             Error(
-                str(error),
+                problem,
                 hint=f"See docs/configuration.md for every key of {SETTING_NAME}.",
                 id="django_ratelimits.E002",
             )
+            for problem in problems
         ]
     if isinstance(config.redis, RedisServer):
-        return []  # a URL is fully checked by conf; reaching it is W002's business
-    try:
-        get_redis(config)  # makes the cache's client; does not touch the network
-    except ImproperlyConfigured as error:
-        return [
-            Error(
-                str(error),
-                hint=f"Set {SETTING_NAME}['REDIS'] to the alias of a django-redis cache "
-                "or to a redis:// URL.",
-                id="django_ratelimits.E003",
-            )
-        ]
-    return []
+        if not url_decodes_responses(config.redis):
+            return []  # the rest of a URL is checked by conf; reaching it is W002's business
+        problem = f"{SETTING_NAME}['REDIS'] URL asks for decode_responses"
+        hint = (
+            "Remove decode_responses from the URL's query: the engine reads bytes, and "
+            "redis-py decodes replies for any value there, even 'False'."
+        )
+    else:
+        try:
+            get_redis(config)  # makes the cache's client; does not touch the network
+            return []
+        except ImproperlyConfigured as error:
+            problem = str(error)
+        hint = (
+            f"Set {SETTING_NAME}['REDIS'] to the alias of a django-redis cache "
+            "or to a redis:// URL."
+        )
+    return [Error(problem, hint=hint, id="django_ratelimits.E003")]
 
 
 @register(TAG)

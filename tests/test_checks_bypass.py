@@ -1,0 +1,85 @@
+"""Misconfigurations that would turn limiting off quietly are system check errors, all at once
+(issue #9, findings 2, 7, 8 and 9); the request path never answers 500 because of them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.core.checks import CheckMessage, run_checks
+from django.test import Client, override_settings
+
+from django_ratelimits.checks import TAG
+from django_ratelimits.conf import InvalidSettings, get_settings
+from django_ratelimits.models import Policy
+from django_ratelimits.policies import get_registry
+from django_ratelimits.signals import backend_failed
+from tests.redis_harness import free_port
+
+DEAD_URL = f"redis://127.0.0.1:{free_port()}/0"
+
+
+def found(check_id: str) -> list[CheckMessage]:
+    return [m for m in run_checks(tags=[TAG]) if m.id == f"django_ratelimits.{check_id}"]
+
+
+# --------------------------------------------------------------------------- E002: every problem
+
+
+def test_three_invalid_settings_are_three_errors_in_one_run() -> None:
+    bad = {"SOCKET_TIMEOUT": 0, "TRUSTED_PROXIES": "10.0.0.0/8", "KEY_PREFIX": "a b", "SHRDS": 2}
+    with override_settings(DJANGO_RATELIMITS={"REDIS": DEAD_URL, **bad}):
+        errors = found("E002")
+        with pytest.raises(InvalidSettings) as raised:
+            get_settings()
+    assert len(errors) == 4 and all(e.is_serious() for e in errors)
+    for key in ["SHRDS", "TRUSTED_PROXIES", "SOCKET_TIMEOUT", "KEY_PREFIX"]:
+        assert [e for e in errors if f"'{key}'" in e.msg], key
+    assert raised.value.problems == tuple(e.msg for e in errors)
+
+
+def test_a_bad_redis_value_does_not_hide_the_other_problems() -> None:
+    with override_settings(DJANGO_RATELIMITS={"REDIS": "ftp://x", "SHARDS": 0}):
+        messages = [m.msg for m in found("E002")]
+    assert len(messages) == 2
+    assert "REDIS" in messages[0] and "SHARDS" in messages[1]
+
+
+# --------------------------------------------------------------------------- E003: decoding URL
+
+
+@pytest.mark.parametrize("value", ["True", "1", "False"])
+@pytest.mark.parametrize("cluster", [False, True])
+def test_a_url_asking_for_decoded_replies_is_an_error(value: str, cluster: bool) -> None:
+    url = f"{DEAD_URL}?decode_responses={value}"  # redis-py decodes for any value, even False
+    with override_settings(DJANGO_RATELIMITS={"REDIS": {"URL": url, "CLUSTER": cluster}}):
+        errors = found("E003")
+    assert len(errors) == 1
+    assert "decode_responses" in errors[0].msg
+    assert "even 'False'" in (errors[0].hint or "")
+
+
+def test_a_url_without_decoding_passes() -> None:
+    with override_settings(DJANGO_RATELIMITS={"REDIS": f"{DEAD_URL}?health_check_interval=5"}):
+        assert found("E003") == []
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("redis_client", ["standalone"], indirect=True)
+def test_a_decoding_url_fails_requests_open_or_closed_never_500(
+    limiter: Any, redis_standalone: Any
+) -> None:
+    Policy.objects.create(name="open", rates="1/h", path=r"^/api/hello")
+    Policy.objects.create(name="closed", rates="100/h", path=r"^/api/other", fail_closed=True)
+    get_registry().refresh()
+    failures: list[Any] = []
+    backend_failed.connect(lambda **kw: failures.append(kw), weak=False, dispatch_uid="t-decode")
+    url = f"{redis_standalone.url}?decode_responses=True"
+    try:
+        with override_settings(DJANGO_RATELIMITS={"REDIS": url}):
+            client = Client()
+            assert [client.get("/api/hello").status_code for _ in range(3)] == [200] * 3
+            assert client.get("/api/other").status_code == 503
+    finally:
+        backend_failed.disconnect(dispatch_uid="t-decode")
+    assert failures and "decode_responses" in str(failures[0]["error"])
