@@ -10,6 +10,8 @@ configuration ones.
 ``E002``                  ``DJANGO_RATELIMITS`` is invalid
 ``E003``                  ``REDIS`` gives no usable client (a decoding one among them)
 ``E004``                  ``TRUSTED_PROXIES`` trusts every address
+``E006``                  code names a policy that does not exist (a warning when the
+                          policy table cannot be read to tell)
 ``W001``                  the app is installed but ``RateLimitMiddleware`` is not
 ``W002``                  Redis does not answer PING within half a second
 ========================  =========================================================
@@ -155,6 +157,48 @@ def check_trusted_proxies(**kwargs: Any) -> list[CheckMessage]:
             "balancers, e.g. ['10.0.0.0/8'] or ['127.0.0.1'].",
             id="django_ratelimits.E004",
         )
+    ]
+
+
+@register(TAG)
+def check_policy_names(**kwargs: Any) -> list[CheckMessage]:
+    """E006: ``@ratelimit("name")`` or a ``PolicyThrottle`` naming no policy limits nothing.
+
+    A name is known when a decorator declared it with ``rate=`` or a row has it
+    (enabled or not). Rows are read only when some name has no declaration.
+    """
+    from django_ratelimits.models import Policy  # the app registry is ready by now
+    from django_ratelimits.policies import get_registry
+    from django_ratelimits.policy_references import references
+
+    named = references()  # a broken URLconf raises, as in Django's own URL checks
+    registry = get_registry()
+    undeclared = {ref.name for ref in named if not registry.knows(ref.name)}
+    if not undeclared:
+        return []
+    try:
+        rows = set(Policy.objects.filter(name__in=undeclared).values_list("name", flat=True))
+    except Exception as error:  # no table yet, no database, no access...
+        return [
+            Warning(
+                f"Cannot read the rate-limit policy table to tell whether these policies "
+                f"exist: {', '.join(sorted(undeclared))} ({type(error).__name__}: {error}).",
+                hint="Run 'manage.py migrate', or check the database settings. Until the "
+                "policies exist, the code that names them limits nothing.",
+                id="django_ratelimits.E006",
+            )
+        ]
+    return [
+        Error(
+            f"{ref.where} names the rate-limit policy {ref.name!r}, which does not exist: "
+            "it limits nothing.",
+            hint="Create the policy in admin, give @ratelimit a rate= default that creates "
+            "it, or correct the name.",
+            obj=ref.where,
+            id="django_ratelimits.E006",
+        )
+        for ref in named
+        if ref.name in undeclared - rows
     ]
 
 
