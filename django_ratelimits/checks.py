@@ -12,6 +12,7 @@ configuration ones.
 ``E004``                  ``TRUSTED_PROXIES`` trusts every address
 ``E006``                  code names a policy that does not exist (a warning when the
                           policy table cannot be read to tell)
+``E007``                  a django-ratelimit setting that ``compat`` does not honour
 ``W001``                  the app is installed but ``RateLimitMiddleware`` is not
 ``W002``                  Redis does not answer PING within half a second
 ========================  =========================================================
@@ -199,6 +200,52 @@ def check_policy_names(**kwargs: Any) -> list[CheckMessage]:
         )
         for ref in named
         if ref.name in undeclared - rows
+    ]
+
+
+@register(TAG)
+def check_compat_settings(**kwargs: Any) -> list[CheckMessage]:
+    """E007: django-ratelimit settings that :mod:`django_ratelimits.compat` does not honour.
+
+    ``RATELIMIT_ENABLE``, ``RATELIMIT_FAIL_OPEN`` and ``RATELIMIT_EXCEPTION_CLASS``
+    are honoured. The others have a ``DJANGO_RATELIMITS`` equivalent that every
+    entry point uses; a value that already agrees with it is accepted.
+    """
+    config = _settings()
+    if config is None:
+        return []
+    found = []
+    for name, key, ours in (
+        ("RATELIMIT_IPV4_MASK", "IPV4_PREFIX", config.ipv4_prefix),
+        ("RATELIMIT_IPV6_MASK", "IPV6_PREFIX", config.ipv6_prefix),
+    ):
+        value = getattr(settings, name, None)
+        if value is not None and value != ours:
+            found.append((name, f"Set {SETTING_NAME}['{key}'] = {value!r} instead."))
+    if getattr(settings, "RATELIMIT_IP_META_KEY", None):
+        found.append(
+            (
+                "RATELIMIT_IP_META_KEY",
+                f"Clients are counted by REMOTE_ADDR, or by {SETTING_NAME}['CLIENT_IP_HEADER'] "
+                f"when the peer is one of {SETTING_NAME}['TRUSTED_PROXIES']: set those instead.",
+            )
+        )
+    view = getattr(settings, "RATELIMIT_VIEW", None)
+    if view is not None and view != config.response_view:
+        found.append(
+            (
+                "RATELIMIT_VIEW",
+                f"Set {SETTING_NAME}['RESPONSE_VIEW'] = {view!r} instead: RateLimitMiddleware "
+                "calls it as view(request, exception) for every refusal.",
+            )
+        )
+    return [
+        Error(
+            f"{name} is a django-ratelimit setting that django_ratelimits does not honour.",
+            hint=f"{hint} Then remove {name} (docs/migrating-from-django-ratelimit.md).",
+            id="django_ratelimits.E007",
+        )
+        for name, hint in found
     ]
 
 

@@ -150,14 +150,27 @@ def get_usage(
     return _usage(request, group, fn, key, rate, method, increment)[0]
 
 
+is_ratelimited.ALL = get_usage.ALL = ALL  # type: ignore[attr-defined]  # as in django-ratelimit
+is_ratelimited.UNSAFE = get_usage.UNSAFE = UNSAFE  # type: ignore[attr-defined]
+
+
 def _enforce(
     request: HttpRequest, usage: Usage | None, verdict: Verdict | None, block: bool
 ) -> None:
     limited = usage is not None and usage["should_limit"]
     request.limited = limited or getattr(request, "limited", False)  # type: ignore[attr-defined]
     if usage is not None and limited and block:
-        retry = None if verdict is not None else max(1, usage["time_left"])
-        raise Ratelimited(verdict=verdict, retry_after=retry)
+        error = _exception_class()()
+        if isinstance(error, RateLimited):  # the middleware answers it with 429
+            error.verdict = verdict
+            error.retry_after = None if verdict is not None else max(1, usage["time_left"])
+        raise error
+
+
+def _exception_class() -> type[Exception]:
+    """``RATELIMIT_EXCEPTION_CLASS`` (a class or its dotted path), else :class:`Ratelimited`."""
+    chosen = getattr(settings, "RATELIMIT_EXCEPTION_CLASS", Ratelimited)
+    return import_string(chosen) if isinstance(chosen, str) else chosen
 
 
 def _usage(
