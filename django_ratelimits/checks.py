@@ -8,12 +8,15 @@ configuration ones.
 ========================  =========================================================
 ``E001``                  ``RateLimitMiddleware`` comes before ``AuthenticationMiddleware``
 ``E002``                  ``DJANGO_RATELIMITS`` is invalid
-``E003``                  ``REDIS`` names no usable django-redis cache
+``E003``                  ``REDIS`` gives no usable client (a decoding one among them)
 ``E004``                  ``TRUSTED_PROXIES`` trusts every address
+``E006``                  code names a policy that does not exist
+``E007``                  a django-ratelimit setting that ``compat`` does not honour
 ``W001``                  the app is installed but ``RateLimitMiddleware`` is not
 ``W002``                  Redis does not answer PING within half a second
 ``W003``                  (``--deploy``) a full Redis would refuse writes, or its
                           ``maxmemory-policy`` could not be read
+``W004``                  the policy table cannot be read, so E006 cannot tell
 ========================  =========================================================
 
 :func:`warn_if_behind_proxy` is the runtime half: whether a proxy sits in
@@ -32,8 +35,14 @@ from django.core.checks import CheckMessage, Error, Warning, register
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
-from django_ratelimits.conf import SETTING_NAME, RateLimitSettings, RedisServer, get_settings
-from django_ratelimits.engine.connection import RedisClient, get_redis
+from django_ratelimits.conf import (
+    SETTING_NAME,
+    InvalidSettings,
+    RateLimitSettings,
+    RedisServer,
+    get_settings,
+)
+from django_ratelimits.engine.connection import RedisClient, get_redis, url_decodes_responses
 from django_ratelimits.engine.memory import RECOMMENDED, NodeMemory, memory_of
 
 if TYPE_CHECKING:  # identity calls warn_if_behind_proxy: no import back at run time
@@ -105,27 +114,34 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
     try:
         config = get_settings()
     except ImproperlyConfigured as error:
+        problems = error.problems if isinstance(error, InvalidSettings) else (str(error),)
         return [
             Error(
-                str(error),
+                problem,
                 hint=f"See docs/configuration.md for every key of {SETTING_NAME}.",
                 id="django_ratelimits.E002",
             )
+            for problem in problems
         ]
     if isinstance(config.redis, RedisServer):
-        return []  # a URL is fully checked by conf; reaching it is W002's business
-    try:
-        get_redis(config)  # makes the cache's client; does not touch the network
-    except ImproperlyConfigured as error:
-        return [
-            Error(
-                str(error),
-                hint=f"Set {SETTING_NAME}['REDIS'] to the alias of a django-redis cache "
-                "or to a redis:// URL.",
-                id="django_ratelimits.E003",
-            )
-        ]
-    return []
+        if not url_decodes_responses(config.redis):
+            return []  # the rest of a URL is checked by conf; reaching it is W002's business
+        problem = f"{SETTING_NAME}['REDIS'] URL asks for decode_responses"
+        hint = (
+            "Remove decode_responses from the URL's query: the engine reads bytes, and "
+            "redis-py decodes replies for any value there, even 'False'."
+        )
+    else:
+        try:
+            get_redis(config)  # makes the cache's client; does not touch the network
+            return []
+        except ImproperlyConfigured as error:
+            problem = str(error)
+        hint = (
+            f"Set {SETTING_NAME}['REDIS'] to the alias of a django-redis cache "
+            "or to a redis:// URL."
+        )
+    return [Error(problem, hint=hint, id="django_ratelimits.E003")]
 
 
 @register(TAG)
@@ -145,6 +161,95 @@ def check_trusted_proxies(**kwargs: Any) -> list[CheckMessage]:
             "balancers, e.g. ['10.0.0.0/8'] or ['127.0.0.1'].",
             id="django_ratelimits.E004",
         )
+    ]
+
+
+@register(TAG)
+def check_policy_names(**kwargs: Any) -> list[CheckMessage]:
+    """E006: ``@ratelimit("name")`` or a ``PolicyThrottle`` naming no policy limits nothing;
+    W004 when the policy table cannot be read to tell.
+
+    A name is known when a decorator declared it with ``rate=`` or a row has it
+    (enabled or not). Rows are read only when some name has no declaration.
+    """
+    from django_ratelimits.models import Policy  # the app registry is ready by now
+    from django_ratelimits.policies import get_registry
+    from django_ratelimits.policy_references import references
+
+    named = references()  # a broken URLconf raises, as in Django's own URL checks
+    registry = get_registry()
+    undeclared = {ref.name for ref in named if not registry.knows(ref.name)}
+    if not undeclared:
+        return []
+    try:
+        rows = set(Policy.objects.filter(name__in=undeclared).values_list("name", flat=True))
+    except Exception as error:  # no table yet, no database, no access...
+        return [
+            Warning(
+                f"Cannot read the rate-limit policy table to tell whether these policies "
+                f"exist: {', '.join(sorted(undeclared))} ({type(error).__name__}: {error}).",
+                hint="Run 'manage.py migrate', or check the database settings. Until the "
+                "policies exist, the code that names them limits nothing.",
+                id="django_ratelimits.W004",
+            )
+        ]
+    return [
+        Error(
+            f"{ref.where} names the rate-limit policy {ref.name!r}, which does not exist: "
+            "it limits nothing.",
+            hint="Create the policy in admin, give @ratelimit a rate= default that creates "
+            "it, or correct the name.",
+            obj=ref.where,
+            id="django_ratelimits.E006",
+        )
+        for ref in named
+        if ref.name in undeclared - rows
+    ]
+
+
+@register(TAG)
+def check_compat_settings(**kwargs: Any) -> list[CheckMessage]:
+    """E007: django-ratelimit settings that :mod:`django_ratelimits.compat` does not honour.
+
+    ``RATELIMIT_ENABLE``, ``RATELIMIT_FAIL_OPEN`` and ``RATELIMIT_EXCEPTION_CLASS``
+    are honoured. The others have a ``DJANGO_RATELIMITS`` equivalent that every
+    entry point uses; a value that already agrees with it is accepted.
+    """
+    config = _settings()
+    if config is None:
+        return []
+    found = []
+    for name, key, ours in (
+        ("RATELIMIT_IPV4_MASK", "IPV4_PREFIX", config.ipv4_prefix),
+        ("RATELIMIT_IPV6_MASK", "IPV6_PREFIX", config.ipv6_prefix),
+    ):
+        value = getattr(settings, name, None)
+        if value is not None and value != ours:
+            found.append((name, f"Set {SETTING_NAME}['{key}'] = {value!r} instead."))
+    if getattr(settings, "RATELIMIT_IP_META_KEY", None):
+        found.append(
+            (
+                "RATELIMIT_IP_META_KEY",
+                f"Clients are counted by REMOTE_ADDR, or by {SETTING_NAME}['CLIENT_IP_HEADER'] "
+                f"when the peer is one of {SETTING_NAME}['TRUSTED_PROXIES']: set those instead.",
+            )
+        )
+    view = getattr(settings, "RATELIMIT_VIEW", None)
+    if view is not None and view != config.response_view:
+        found.append(
+            (
+                "RATELIMIT_VIEW",
+                f"Set {SETTING_NAME}['RESPONSE_VIEW'] = {view!r} instead: RateLimitMiddleware "
+                "calls it as view(request, exception) for every refusal.",
+            )
+        )
+    return [
+        Error(
+            f"{name} is a django-ratelimit setting that django_ratelimits does not honour.",
+            hint=f"{hint} Then remove {name} (docs/migrating-from-django-ratelimit.md).",
+            id="django_ratelimits.E007",
+        )
+        for name, hint in found
     ]
 
 

@@ -34,7 +34,7 @@ from django_ratelimits.exceptions import RateLimited
 from django_ratelimits.identity import client_ip, meta_key
 from django_ratelimits.limiter import Pending, Verdict
 from django_ratelimits.rates import Rate
-from django_ratelimits.spec import PolicySpec
+from django_ratelimits.spec import PolicySpec, covers_method
 
 __all__ = ["ALL", "UNSAFE", "Ratelimited", "Usage", "get_usage", "is_ratelimited", "ratelimit"]
 
@@ -150,14 +150,27 @@ def get_usage(
     return _usage(request, group, fn, key, rate, method, increment)[0]
 
 
+is_ratelimited.ALL = get_usage.ALL = ALL  # type: ignore[attr-defined]  # as in django-ratelimit
+is_ratelimited.UNSAFE = get_usage.UNSAFE = UNSAFE  # type: ignore[attr-defined]
+
+
 def _enforce(
     request: HttpRequest, usage: Usage | None, verdict: Verdict | None, block: bool
 ) -> None:
     limited = usage is not None and usage["should_limit"]
     request.limited = limited or getattr(request, "limited", False)  # type: ignore[attr-defined]
     if usage is not None and limited and block:
-        retry = None if verdict is not None else max(1, usage["time_left"])
-        raise Ratelimited(verdict=verdict, retry_after=retry)
+        error = _exception_class()()
+        if isinstance(error, RateLimited):  # the middleware answers it with 429
+            error.verdict = verdict
+            error.retry_after = None if verdict is not None else max(1, usage["time_left"])
+        raise error
+
+
+def _exception_class() -> type[Exception]:
+    """``RATELIMIT_EXCEPTION_CLASS`` (a class or its dotted path), else :class:`Ratelimited`."""
+    chosen = getattr(settings, "RATELIMIT_EXCEPTION_CLASS", Ratelimited)
+    return import_string(chosen) if isinstance(chosen, str) else chosen
 
 
 def _usage(
@@ -211,7 +224,9 @@ def _methods(method: Methods) -> frozenset[str]:
 
 
 def _counts(request: HttpRequest, method: Methods) -> bool:
-    return method == ALL or request.method in _methods(method)
+    """Whether ``method`` counts the request: HEAD counts where GET does, unlike
+    django-ratelimit (Django answers HEAD with the view's GET code)."""
+    return method == ALL or covers_method(_methods(method), request.method or "GET")
 
 
 def _rate(group: str, request: HttpRequest, rate: RateArg) -> tuple[int, int] | None:

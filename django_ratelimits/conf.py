@@ -20,7 +20,7 @@ import difflib
 import functools
 import ipaddress
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any, Final
@@ -30,7 +30,14 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-__all__ = ["DEFAULTS", "SETTING_NAME", "RateLimitSettings", "RedisServer", "get_settings"]
+__all__ = [
+    "DEFAULTS",
+    "SETTING_NAME",
+    "InvalidSettings",
+    "RateLimitSettings",
+    "RedisServer",
+    "get_settings",
+]
 
 SETTING_NAME: Final = "DJANGO_RATELIMITS"
 
@@ -78,6 +85,14 @@ def _name(attribute: str) -> str:
 
 def _describe(value: object) -> str:
     return f"{type(value).__name__} {value!r}"
+
+
+class InvalidSettings(ImproperlyConfigured):
+    """Every problem of ``DJANGO_RATELIMITS`` at once: ``problems``, one message each."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = tuple(problems)
+        super().__init__("; ".join(self.problems))
 
 
 @dataclass(frozen=True)
@@ -153,13 +168,19 @@ class RateLimitSettings:
     breaker_cooldown: float = 5.0
 
     def __post_init__(self) -> None:
+        problems = list(self._problems())
+        if problems:
+            raise InvalidSettings(problems)
+
+    def _problems(self) -> Iterator[str]:
+        """What is wrong with the values, one message per problem."""
         if not (self.redis is None or isinstance(self.redis, str | RedisServer)):
-            raise ImproperlyConfigured(
+            yield (
                 f"{_name('redis')} must be None, a CACHES alias, a URL or a dict, "
                 f"not {type(self.redis).__name__}"
             )
         if not isinstance(self.key_prefix, str) or not _KEY_PREFIX.fullmatch(self.key_prefix):
-            raise ImproperlyConfigured(
+            yield (
                 f"{_name('key_prefix')} must be 1 to 16 characters from A-Z, a-z, 0-9, "
                 f"'_', '.' and '-', not {_describe(self.key_prefix)}"
             )
@@ -168,32 +189,32 @@ class RateLimitSettings:
             kind = "a number" if attribute in _FLOATS else "an integer"
             types = (int, float) if attribute in _FLOATS else (int,)
             if isinstance(value, bool) or not isinstance(value, types) or not low <= value <= high:
-                raise ImproperlyConfigured(
+                yield (
                     f"{_name(attribute)} must be {kind} from {low} to {high}, "
                     f"not {_describe(value)}"
                 )
         for attribute in _BOOLEANS:
             if not isinstance(getattr(self, attribute), bool):
-                raise ImproperlyConfigured(
+                yield (
                     f"{_name(attribute)} must be True or False, "
                     f"not {_describe(getattr(self, attribute))}"
                 )
         if not isinstance(self.client_ip_header, str) or not _HEADER.fullmatch(
             self.client_ip_header
         ):
-            raise ImproperlyConfigured(
+            yield (
                 f"{_name('client_ip_header')} must be a header name such as "
                 f"'X-Forwarded-For' or 'Forwarded', not {_describe(self.client_ip_header)}"
             )
         if self.response_view is not None and not (
             isinstance(self.response_view, str) and _DOTTED.fullmatch(self.response_view)
         ):
-            raise ImproperlyConfigured(
+            yield (
                 f"{_name('response_view')} must be None or the dotted path of a view, "
                 f"not {_describe(self.response_view)}"
             )
         if self.fail_closed_status not in (429, 503):
-            raise ImproperlyConfigured(
+            yield (
                 f"{_name('fail_closed_status')} must be 429 or 503, "
                 f"not {_describe(self.fail_closed_status)}"
             )
@@ -217,21 +238,35 @@ def _clear_cache(*, setting: str, **kwargs: object) -> None:
 
 
 def _from_setting(value: object) -> RateLimitSettings:
+    """The settings from the dict; :class:`InvalidSettings` lists every problem in it."""
     if not isinstance(value, Mapping):
         raise ImproperlyConfigured(f"{SETTING_NAME} must be a dict, not {type(value).__name__}")
-    for key in value:
-        if key not in DEFAULTS:
-            close = difflib.get_close_matches(str(key).upper(), DEFAULTS, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ImproperlyConfigured(
-                f"{SETTING_NAME} has an unknown key {key!r}{hint}; "
-                f"the valid keys are {', '.join(DEFAULTS)}"
-            )
-    values: dict[str, Any] = {key.lower(): item for key, item in value.items()}
-    values["redis"] = _redis(values.get("redis"))
+    problems = [_unknown_key(key) for key in value if key not in DEFAULTS]
+    values: dict[str, Any] = {key.lower(): item for key, item in value.items() if key in DEFAULTS}
+    converters: dict[str, Callable[[Any], Any]] = {"redis": _redis}
     if "trusted_proxies" in values:
-        values["trusted_proxies"] = _networks(values["trusted_proxies"])
-    return RateLimitSettings(**values)
+        converters["trusted_proxies"] = _networks
+    for attribute, convert in converters.items():
+        try:
+            values[attribute] = convert(values.get(attribute))
+        except ImproperlyConfigured as error:
+            problems.append(str(error))
+            del values[attribute]  # the default, so the other values are still judged
+    try:
+        config = RateLimitSettings(**values)
+    except InvalidSettings as error:
+        problems.extend(error.problems)
+    if problems:
+        raise InvalidSettings(problems)
+    return config
+
+
+def _unknown_key(key: object) -> str:
+    close = difflib.get_close_matches(str(key).upper(), DEFAULTS, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return (
+        f"{SETTING_NAME} has an unknown key {key!r}{hint}; the valid keys are {', '.join(DEFAULTS)}"
+    )
 
 
 def _networks(value: object) -> tuple[IPNetwork, ...]:

@@ -10,11 +10,13 @@ counting, and the other way round).
 
 from __future__ import annotations
 
+import logging
 import math
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from django.http import HttpRequest
 
@@ -28,6 +30,8 @@ from django_ratelimits.spec import PolicySpec
 
 if TYPE_CHECKING:
     from django_ratelimits.policies import PolicyRegistry
+
+logger = logging.getLogger("django_ratelimits")
 
 
 @dataclass(frozen=True)
@@ -143,9 +147,34 @@ def pending(
     if verdict.covers(name):
         return verdict, None
     spec = registry.get(name)
-    if spec is None or not spec.applies_to_method(request.method or "GET"):
+    if spec is None:
+        if not registry.knows(name):
+            _report_unknown(name)
+        return verdict, None
+    if not spec.applies_to_method(request.method or "GET"):
         return verdict, None
     return verdict, spec
+
+
+_UNKNOWN_NAMES_MAX: Final = 1024
+_reported: dict[str, float] = {}
+
+
+def _report_unknown(name: str) -> None:
+    """Log that code names a policy that does not exist (nothing is limited), at most
+    once per name per ``POLICY_REFRESH`` interval, so a flood of requests logs one line."""
+    now = time.monotonic()
+    last = _reported.get(name)
+    if last is not None and now - last < get_settings().policy_refresh:
+        return
+    if len(_reported) >= _UNKNOWN_NAMES_MAX:
+        _reported.clear()
+    _reported[name] = now
+    logger.error(
+        "no rate-limit policy is named %r: the code that names it limits nothing. "
+        "Create it in admin or give the decorator a rate= default (check E006 lists them all).",
+        name,
+    )
 
 
 def store(request: HttpRequest, before: Verdict, new: Verdict) -> Verdict:

@@ -114,7 +114,10 @@ class Policy(models.Model):
         _("HTTP methods"),
         max_length=100,
         blank=True,
-        help_text=_("Comma-separated, e.g. “GET, POST”. Empty: every method."),
+        help_text=_(
+            "Comma-separated, e.g. “GET, POST”. Empty: every method. GET covers HEAD "
+            "too: Django answers HEAD with the GET code."
+        ),
     )
     exempt_staff = models.BooleanField(_("exempt staff"), default=False)
     exempt_superusers = models.BooleanField(_("exempt superusers"), default=False)

@@ -251,6 +251,10 @@ class PolicyRegistry:
             return spec
         return self._declared.get(name)
 
+    def knows(self, name: str) -> bool:
+        """Whether a row (enabled or disabled) or a declared default is named ``name``. No I/O."""
+        return name in self._snapshot.row_names or name in self._declared
+
     def declare(self, spec: PolicySpec) -> None:
         """A default from code: used until a row exists, written as a row at the next refresh."""
         with self._declare_lock:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from django.db.models import TextChoices
@@ -96,4 +97,14 @@ class PolicySpec:
         return self.mode == Mode.SHADOW
 
     def applies_to_method(self, method: str) -> bool:
-        return not self.methods or method.upper() in self.methods
+        return not self.methods or covers_method(self.methods, method)
+
+
+def covers_method(methods: Collection[str], method: str) -> bool:
+    """Whether a limit on ``methods`` (upper-case names) counts a ``method`` request.
+
+    HEAD counts wherever GET does: Django runs a view's GET code for HEAD, so a
+    GET limit that let HEAD through would do the same work for free.
+    """
+    method = method.upper()
+    return method in methods or (method == "HEAD" and "GET" in methods)

@@ -13,7 +13,7 @@ from django.contrib.auth.models import User
 from django.test import Client, RequestFactory, override_settings
 from rest_framework.request import Request
 
-from django_ratelimits.contrib import drf
+from django_ratelimits import limiter as limiter_module
 from django_ratelimits.contrib.drf import PolicyThrottle
 from django_ratelimits.models import Policy
 from django_ratelimits.policies import get_registry
@@ -141,11 +141,15 @@ def test_views_without_a_policy_are_not_throttled(
     policy(name="drf-api", rates="1/m")
     client = Client()
     assert statuses(client, "/drf/unscoped", 3) == [200] * 3
-    drf._warned.discard("drf-shared")
-    with caplog.at_level(logging.WARNING, logger="django_ratelimits"):
+    limiter_module._reported.clear()
+    config = {**settings.DJANGO_RATELIMITS, "POLICY_REFRESH": 3600}  # one log per interval
+    with (
+        override_settings(DJANGO_RATELIMITS=config),
+        caplog.at_level(logging.ERROR, logger="django_ratelimits"),
+    ):
         assert statuses(client, "/drf/shared", 3) == [200] * 3
-    warnings = [r for r in caplog.records if "drf-shared" in r.getMessage()]
-    assert len(warnings) == 1
+    errors = [r for r in caplog.records if "drf-shared" in r.getMessage()]
+    assert len(errors) == 1
     policy(name="drf-shared", rates="1/m", enabled=False)
     assert statuses(client, "/drf/shared", 2) == [200] * 2
 

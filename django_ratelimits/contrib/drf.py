@@ -14,12 +14,11 @@ policy, counted by the same engine. When ``RateLimitMiddleware`` already
 decided the policy for this request (its path matched), the throttle reuses
 that verdict from ``request.ratelimit`` instead of asking Redis again. A view
 without a policy name is not throttled; a name with no enabled policy is
-allowed, with one warning per name. ``docs/drf.md`` has the details.
+allowed (an unknown name is logged as an error and is check E006).
+``docs/drf.md`` has the details.
 """
 
 from __future__ import annotations
-
-import logging
 
 from rest_framework.request import Request
 from rest_framework.throttling import BaseThrottle
@@ -29,9 +28,6 @@ from django_ratelimits.limiter import Verdict, evaluate, pending, store
 from django_ratelimits.policies import current
 
 __all__ = ["PolicyThrottle"]
-
-logger = logging.getLogger("django_ratelimits")
-_warned: set[str] = set()
 
 
 class PolicyThrottle(BaseThrottle):
@@ -57,10 +53,7 @@ class PolicyThrottle(BaseThrottle):
         if spec is not None:
             verdict = store(http, verdict, evaluate(http, [spec]))
         elif not verdict.covers(name) and registry.get(name) is None:
-            if name not in _warned:
-                _warned.add(name)
-                logger.warning("PolicyThrottle: no enabled policy %r, not throttling", name)
-            return True
+            return True  # disabled, or unknown (pending logged it)
         self.verdict, self.names = verdict, {name}
         return not verdict.blocked({name})
 

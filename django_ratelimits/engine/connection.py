@@ -31,13 +31,14 @@ from django.dispatch import receiver
 from django.utils.module_loading import import_string
 from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
+from redis.connection import parse_url
 from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 
 from django_ratelimits.conf import SETTING_NAME, RateLimitSettings, RedisServer
 from django_ratelimits.exceptions import BackendError
 
-__all__ = ["RedisClient", "get_redis"]
+__all__ = ["RedisClient", "UnusableRedis", "get_redis", "url_decodes_responses"]
 
 RedisClient: TypeAlias = redis.Redis | RedisCluster
 
@@ -66,11 +67,24 @@ def _forget_clients(*, setting: str, **kwargs: object) -> None:
             _clients.clear()
 
 
+class UnusableRedis(BackendError, ImproperlyConfigured):
+    """The settings give no client the engine can use.
+
+    A configuration error to the system checks (E003), and to a request a
+    backend failure like any other: it fails open or closed, never a 500.
+    """
+
+
 def _connect(config: RateLimitSettings) -> RedisClient:
     target = config.redis
-    if isinstance(target, RedisServer):
-        return _from_server(target, config)
-    return _from_cache(target if target is not None else default_alias())
+    try:
+        if isinstance(target, RedisServer):
+            return _from_server(target, config)
+        return _from_cache(target if target is not None else default_alias())
+    except UnusableRedis:
+        raise
+    except ImproperlyConfigured as error:
+        raise UnusableRedis(str(error)) from error
 
 
 def bounded(config: RateLimitSettings) -> dict[str, Any]:
@@ -84,7 +98,18 @@ def bounded(config: RateLimitSettings) -> dict[str, Any]:
     }
 
 
+def url_decodes_responses(server: RedisServer) -> bool:
+    """Whether the URL asks for ``decode_responses`` (its query wins over OPTIONS, which
+    cannot ask: conf refuses it). Reads the URL only: no client, no network."""
+    try:
+        return bool(parse_url(server.url).get("decode_responses"))
+    except ValueError:
+        return False  # redis-py refuses the URL itself when the client is made
+
+
 def _from_server(server: RedisServer, config: RateLimitSettings) -> RedisClient:
+    if url_decodes_responses(server):
+        raise _decoding_error(f"{SETTING_NAME}['REDIS'] URL")
     kwargs: dict[str, Any] = {**bounded(config), **server.options}
     if not server.cluster:
         client: RedisClient = redis.Redis.from_url(server.url, **kwargs)
@@ -93,9 +118,6 @@ def _from_server(server: RedisServer, config: RateLimitSettings) -> RedisClient:
             client = RedisCluster.from_url(server.url, **kwargs)
         except (redis.RedisError, RedisClusterException) as error:
             raise BackendError(f"cannot reach the Redis Cluster: {error}") from error
-    if _decodes_responses(client):
-        client.close()
-        raise _decoding_error(f"{SETTING_NAME}['REDIS'] URL")
     return client
 
 
@@ -159,8 +181,8 @@ def _decodes_responses(client: RedisClient) -> bool:
     return bool(client.connection_pool.connection_kwargs.get("decode_responses", False))
 
 
-def _decoding_error(name: str) -> ImproperlyConfigured:
+def _decoding_error(name: str) -> UnusableRedis:
     """The engine reads raw bytes; a client that decodes replies is a configuration error."""
-    return ImproperlyConfigured(
+    return UnusableRedis(
         f"{name} gives a client with decode_responses=True; rate limits need bytes replies"
     )
