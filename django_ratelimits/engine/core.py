@@ -331,7 +331,7 @@ class Engine:
                 continue
             client = self.keys.of(gate.client)
             call = call_of(client)
-            together = call is call_of(keys)
+            together = self._slot(client.state) == self._slot(keys.state)
             budget = gate.budget
             call.keys.append(client.gate(chk.identity.kind, budget))
             call.args += [b"g", budget.limit, budget.window_us, keys.member, 2 if together else 1]
