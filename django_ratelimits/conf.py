@@ -30,6 +30,9 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
+from django_ratelimits.exceptions import RateParseError
+from django_ratelimits.rates import Rate, parse_rate
+
 __all__ = ["DEFAULTS", "SETTING_NAME", "RateLimitSettings", "RedisServer", "get_settings"]
 
 SETTING_NAME: Final = "DJANGO_RATELIMITS"
@@ -151,6 +154,9 @@ class RateLimitSettings:
     fail_closed_status: int = 503
     breaker_failures: int = 3
     breaker_cooldown: float = 5.0
+    identity_budget: str | None = "50/h"
+    # Set by __post_init__ from ``identity_budget``: the rate, or None when off.
+    identity_budget_rate: Rate | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not (self.redis is None or isinstance(self.redis, str | RedisServer)):
@@ -197,10 +203,11 @@ class RateLimitSettings:
                 f"{_name('fail_closed_status')} must be 429 or 503, "
                 f"not {_describe(self.fail_closed_status)}"
             )
+        object.__setattr__(self, "identity_budget_rate", _identity_budget(self.identity_budget))
 
 
 DEFAULTS: Final[Mapping[str, object]] = MappingProxyType(
-    {f.name.upper(): f.default for f in fields(RateLimitSettings)}
+    {f.name.upper(): f.default for f in fields(RateLimitSettings) if f.init}
 )
 
 
@@ -232,6 +239,23 @@ def _from_setting(value: object) -> RateLimitSettings:
     if "trusted_proxies" in values:
         values["trusted_proxies"] = _networks(values["trusted_proxies"])
     return RateLimitSettings(**values)
+
+
+def _identity_budget(value: object) -> Rate | None:
+    """``IDENTITY_BUDGET``: new client-chosen identities per client IP, as a rate
+    (``"50/h"``), or ``None`` / ``"off"`` for no budget."""
+    if value is None or value == "off":
+        return None
+    problem = ""
+    if isinstance(value, str):
+        try:
+            return parse_rate(value)
+        except RateParseError as exc:
+            problem = f": {exc}"
+    raise ImproperlyConfigured(
+        f"{_name('identity_budget')} must be a rate such as '50/h', or None or 'off', "
+        f"not {_describe(value)}{problem}"
+    )
 
 
 def _networks(value: object) -> tuple[IPNetwork, ...]:
