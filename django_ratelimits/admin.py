@@ -31,7 +31,7 @@ _FIELDSETS: list[tuple[Any, dict[str, Any]]] = [
         {"fields": ("name", "description", "enabled", "mode", "algorithm", "rates", "burst")},
     ),
     (_("Where"), {"fields": ("path", "methods", "priority")}),
-    (_("Who"), {"fields": ("key", "key_arg")}),
+    (_("Who"), {"fields": ("key", "key_arg", "identity_budget")}),
     (_("Exemptions"), {"fields": ("exempt_staff", "exempt_superusers", "allow_cidrs")}),
     (_("Failure and recording"), {"fields": ("fail_closed", "record_metadata")}),
 ]

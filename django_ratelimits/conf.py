@@ -30,6 +30,9 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
+from django_ratelimits.exceptions import RateParseError
+from django_ratelimits.rates import Rate, parse_rate
+
 __all__ = [
     "DEFAULTS",
     "SETTING_NAME",
@@ -166,9 +169,16 @@ class RateLimitSettings:
     fail_closed_status: int = 503
     breaker_failures: int = 3
     breaker_cooldown: float = 5.0
+    identity_budget: str | None = "50/h"
+    # Set by __post_init__ from ``identity_budget``: the rate, or None when off.
+    identity_budget_rate: Rate | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         problems = list(self._problems())
+        try:
+            object.__setattr__(self, "identity_budget_rate", _identity_budget(self.identity_budget))
+        except ImproperlyConfigured as error:
+            problems.append(str(error))
         if problems:
             raise InvalidSettings(problems)
 
@@ -221,7 +231,7 @@ class RateLimitSettings:
 
 
 DEFAULTS: Final[Mapping[str, object]] = MappingProxyType(
-    {f.name.upper(): f.default for f in fields(RateLimitSettings)}
+    {f.name.upper(): f.default for f in fields(RateLimitSettings) if f.init}
 )
 
 
@@ -266,6 +276,23 @@ def _unknown_key(key: object) -> str:
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     return (
         f"{SETTING_NAME} has an unknown key {key!r}{hint}; the valid keys are {', '.join(DEFAULTS)}"
+    )
+
+
+def _identity_budget(value: object) -> Rate | None:
+    """``IDENTITY_BUDGET``: new client-chosen identities per client IP, as a rate
+    (``"50/h"``), or ``None`` / ``"off"`` for no budget."""
+    if value is None or value == "off":
+        return None
+    problem = ""
+    if isinstance(value, str):
+        try:
+            return parse_rate(value)
+        except RateParseError as exc:
+            problem = f": {exc}"
+    raise ImproperlyConfigured(
+        f"{_name('identity_budget')} must be a rate such as '50/h', or None or 'off', "
+        f"not {_describe(value)}{problem}"
     )
 
 

@@ -30,6 +30,7 @@ from django_ratelimits.engine import Algorithm
 from django_ratelimits.limiter import aevaluate, evaluate, pending, store
 from django_ratelimits.middleware import VIEW_POLICIES
 from django_ratelimits.policies import acurrent, current, get_registry
+from django_ratelimits.policy_fields import parse_identity_budget
 from django_ratelimits.rates import parse_rates
 from django_ratelimits.responses import refusal
 from django_ratelimits.spec import KeyKind, Mode, PolicySpec
@@ -46,13 +47,15 @@ def ratelimit(
     algorithm: Algorithm | str = Algorithm.SLIDING_WINDOW,
     burst: int | None = None,
     mode: Mode | str = Mode.ENFORCE,
+    identity_budget: str = "",
     block: bool = True,
 ) -> Callable[[View], View]:
     """Apply policy ``name`` to the decorated view.
 
     ``key`` is ``"ip"``, ``"user"``, ``"user_or_ip"``, ``"ip_and_user"``,
     ``"header:<name>"`` or ``"callable:<dotted.path>"``. ``rate`` and the rest
-    are only defaults for a policy missing from the database.
+    are only defaults for a policy missing from the database; ``identity_budget``
+    is a rate (``"20/h"``), ``"off"``, or empty for ``IDENTITY_BUDGET``.
     """
     if rate is not None:
         kind, _, arg = key.partition(":")
@@ -66,6 +69,7 @@ def ratelimit(
                 KeyKind(kind),
                 arg,
                 methods=frozenset(m.upper() for m in methods),
+                identity_budget=parse_identity_budget(identity_budget),
             )
         )
 

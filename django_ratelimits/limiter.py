@@ -5,7 +5,9 @@ through :func:`evaluate` (or :func:`aevaluate` in async code). All policies of a
 request are decided in one engine call: the limits of every policy that counts
 by the same identity form one all-or-nothing check, shadow-mode policies
 their own check (so a shadow denial never stops an enforced limit from
-counting, and the other way round).
+counting, and the other way round). A client-chosen identity (header, callable,
+user) is gated by its policy's identity budget for the client IP: past it, the
+check counts against the IP (see ``docs/client-ip.md``).
 """
 
 from __future__ import annotations
@@ -23,9 +25,18 @@ from django.http import HttpRequest
 from django_ratelimits import signals
 from django_ratelimits.breaker import breaker
 from django_ratelimits.conf import get_settings
-from django_ratelimits.engine import Check, Decision, Identity, Limit, LimitResult, get_engine
+from django_ratelimits.engine import (
+    Check,
+    Decision,
+    Gate,
+    Identity,
+    Limit,
+    LimitResult,
+    get_engine,
+)
 from django_ratelimits.exceptions import BackendError
 from django_ratelimits.identity import client_address, client_ip, identities
+from django_ratelimits.rates import Rate
 from django_ratelimits.spec import PolicySpec
 
 if TYPE_CHECKING:
@@ -267,16 +278,31 @@ def _plan(
     if not get_settings().enabled:
         return (), []
     applied = tuple(p for p in policies if not _exempt(request, p))
-    groups: dict[tuple[Identity, bool], list[Limit]] = {}
-    metadata: dict[tuple[Identity, bool], str] = {}
+    groups: dict[tuple[Identity, bool, Gate | None], list[Limit]] = {}
+    metadata: dict[tuple[Identity, bool, Gate | None], str] = {}
     for policy in applied:
+        budget = _budget(policy)
         for identity in identities(request, policy):
-            group = (identity, policy.shadow)
+            gate = None
+            if budget is not None and identity.kind != "ip":
+                gate = Gate(Identity("ip", client_ip(request)), budget)
+            group = (identity, policy.shadow, gate)
             groups.setdefault(group, []).extend(policy.limits)
             if policy.record_metadata and group not in metadata:
                 metadata[group] = _metadata(request, identity)
-    checks = [Check(i, tuple(limits), metadata.get((i, s))) for (i, s), limits in groups.items()]
+    checks = [
+        Check(i, tuple(limits), metadata.get((i, s, g)), g) for (i, s, g), limits in groups.items()
+    ]
     return applied, checks
+
+
+def _budget(policy: PolicySpec) -> Rate | None:
+    """The identity budget of ``policy``'s client-chosen identities, None if it has none."""
+    if policy.identity_budget == "default":
+        return get_settings().identity_budget_rate
+    if policy.identity_budget == "off":
+        return None
+    return policy.identity_budget
 
 
 def _exempt(request: HttpRequest, policy: PolicySpec) -> bool:

@@ -24,10 +24,12 @@ from django_ratelimits.policy_fields import (
     check_burst,
     check_key_arg,
     parse_cidrs,
+    parse_identity_budget,
     parse_methods,
     parse_path,
     parse_policy_rates,
 )
+from django_ratelimits.rates import Rate
 from django_ratelimits.spec import KeyKind, Mode, PolicySpec
 
 ALGORITHM_LABELS = {
@@ -99,6 +101,16 @@ class Policy(models.Model):
         help_text=_(
             "For “a request header”: the header name, e.g. X-Api-Key. For “a callable”: "
             "the dotted path of a function(request) returning a string or None."
+        ),
+    )
+    identity_budget = models.CharField(
+        _("identity budget"),
+        max_length=50,
+        blank=True,
+        help_text=_(
+            "For a header, a callable or users: how many different values one client IP "
+            "may bring per period, e.g. “50/h”; past it, its requests count against the IP "
+            "under this policy's rates. Empty: the IDENTITY_BUDGET setting. “off”: no budget."
         ),
     )
     path = models.CharField(
@@ -180,6 +192,9 @@ class Policy(models.Model):
         if networks is not None:
             self.allow_cidrs = "\n".join(str(network) for network in networks)
         _collect(errors, "key_arg", check_key_arg, self.key, self.key_arg, True)
+        budget = _collect(errors, "identity_budget", parse_identity_budget, self.identity_budget)
+        if budget is not None:
+            self.identity_budget = _budget_text(budget)
         if errors:
             raise ValidationError(errors)
 
@@ -204,6 +219,7 @@ class Policy(models.Model):
             record_metadata=self.record_metadata,
             priority=self.priority,
             description=self.description,
+            identity_budget=parse_identity_budget(self.identity_budget),
         )
 
 
@@ -227,7 +243,13 @@ def spec_fields(spec: PolicySpec) -> dict[str, Any]:
         "fail_closed": spec.fail_closed,
         "record_metadata": spec.record_metadata,
         "priority": spec.priority,
+        "identity_budget": _budget_text(spec.identity_budget),
     }
+
+
+def _budget_text(budget: Rate | str) -> str:
+    """An identity budget as the field stores it: a rate, ``off``, or empty for the default."""
+    return "" if budget == "default" else str(budget)
 
 
 def _collect(errors: dict[str, ValidationError], field: str, check: Any, *args: Any) -> Any:

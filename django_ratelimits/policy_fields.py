@@ -10,7 +10,7 @@ from __future__ import annotations
 import ipaddress
 import keyword
 import re
-from typing import Final
+from typing import Final, Literal
 
 from django.core.exceptions import ValidationError
 from django.utils.module_loading import import_string
@@ -19,7 +19,7 @@ from django.utils.translation import gettext_lazy as _
 from django_ratelimits.engine import Algorithm, Limit
 from django_ratelimits.engine.limits import MAX_BURST
 from django_ratelimits.exceptions import RateParseError
-from django_ratelimits.rates import Rate, parse_rates
+from django_ratelimits.rates import Rate, parse_rate, parse_rates
 from django_ratelimits.spec import IPNetwork, KeyKind
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "check_burst",
     "check_key_arg",
     "parse_cidrs",
+    "parse_identity_budget",
     "parse_methods",
     "parse_path",
     "parse_policy_rates",
@@ -57,6 +58,23 @@ def parse_policy_rates(text: str) -> tuple[Rate, ...]:
         raise ValidationError(
             _("Enter rates such as “10/s, 120/m”: %(error)s"),
             code="invalid_rates",
+            params={"error": exc},
+        ) from None
+
+
+def parse_identity_budget(text: str) -> Rate | Literal["default", "off"]:
+    """Empty: the ``IDENTITY_BUDGET`` setting; ``off``: no budget; else one rate."""
+    text = text.strip()
+    if not text:
+        return "default"
+    if text == "off":
+        return "off"
+    try:
+        return parse_rate(text)
+    except RateParseError as exc:
+        raise ValidationError(
+            _("Enter one rate such as “50/h”, “off”, or nothing for the default: %(error)s"),
+            code="invalid_identity_budget",
             params={"error": exc},
         ) from None
 

@@ -11,6 +11,7 @@ import ipaddress
 import re
 from collections.abc import Collection
 from dataclasses import dataclass, field
+from typing import Literal
 
 from django.db.models import TextChoices
 from django.utils.translation import gettext_lazy as _
@@ -64,6 +65,9 @@ class PolicySpec:
     ``key_arg`` is the header name for :attr:`KeyKind.HEADER` and the dotted
     path of a ``callable(request) -> str | None`` for :attr:`KeyKind.CALLABLE`.
     Higher ``priority`` is evaluated (and reported in headers) first.
+    ``identity_budget`` bounds the client-chosen identities (header values,
+    callable keys, users) one client IP brings to the policy: a rate, ``"off"``,
+    or ``"default"`` for ``DJANGO_RATELIMITS["IDENTITY_BUDGET"]``.
     """
 
     name: str
@@ -82,6 +86,7 @@ class PolicySpec:
     record_metadata: bool = False
     priority: int = 0
     description: str = ""
+    identity_budget: Rate | Literal["default", "off"] = "default"
     limits: tuple[Limit, ...] = field(init=False, repr=False, compare=False)
     path_re: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
 

@@ -7,7 +7,7 @@ import itertools
 from redis import Redis
 from redis.cluster import ClusterNode, RedisCluster
 
-from django_ratelimits.engine import Engine, KeySpace
+from django_ratelimits.engine import Engine, Identity, KeySpace
 from django_ratelimits.testing import FakeClock
 
 _prefixes = itertools.count()
@@ -47,8 +47,9 @@ def all_keys(client: Redis | RedisCluster) -> list[bytes]:
     return list(client.scan_iter(count=1000))
 
 
-def outcomes(decision: object) -> list[tuple[bool, int, int, int]]:
+def outcomes(decision: object) -> list[tuple[Identity, bool, int, int, int]]:
+    """Who decided each limit, and how (as :class:`tests.reference.ReferenceEngine` answers)."""
     return [
-        (r.allowed, r.remaining, r.retry_after_us, r.reset_after_us)
+        (r.identity, r.allowed, r.remaining, r.retry_after_us, r.reset_after_us)
         for r in decision.results  # type: ignore[attr-defined]
     ]

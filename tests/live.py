@@ -72,13 +72,17 @@ class Site:
     port: int
     log: Path
 
-    def get(self, path: str, *, source: str = "127.0.0.1") -> Reply:
+    def get(
+        self, path: str, *, source: str = "127.0.0.1", headers: dict[str, str] | None = None
+    ) -> Reply:
         connection = http.client.HTTPConnection(
             "127.0.0.1", self.port, timeout=REQUEST_TIMEOUT, source_address=(source, 0)
         )
         started = time.monotonic()
         try:
-            connection.request("GET", path, headers={"Accept": "application/json"})
+            connection.request(
+                "GET", path, headers={"Accept": "application/json", **(headers or {})}
+            )
             response = connection.getresponse()
             body = response.read()
         finally:

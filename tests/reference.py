@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from django_ratelimits.engine import Algorithm, Check, KeySpace
+from django_ratelimits.engine import Algorithm, Check, Gate, Identity, KeySpace
 
 Outcome = tuple[bool, int, int, int, Any]  # allowed, remaining, retry, reset, new state
 SW_BUCKETS = 10
@@ -152,22 +152,28 @@ MODELS: dict[Algorithm, Callable[..., Outcome]] = {
 }
 
 
+Result = tuple[Identity, bool, int, int, int]  # who decided, allowed, remaining, retry, reset
+
+
 class ReferenceEngine:
-    """The check script's driver in Python: groups all or nothing, in order."""
+    """The check script's driver in Python: groups all or nothing, in order; a
+    gated check counts against its client when its identity is over budget."""
 
     def __init__(self, keys: KeySpace) -> None:
         self.keys = keys
         self.state: dict[tuple[str, str], Any] = {}
+        self.gates: dict[str, dict[bytes, int]] = {}
 
-    def run(
-        self, checks: Iterable[Check], now: int, cost: int, *, charge: bool
-    ) -> list[tuple[bool, int, int, int]]:
-        out: list[tuple[bool, int, int, int]] = []
+    def run(self, checks: Iterable[Check], now: int, cost: int, *, charge: bool) -> list[Result]:
+        out: list[Result] = []
         for chk in checks:
+            who = chk.identity
+            if chk.gate is not None and not self._passes(chk, chk.gate, now, charge=charge):
+                who = chk.gate.client
             pending: list[tuple[tuple[str, str], Any]] = []
             all_allowed = True
             for limit in chk.limits:
-                key = (self.keys.of(chk.identity).state, limit.spec)
+                key = (self.keys.of(who).state, limit.spec)
                 allowed, remaining, retry, reset, new = MODELS[limit.algorithm](
                     self.state.get(key),
                     now,
@@ -176,9 +182,25 @@ class ReferenceEngine:
                     limit.capacity,
                     cost,
                 )
-                out.append((allowed, remaining, retry, reset))
+                out.append((who, allowed, remaining, retry, reset))
                 all_allowed = all_allowed and allowed
                 pending.append((key, new))
             if charge and all_allowed:
                 self.state.update(pending)
         return out
+
+    def _passes(self, chk: Check, gate: Gate, now: int, *, charge: bool) -> bool:
+        """The identity budget: seen within the window, or room for one more."""
+        key = self.keys.of(gate.client).gate(chk.identity.kind, gate.budget)
+        member = self.keys.of(chk.identity).member
+        cutoff = now - gate.budget.window_us
+        held = self.gates.setdefault(key, {})
+        passed = held.get(member, cutoff) > cutoff
+        if not passed:
+            live = {m: seen for m, seen in held.items() if seen > cutoff}
+            if charge:
+                held = self.gates[key] = live
+            passed = len(live) < gate.budget.limit
+        if passed and charge:
+            held[member] = now
+        return passed

@@ -13,6 +13,7 @@ from django.test import override_settings
 from pytest_django import Settings
 
 from django_ratelimits.conf import DEFAULTS, RateLimitSettings, RedisServer, get_settings
+from django_ratelimits.rates import Rate
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
 
@@ -68,6 +69,7 @@ def test_defaults_by_setting_name() -> None:
         "FAIL_CLOSED_STATUS": 503,
         "BREAKER_FAILURES": 3,
         "BREAKER_COOLDOWN": 5.0,
+        "IDENTITY_BUDGET": "50/h",
     }
 
 
@@ -265,6 +267,13 @@ def test_the_documentation_lists_every_key_with_its_default() -> None:
     assert rows == expected
 
 
+def test_the_identity_budget_is_a_rate_or_off() -> None:
+    assert get_settings().identity_budget_rate == Rate(50, 3600)
+    assert settings_from({"IDENTITY_BUDGET": "10/5m"}).identity_budget_rate == Rate(10, 300)
+    assert settings_from({"IDENTITY_BUDGET": "off"}).identity_budget_rate is None
+    assert settings_from({"IDENTITY_BUDGET": None}).identity_budget_rate is None
+
+
 def test_trusted_proxies_become_networks() -> None:
     config = settings_from({"TRUSTED_PROXIES": ["10.0.0.0/8", "192.0.2.1", "2001:db8::/32"]})
     assert [str(n) for n in config.trusted_proxies] == [
@@ -288,6 +297,9 @@ def test_trusted_proxies_become_networks() -> None:
         ({"FAIL_CLOSED_STATUS": 500}, "must be 429 or 503"),
         ({"POLICY_REFRESH": 0}, "POLICY_REFRESH'] must be a number"),
         ({"BREAKER_FAILURES": 0}, "BREAKER_FAILURES'] must be an integer"),
+        ({"IDENTITY_BUDGET": "50 per hour"}, "IDENTITY_BUDGET'] must be a rate such as '50/h'"),
+        ({"IDENTITY_BUDGET": 50}, "or None or 'off', not int 50"),
+        ({"IDENTITY_BUDGET": ""}, "IDENTITY_BUDGET'] must be a rate"),
     ],
 )
 def test_request_path_settings_are_validated(value: dict[str, object], message: str) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from django_ratelimits.engine import Algorithm, Check, Identity, Limit
+from django_ratelimits.engine import Algorithm, Check, Gate, Identity, Limit
 from django_ratelimits.rates import Rate
 from django_ratelimits.testing import FakeClock
 from tests.engine_helpers import EPOCH_US, fresh_engine, outcomes
@@ -96,3 +96,46 @@ def test_large_rates_and_long_windows_match_the_model(
 ) -> None:
     """Float paths (token bucket, GCRA, the weighted counter) at extreme magnitudes."""
     _replay(redis_client, limits, start, ops)
+
+
+gated_steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("advance"), st.integers(0, 3_000_000)),
+        st.tuples(st.just("check"), st.integers(1, 3), st.integers(0, 5), st.booleans()),
+        st.tuples(st.just("peek"), st.integers(0, 3), st.integers(0, 5), st.booleans()),
+    ),
+    min_size=1,
+    max_size=60,
+)
+
+
+@HYPOTHESIS
+@given(
+    limits=limit_sets(max_limit=6, periods=[1, 2, 5, 60]),
+    budget=st.builds(Rate, st.integers(1, 3), st.sampled_from([1, 2, 5])),
+    start=st.integers(EPOCH_US, EPOCH_US + 10**9),
+    ops=gated_steps,
+)
+def test_identity_budgets_match_the_model(
+    redis_client: Any, limits: list[Limit], budget: Rate, start: int, ops: list[tuple[Any, ...]]
+) -> None:
+    """Six header values from one address, with and without the address's own check:
+    the gate, the fallback to the address and every result agree with the model."""
+    clock = FakeClock(start)
+    engine = fresh_engine(redis_client, clock)
+    model = ReferenceEngine(engine.keys)
+    client = IDENTITIES[0]
+    capacity = min(limit.capacity for limit in limits)
+    for op in ops:
+        if op[0] == "advance":
+            clock.advance(us=op[1])
+            continue
+        gated = Check(Identity("header", f"key-{op[2]}"), limits, gate=Gate(client, budget))
+        checks = [Check(client, [Limit("ip-policy", Rate(50, 1))]), gated] if op[3] else [gated]
+        cost = min(op[1], capacity)
+        if op[0] == "check":
+            got = outcomes(engine.check(checks, cost=cost))
+        else:
+            got = outcomes(engine.peek(checks, cost=cost))
+        expected = model.run(checks, clock.now_us(), cost, charge=op[0] == "check")
+        assert got == expected, (op, limits, budget)

@@ -102,11 +102,11 @@ def test_a_hostile_identity_is_limited_in_its_own_slot(
         client.get("/api/hello", headers={"X-Who": value}).status_code for _ in range(LIMIT + 1)
     ]
     assert statuses == [200] * LIMIT + [429]  # limited like anyone else
-    # Every key written belongs to the victim's slot or the hostile identity's.
+    # Every key written belongs to the victim's slot, the hostile identity's, or
+    # the client address's (its identity budget).
     keys = get_engine().keys
-    slots = {
-        redis.cluster.key_slot(keys.of(Identity("key", v)).tag.encode()) for v in (VICTIM, value)
-    }
+    owners = [Identity("key", VICTIM), Identity("key", value), Identity("ip", "127.0.0.1")]
+    slots = {redis.cluster.key_slot(keys.of(who).tag.encode()) for who in owners}
     assert {redis.cluster.key_slot(k) for k in all_keys(limiter)} <= slots
     # The victim's quota is untouched: one used before, one now.
     assert _remaining(client.get("/api/hello", headers={"X-Who": VICTIM})) == LIMIT - 2

@@ -70,6 +70,9 @@ INVALID = [
     ({"key": "callable", "key_arg": "tests.test_models.NOT_CALLABLE"}, "key_arg", "not callable"),
     ({"key": "ip", "key_arg": "X-Api-Key"}, "key_arg", "Leave this empty"),
     ({"key": "user", "key_arg": "a.b"}, "key_arg", "Leave this empty"),
+    ({"identity_budget": "50 per hour"}, "identity_budget", "Enter one rate such as “50/h”"),
+    ({"identity_budget": "50/h, 100/d"}, "identity_budget", "Enter one rate such as “50/h”"),
+    ({"identity_budget": "{}\n"}, "identity_budget", "Enter one rate such as “50/h”"),
     ({"name": "not a slug"}, "name", "slug"),
     ({"mode": "loud"}, "mode", "valid choice"),
 ]
@@ -98,6 +101,18 @@ def test_valid_keys_and_bursts_pass() -> None:
         {"path": r"^/api/v\d+/", "methods": "get,HEAD"},
     ):
         make(**fields).full_clean(validate_unique=False)
+
+
+def test_an_identity_budget_is_a_rate_off_or_the_default() -> None:
+    for written, stored, compiled in (
+        ("", "", "default"),
+        (" off ", "off", "off"),
+        ("20/60m", "20/h", Rate(20, 3600)),
+    ):
+        policy = make(key="header", key_arg="X-Api-Key", identity_budget=written)
+        policy.full_clean(validate_unique=False)
+        assert policy.identity_budget == stored
+        assert policy.to_spec().identity_budget == compiled
 
 
 def test_rate_error_quotes_the_parser() -> None:

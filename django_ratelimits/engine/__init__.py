@@ -17,7 +17,7 @@ from django_ratelimits.engine.connection import get_redis
 from django_ratelimits.engine.core import Clock, Engine
 from django_ratelimits.engine.decision import Decision, LimitResult
 from django_ratelimits.engine.keys import KeySpace
-from django_ratelimits.engine.limits import Algorithm, Check, Identity, Limit
+from django_ratelimits.engine.limits import Algorithm, Check, Gate, Identity, Limit
 
 __all__ = [
     "Algorithm",
@@ -25,6 +25,7 @@ __all__ = [
     "Clock",
     "Decision",
     "Engine",
+    "Gate",
     "Identity",
     "KeySpace",
     "Limit",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Generator, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from redis import Redis
@@ -15,7 +15,7 @@ from redis.exceptions import NoScriptError, RedisClusterException, RedisError, R
 from django_ratelimits.engine import script
 from django_ratelimits.engine.aconnection import AsyncClient
 from django_ratelimits.engine.decision import Decision, LimitResult
-from django_ratelimits.engine.keys import KeySpace, label, printable
+from django_ratelimits.engine.keys import IdentityKeys, KeySpace, label, printable
 from django_ratelimits.engine.limits import Check, Identity, Limit
 from django_ratelimits.exceptions import BackendError
 
@@ -56,6 +56,24 @@ class Clock(Protocol):
     def now_us(self) -> int: ...
 
 
+Pairs = list[tuple[Identity, Limit]]
+
+
+@dataclass
+class _Gated:
+    """A gated check in a call: the gate's verdict comes first, then the results of
+    ``fallback`` (the client IP's group) or of ``own`` (the identity's group).
+
+    ``own`` is ``None`` when the identity lives in another slot (a cluster): the
+    call holds only the gate and the fallback, and ``later`` goes in a second
+    round trip if the gate lets the identity through.
+    """
+
+    fallback: Pairs
+    own: Pairs | None
+    later: Check
+
+
 @dataclass
 class _Call:
     """One script call: the groups of identities that share one slot."""
@@ -63,8 +81,16 @@ class _Call:
     route: str  # a key of the slot, to find its node on a cluster
     keys: list[str | bytes] = field(default_factory=list)
     args: list[str | bytes | int] = field(default_factory=list)
-    pairs: list[tuple[Identity, Limit]] = field(default_factory=list)
-    groups: int = 0
+    parts: list[Pairs | _Gated] = field(default_factory=list)
+
+
+@dataclass
+class _Found:
+    """What one round trip decided, and the gated checks it let through to the next."""
+
+    results: list[LimitResult]
+    now_us: int
+    later: list[Check]
 
 
 class Engine:
@@ -123,26 +149,22 @@ class Engine:
         denies, none of its limits is charged. A denial is recorded in the
         offender index; metadata, if given, in the identity's metadata list.
         """
-        calls = self._prepare(checks, "c", cost)
-        return self._decode(calls, self._execute(calls))
+        return self._run(self._rounds(checks, "c", cost))
 
     def peek(self, checks: Iterable[Check], *, cost: int = 0) -> Decision:
         """What ``check`` would decide for ``cost``, writing nothing.
 
         With the default cost of 0, ``remaining`` is the quota left now.
         """
-        calls = self._prepare(checks, "p", cost)
-        return self._decode(calls, self._execute(calls))
+        return self._run(self._rounds(checks, "p", cost))
 
     async def acheck(self, checks: Iterable[Check], *, cost: int = 1) -> Decision:
         """:meth:`check` for async code."""
-        calls = self._prepare(checks, "c", cost)
-        return self._decode(calls, await self._aexecute(calls))
+        return await self._arun(self._rounds(checks, "c", cost))
 
     async def apeek(self, checks: Iterable[Check], *, cost: int = 0) -> Decision:
         """:meth:`peek` for async code."""
-        calls = self._prepare(checks, "p", cost)
-        return self._decode(calls, await self._aexecute(calls))
+        return await self._arun(self._rounds(checks, "p", cost))
 
     def reset(
         self, identity: Identity, limits: Sequence[Limit] = (), *, forget: bool = False
@@ -212,6 +234,39 @@ class Engine:
         seconds, micros = self.client.time()
         return int(seconds) * 1_000_000 + int(micros)
 
+    def _rounds(
+        self, checks: Iterable[Check], mode: str, cost: int
+    ) -> Generator[list[_Call], list[Any], Decision]:
+        """The calls of each round trip, in turn, the replies of each sent back in.
+
+        One round trip, but on a cluster where a gated identity lives in another
+        slot than its client IP: that identity's group goes in a second one, and
+        only if its gate let it through.
+        """
+        calls = self._prepare(checks, mode, cost)
+        found = self._decode(calls, (yield calls))
+        if found.later:
+            calls = self._plan(found.later, mode, cost)
+            more = self._decode(calls, (yield calls))
+            found = _Found(found.results + more.results, max(found.now_us, more.now_us), [])
+        return Decision(results=tuple(found.results), now_us=found.now_us)
+
+    def _run(self, rounds: Generator[list[_Call], list[Any], Decision]) -> Decision:
+        try:
+            calls = next(rounds)
+            while True:
+                calls = rounds.send(self._execute(calls))
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+    async def _arun(self, rounds: Generator[list[_Call], list[Any], Decision]) -> Decision:
+        try:
+            calls = next(rounds)
+            while True:
+                calls = rounds.send(await self._aexecute(calls))
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
     def _prepare(self, checks: Iterable[Check], mode: str, cost: int) -> list[_Call]:
         """Validate one request and plan its script calls; nothing is sent."""
         least = 1 if mode == "c" else 0
@@ -228,39 +283,84 @@ class Engine:
         return self._plan(planned, mode, cost)
 
     @staticmethod
-    def _decode(calls: list[_Call], replies: list[Any]) -> Decision:
-        results: list[LimitResult] = []
-        now = 0
+    def _decode(calls: list[_Call], replies: list[Any]) -> _Found:
+        found = _Found([], 0, [])
         for call, reply in zip(calls, replies, strict=True):
             values = [int(v) for v in reply.split()]
-            now = max(now, values[0])
-            for n, (identity, limit) in enumerate(call.pairs):
-                allowed, remaining, retry, reset = values[1 + 4 * n : 5 + 4 * n]
-                results.append(LimitResult(identity, limit, bool(allowed), remaining, retry, reset))
-        return Decision(results=tuple(results), now_us=now)
+            found.now_us = max(found.now_us, values[0])
+            n = 1
+            for part in call.parts:
+                if isinstance(part, list):
+                    pairs = part
+                else:
+                    passed, n = values[n], n + 1
+                    if passed and part.own is None:
+                        found.later.append(part.later)
+                    pairs = (part.own or []) if passed else part.fallback
+                for identity, limit in pairs:
+                    allowed, remaining, retry, reset = values[n : n + 4]
+                    n += 4
+                    found.results.append(
+                        LimitResult(identity, limit, bool(allowed), remaining, retry, reset)
+                    )
+        return found
 
     def _plan(self, checks: list[Check], mode: str, cost: int) -> list[_Call]:
-        """Group the checks into script calls: one call, or one per slot on a cluster."""
+        """Group the checks into script calls: one call, or one per slot on a cluster.
+
+        A gated check goes where its client IP lives: the gate, then the IP's
+        group (the fallback), then the identity's own group if it shares the
+        slot, else the identity is left for a second round trip (see :class:`_Gated`).
+        """
         now = "" if self.clock is None else self.clock.now_us()
         calls: dict[int, _Call] = {}
-        for chk in checks:
-            keys = self.keys.of(chk.identity)
-            specs = [limit.encoded_spec for limit in chk.limits]
-            if len(set(specs)) != len(specs):
-                raise ValueError(f"a limit is given twice for {label(chk.identity)}")
+
+        def call_of(keys: IdentityKeys) -> _Call:
             slot = self._slot(keys.state)
             call = calls.get(slot)
             if call is None:
                 call = calls[slot] = _Call(keys.state)
-            call.groups += 1
-            call.keys += keys.group
-            call.keys += [keys.log(limit) for limit in chk.limits if limit.is_log]
-            metadata = "" if chk.metadata is None else printable(chk.metadata, 300)
-            call.args += [len(specs), keys.ident, label(chk.identity), metadata, *specs]
-            call.pairs += [(chk.identity, limit) for limit in chk.limits]
+            return call
+
+        for chk in checks:
+            keys = self.keys.of(chk.identity)
+            gate = chk.gate
+            if gate is None:
+                call = call_of(keys)
+                call.parts.append(self._group(call, keys, chk.identity, chk.limits, chk.metadata))
+                continue
+            client = self.keys.of(gate.client)
+            call = call_of(client)
+            together = self._slot(client.state) == self._slot(keys.state)
+            budget = gate.budget
+            call.keys.append(client.gate(chk.identity.kind, budget))
+            call.args += [b"g", budget.limit, budget.window_us, keys.member, 2 if together else 1]
+            fallback = self._group(call, client, gate.client, chk.limits, None)
+            own = None
+            if together:
+                own = self._group(call, keys, chk.identity, chk.limits, chk.metadata)
+            call.parts.append(_Gated(fallback, own, replace(chk, gate=None)))
         for call in calls.values():
-            call.args[:0] = [now, mode, cost, call.groups, *self._tail]
+            call.args[:0] = [now, mode, cost, len(call.parts), *self._tail]
         return list(calls.values())
+
+    @staticmethod
+    def _group(
+        call: _Call,
+        keys: IdentityKeys,
+        identity: Identity,
+        limits: Sequence[Limit],
+        metadata: str | None,
+    ) -> Pairs:
+        """Add ``identity``'s group (its keys and ``limits``) to ``call``; its pairs."""
+        specs = [limit.encoded_spec for limit in limits]
+        if len(set(specs)) != len(specs):
+            raise ValueError(f"a limit is given twice for {label(identity)}")
+        call.keys += keys.group
+        call.keys += [keys.log(limit) for limit in limits if limit.is_log]
+        meta = "" if metadata is None else printable(metadata, 300)
+        call.args += [len(specs), keys.ident, label(identity), meta, *specs]
+        return [(identity, limit) for limit in limits]
 
     def _slot(self, key: str) -> int:
         if isinstance(self.client, RedisCluster):

@@ -7,6 +7,7 @@ Layout (``P`` is the key prefix, ``{sN}`` the identity's shard tag)::
     P:{sN}:m:<ident>                        metadata list (capped)
     P:{sN}:o:<ident>                        offender record (HASH)
     P:{sN}:x:<ident>                        override: blocked or allow-listed until a time
+    P:{sN}:g:<kind>:<n>:<us>:<ident>        identity budget of a client IP (ZSET of digests)
     P:{sN}:ox                               offender index of shard N, by last denial (ZSET)
     P:{sN}:oxn                              offender index of shard N, by denial count (ZSET)
 
@@ -25,6 +26,7 @@ import re
 from dataclasses import dataclass
 
 from django_ratelimits.engine.limits import Identity, Limit
+from django_ratelimits.rates import Rate
 
 _SAFE_PART = re.compile(r"[A-Za-z0-9._:@/+=-]{1,64}")
 _LABEL_MAX = 200
@@ -99,6 +101,17 @@ class IdentityKeys:
             self.override,
         )
         return tuple(name.encode() for name in names)
+
+    @functools.cached_property
+    def member(self) -> bytes:
+        """The identity in a client's identity budget: 12 characters of its digest,
+        so a budget of n members holds about 12n bytes however long the values."""
+        digest = hashlib.blake2b(self.ident.encode("ascii"), digest_size=9).digest()
+        return base64.urlsafe_b64encode(digest)
+
+    def gate(self, kind: str, budget: Rate) -> str:
+        """The identity budget (ZSET) of this client IP for identities of ``kind``."""
+        return f"{self.tag}:g:{kind}:{budget.limit}:{budget.window_us}:{self.ident}"
 
     def log(self, limit: Limit) -> str:
         """The ZSET of a sliding-log limit."""

@@ -113,13 +113,31 @@ class Limit:
 
 
 @dataclass(frozen=True)
+class Gate:
+    """A budget of client-chosen identities per client address.
+
+    At most ``budget.limit`` distinct identities of one kind pass the gate of
+    ``client`` (an ``ip`` identity) in any ``budget.period``: an identity passes
+    if it was seen through the gate within the period, or if there is room for
+    one more. A check whose identity does not pass counts against ``client``
+    instead, under the same limits, and writes nothing for its own identity.
+    """
+
+    client: Identity
+    budget: Rate
+
+
+@dataclass(frozen=True)
 class Check:
     """The limits to apply to one identity, decided all or nothing.
 
     ``metadata`` (e.g. ``"user:42|/login"``), when given, is appended to the
     identity's capped metadata list together with the time and the outcome.
+    ``gate``, when given, is the identity budget the identity must pass first
+    (see :class:`Gate`).
     """
 
     identity: Identity
     limits: Sequence[Limit] = field(default_factory=tuple)
     metadata: str | None = None
+    gate: Gate | None = None

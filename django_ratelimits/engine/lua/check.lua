@@ -1,16 +1,19 @@
 -- The driver: decides every (identity, limit) of one request in one call.
 --
--- ARGV: now_us ('' = Redis TIME), mode ('c' check | 'p' peek), cost, groups,
+-- ARGV: now_us ('' = Redis TIME), mode ('c' check | 'p' peek), cost, entries,
 --       metadata cap, metadata ttl ms, offender retention ms, index cap,
 --       then per group: nlimits, ident, label, metadata ('' = none),
 --       then per limit its spec "<algorithm>|<limit>|<window_us>|<capacity>|<policy>",
---       which is also the limit's field in the state HASH.
+--       which is also the limit's field in the state HASH. An entry is a group
+--       or a gated group (see check() at the end).
 -- KEYS: per group: state HASH, metadata list, offender record, offender index
 --       (by last denial), offender index (by denial count), override, then
 --       one ZSET per sliding-log limit. All keys of a group share one hash tag.
+--       A gated group starts with the client's identity budget (ZSET).
 -- Returns one string of integers separated by spaces: now_us, then per limit
--- allowed (1 or 0), remaining, retry_us, reset_us. (One string is cheaper
--- for Redis to reply and for the client to read than an array of numbers.)
+-- allowed (1 or 0), remaining, retry_us, reset_us, with a gate's verdict (1 or
+-- 0) before the limits it decided. (One string is cheaper for Redis to reply
+-- and for the client to read than an array of numbers.)
 --
 -- A group is one identity and is all or nothing: if any of its limits denies,
 -- none of its limits is charged. An override ("b:<until_us>" blocked, or
@@ -138,8 +141,129 @@ local function parse_spec(spec)
   return l
 end
 
+-- Decides one identity's group: its six keys from KEYS[k] (state, metadata,
+-- record, index, by-count index, override) then one per sliding log; its
+-- arguments from ARGV[a] (count, ident, label, metadata, one spec per limit).
+-- Appends a result per limit to `out`; returns where the next group starts.
+local function run_group(KEYS, ARGV, a, k, out)
+  local nlimits, ident, label, meta = tonumber(ARGV[a]), ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
+  local state_key, meta_key, record, index, by_count = KEYS[k], KEYS[k + 1], KEYS[k + 2],
+    KEYS[k + 3], KEYS[k + 4]
+  local override, override_until = override_of(KEYS[k + 5])
+  a, k = a + 4, k + 6
+  -- Every hash-held field of the group is read with one HMGET.
+  local limits, fields = {}, {}
+  for i = 1, nlimits do
+    local spec = ARGV[a]
+    local l = parse_spec(spec)
+    local key
+    if l[1].zset then
+      key = KEYS[k]
+      k = k + 1
+    else
+      fields[#fields + 1] = spec
+      key = #fields
+    end
+    limits[i] = {l, key}
+    a = a + 1
+  end
+  local values = {}
+  if override == nil and #fields > 0 then
+    values = redis.call('HMGET', state_key, unpack(fields))
+  end
+  local writes, live, logs, denied, all_allowed = {}, 0, {}, {}, true
+  for _, lk in ipairs(limits) do
+    local l, key = lk[1], lk[2]
+    local alg, limit, window, capacity, policy = l[1], l[2], l[3], l[4], l[5]
+    local allowed, remaining, retry, reset, new, lives
+    if override == 'a' then
+      allowed, remaining, retry, reset = true, limit, 0, 0
+    elseif override == 'b' then
+      allowed, remaining = false, 0
+      retry, reset = override_until - now, override_until - now
+      policy = '!blocked'
+    elseif alg.zset then
+      allowed, remaining, retry, reset, new = alg.peek(key, now, limit, window, capacity, cost)
+      if allowed then
+        logs[#logs + 1] = {key, window, new}
+      end
+    else
+      allowed, remaining, retry, reset, new, lives =
+        alg.peek(values[key] or nil, now, limit, window, capacity, cost)
+      if allowed then
+        writes[#writes + 1] = l[6]
+        writes[#writes + 1] = new
+        live = max(live, lives)
+      end
+    end
+    out[#out + 1] = string.format('%d %d %d %d', allowed and 1 or 0, remaining, retry, reset)
+    if not allowed then
+      all_allowed = false
+      denied[policy] = true
+    end
+  end
+  if charge then
+    if all_allowed then
+      commit(state_key, writes, live, logs)
+    else
+      record_denial(record, index, by_count, ident, label, denied)
+    end
+    if meta ~= '' then
+      push_metadata(meta_key, string.format('%s|%d|%s', meta, now_ms, all_allowed and 'A' or 'D'))
+    end
+  end
+  return a, k
+end
+
+-- Where the group at ARGV[a], KEYS[k] ends, without deciding it.
+local function skip_group(ARGV, a, k)
+  local nlimits = tonumber(ARGV[a])
+  local logs = 0
+  for i = a + 4, a + 3 + nlimits do
+    if parse_spec(ARGV[i])[1].zset then
+      logs = logs + 1
+    end
+  end
+  return a + 4 + nlimits, k + 6 + logs
+end
+
+-- A client's identity budget (a ZSET: member = an identity's digest, score =
+-- when it last passed): whether `member` passes, i.e. it passed within the
+-- window or fewer than `budget` others did. Charging, a passing member's time
+-- is renewed and members older than the window are dropped first: the ZSET
+-- never holds more than `budget` members, and lives one window after the last
+-- identity passed.
+local function pass_gate(key, member, budget, window)
+  local cutoff = now - window
+  local seen = tonumber(redis.call('ZSCORE', key, member))
+  local passed = seen ~= nil and seen > cutoff
+  if not passed then
+    local held
+    if charge then
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', cutoff)
+      held = redis.call('ZCARD', key)
+    else
+      held = redis.call('ZCOUNT', key, '(' .. fmt(cutoff), '+inf')
+    end
+    passed = held < budget
+  end
+  if passed and charge then
+    redis.call('ZADD', key, now, member)
+    expire_in(key, window)
+  end
+  return passed
+end
+
 -- The entry point: the script's body ends with `return check(KEYS, ARGV)`;
 -- on Redis 7 the same code is a function library that registers it.
+--
+-- ARGV[4] entries follow the header: each is a group (run_group), or a gated
+-- group: 'g', budget, window, member, then 2 or 1 groups. With 2, the client
+-- IP's group (the fallback) and the identity's: the gate's verdict (1 or 0)
+-- decides which one runs; the other is skipped, unread and unwritten. With 1,
+-- only the fallback: it runs if the gate refuses; if the gate lets the
+-- identity through, Python sends the identity's group in a second call (its
+-- keys live in another slot of a cluster).
 local function check(KEYS, ARGV)
   bind()
   if ARGV[1] ~= '' then
@@ -160,70 +284,23 @@ local function check(KEYS, ARGV)
   local out = {fmt(now)}
   local a, k = 9, 1
   for _ = 1, tonumber(ARGV[4]) do
-    local nlimits, ident, label, meta = tonumber(ARGV[a]), ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
-    local state_key, meta_key, record, index, by_count = KEYS[k], KEYS[k + 1], KEYS[k + 2],
-      KEYS[k + 3], KEYS[k + 4]
-    local override, override_until = override_of(KEYS[k + 5])
-    a, k = a + 4, k + 6
-    -- Every hash-held field of the group is read with one HMGET.
-    local limits, fields = {}, {}
-    for i = 1, nlimits do
-      local spec = ARGV[a]
-      local l = parse_spec(spec)
-      local key
-      if l[1].zset then
-        key = KEYS[k]
-        k = k + 1
-      else
-        fields[#fields + 1] = spec
-        key = #fields
-      end
-      limits[i] = {l, key}
-      a = a + 1
-    end
-    local values = {}
-    if override == nil and #fields > 0 then
-      values = redis.call('HMGET', state_key, unpack(fields))
-    end
-    local writes, live, logs, denied, all_allowed = {}, 0, {}, {}, true
-    for _, lk in ipairs(limits) do
-      local l, key = lk[1], lk[2]
-      local alg, limit, window, capacity, policy = l[1], l[2], l[3], l[4], l[5]
-      local allowed, remaining, retry, reset, new, lives
-      if override == 'a' then
-        allowed, remaining, retry, reset = true, limit, 0, 0
-      elseif override == 'b' then
-        allowed, remaining = false, 0
-        retry, reset = override_until - now, override_until - now
-        policy = '!blocked'
-      elseif alg.zset then
-        allowed, remaining, retry, reset, new = alg.peek(key, now, limit, window, capacity, cost)
-        if allowed then
-          logs[#logs + 1] = {key, window, new}
+    if ARGV[a] ~= 'g' then
+      a, k = run_group(KEYS, ARGV, a, k, out)
+    else
+      local passed = pass_gate(KEYS[k], ARGV[a + 3], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]))
+      local both = ARGV[a + 4] == '2'
+      out[#out + 1] = passed and '1' or '0'
+      a, k = a + 5, k + 1
+      if passed then
+        a, k = skip_group(ARGV, a, k)
+        if both then
+          a, k = run_group(KEYS, ARGV, a, k, out)
         end
       else
-        allowed, remaining, retry, reset, new, lives =
-          alg.peek(values[key] or nil, now, limit, window, capacity, cost)
-        if allowed then
-          writes[#writes + 1] = l[6]
-          writes[#writes + 1] = new
-          live = max(live, lives)
+        a, k = run_group(KEYS, ARGV, a, k, out)
+        if both then
+          a, k = skip_group(ARGV, a, k)
         end
-      end
-      out[#out + 1] = string.format('%d %d %d %d', allowed and 1 or 0, remaining, retry, reset)
-      if not allowed then
-        all_allowed = false
-        denied[policy] = true
-      end
-    end
-    if charge then
-      if all_allowed then
-        commit(state_key, writes, live, logs)
-      else
-        record_denial(record, index, by_count, ident, label, denied)
-      end
-      if meta ~= '' then
-        push_metadata(meta_key, string.format('%s|%d|%s', meta, now_ms, all_allowed and 'A' or 'D'))
       end
     end
   end
