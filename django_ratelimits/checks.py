@@ -10,6 +10,8 @@ configuration ones.
 ``E002``                  ``DJANGO_RATELIMITS`` is invalid
 ``E003``                  ``REDIS`` names no usable django-redis cache
 ``E004``                  ``TRUSTED_PROXIES`` trusts every address
+``E005``                  a policy row's path pattern is one RE2 refuses (asked with
+                          ``databases``, as ``migrate`` and ``check --database`` do)
 ``W001``                  the app is installed but ``RateLimitMiddleware`` is not
 ``W002``                  Redis does not answer PING within half a second
 ========================  =========================================================
@@ -27,11 +29,13 @@ from typing import TYPE_CHECKING, Any, Final
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
-from django.core.exceptions import ImproperlyConfigured
+from django.core.exceptions import ImproperlyConfigured, ValidationError
+from django.db import DatabaseError, router
 from django.utils.module_loading import import_string
 
 from django_ratelimits.conf import SETTING_NAME, RateLimitSettings, RedisServer, get_settings
 from django_ratelimits.engine.connection import get_redis
+from django_ratelimits.policy_fields import parse_path
 
 if TYPE_CHECKING:  # identity calls warn_if_behind_proxy: no import back at run time
     from django_ratelimits.identity import IPAddress, IPNetwork
@@ -143,6 +147,48 @@ def check_trusted_proxies(**kwargs: Any) -> list[CheckMessage]:
             id="django_ratelimits.E004",
         )
     ]
+
+
+@register(TAG)
+def check_path_patterns(
+    databases: Sequence[str] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """Rows saved before patterns were matched by RE2 may hold one it refuses.
+
+    Such a row is skipped at run time (the registry logs it at each reload),
+    so no request is limited by it: each is an error here, by name. The
+    database is read only when the caller asks for database checks.
+    """
+    # Here, not at the top: identity imports this module, and must not need the app registry.
+    from django_ratelimits.models import Policy
+
+    found: list[CheckMessage] = []
+    for alias in databases or ():
+        if not router.allow_migrate_model(alias, Policy):
+            continue
+        try:
+            rows = list(Policy.objects.using(alias).exclude(path="").values_list("name", "path"))
+        except DatabaseError:  # not migrated yet: no rows to judge
+            continue
+        for name, path in rows:
+            try:
+                parse_path(path)
+            except ValidationError as error:
+                found.append(_refused_pattern(name, path, error))
+    return found
+
+
+def _refused_pattern(name: str, path: str, error: ValidationError) -> Error:
+    return Error(
+        f"Rate-limit policy {name!r} has the path pattern {path!r}, which the linear-time "
+        f"matcher refuses: {' '.join(error.messages)} While enabled, the policy is skipped: its "
+        "path limits no request, and a view decorated with its name gets the default "
+        "declared in code.",
+        hint="Rewrite the pattern in RE2 syntax in admin (or disable the policy); "
+        "see docs/policies.md, 'Path patterns'.",
+        obj=f"policy {name!r}",
+        id="django_ratelimits.E005",
+    )
 
 
 @register(REDIS_TAG)
