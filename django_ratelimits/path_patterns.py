@@ -24,6 +24,8 @@ __all__ = ["PathPattern", "PatternError", "literal_prefix"]
 
 _SPECIAL: Final = frozenset(".^$*+?{}[]\\|()")
 _ATOM_ESCAPES: Final = frozenset("dDwWsS")
+_UNANCHORED: Final = re2._re2.RE2.Anchor.UNANCHORED
+_NO_MATCH: Final = (-1, -1)
 
 
 class PatternError(ValueError):
@@ -46,22 +48,26 @@ class PathPattern:
         options.log_errors = False  # the error is raised, not printed to stderr
         options.never_capture = True  # groups are never read: the fastest automaton
         try:
-            self._regexp = re2.compile(pattern, options)
-        except re2.error as exc:
-            reason = exc.args[0] if exc.args else exc
-            raise PatternError(
-                reason.decode(errors="replace") if isinstance(reason, bytes) else str(reason)
-            ) from None
+            encoded = pattern.encode()
         except UnicodeEncodeError:
             raise PatternError("the pattern is not valid Unicode") from None
+        # The engine under re2's re-like module: without that module's match objects a
+        # search costs about a quarter as much.
+        self._regexp = re2._re2.RE2(encoded, options)
+        if not self._regexp.ok():
+            raise PatternError(self._regexp.error().decode(errors="replace"))
         self.pattern = pattern
 
     def search(self, path: str) -> bool:
         """Whether the pattern matches anywhere in ``path``."""
         data = path.encode("utf-8", "surrogatepass")  # no hostile path can fail to encode
-        if self._regexp.search(data) is not None:
+        if self._found(data):
             return True
-        return data.endswith(b"\n") and self._regexp.search(data[:-1]) is not None
+        return data.endswith(b"\n") and self._found(data[:-1])
+
+    def _found(self, data: bytes) -> bool:
+        span: tuple[int, int] = self._regexp.Match(_UNANCHORED, data, 0, len(data))[0]
+        return span != _NO_MATCH
 
     def __repr__(self) -> str:
         return f"PathPattern({self.pattern!r})"
