@@ -10,6 +10,7 @@ configuration ones.
 ``E002``                  ``DJANGO_RATELIMITS`` is invalid
 ``E003``                  ``REDIS`` gives no usable client (a decoding one among them)
 ``E004``                  ``TRUSTED_PROXIES`` trusts every address
+``E005``                  a policy row's path pattern is one RE2 refuses
 ``E006``                  code names a policy that does not exist
 ``E007``                  a django-ratelimit setting that ``compat`` does not honour
 ``W001``                  the app is installed but ``RateLimitMiddleware`` is not
@@ -32,7 +33,8 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
-from django.core.exceptions import ImproperlyConfigured
+from django.core.exceptions import ImproperlyConfigured, ValidationError
+from django.db import DatabaseError, router
 from django.utils.module_loading import import_string
 
 from django_ratelimits.conf import (
@@ -44,6 +46,7 @@ from django_ratelimits.conf import (
 )
 from django_ratelimits.engine.connection import RedisClient, get_redis, url_decodes_responses
 from django_ratelimits.engine.memory import RECOMMENDED, NodeMemory, memory_of
+from django_ratelimits.policy_fields import parse_path
 
 if TYPE_CHECKING:  # identity calls warn_if_behind_proxy: no import back at run time
     from django_ratelimits.identity import IPAddress, IPNetwork
@@ -251,6 +254,50 @@ def check_compat_settings(**kwargs: Any) -> list[CheckMessage]:
         )
         for name, hint in found
     ]
+
+
+@register(TAG)
+def check_path_patterns(
+    databases: Sequence[str] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """Rows saved before patterns were matched by RE2 may hold one it refuses.
+
+    Such a row is skipped at run time (the registry logs it at each reload),
+    so no request is limited by it: each is an error here, by name. Plain
+    ``manage.py check`` reads the database the policies are read from, as E006
+    does; ``databases`` (``migrate``, ``check --database``) names others. A
+    database that cannot be read yet (before ``migrate``) has no rows to judge.
+    """
+    # Here, not at the top: identity imports this module, and must not need the app registry.
+    from django_ratelimits.models import Policy
+
+    found: list[CheckMessage] = []
+    for alias in databases if databases is not None else [router.db_for_read(Policy)]:
+        if not router.allow_migrate_model(alias, Policy):
+            continue
+        try:
+            rows = list(Policy.objects.using(alias).exclude(path="").values_list("name", "path"))
+        except DatabaseError:  # not migrated yet: no rows to judge
+            continue
+        for name, path in rows:
+            try:
+                parse_path(path)
+            except ValidationError as error:
+                found.append(_refused_pattern(name, path, error))
+    return found
+
+
+def _refused_pattern(name: str, path: str, error: ValidationError) -> Error:
+    return Error(
+        f"Rate-limit policy {name!r} has the path pattern {path!r}, which the linear-time "
+        f"matcher refuses: {' '.join(error.messages)} While enabled, the policy is skipped: its "
+        "path limits no request, and a view decorated with its name gets the default "
+        "declared in code.",
+        hint="Rewrite the pattern in RE2 syntax in admin (or disable the policy); "
+        "see docs/policies.md, 'Path patterns'.",
+        obj=f"policy {name!r}",
+        id="django_ratelimits.E005",
+    )
 
 
 @register(REDIS_TAG)

@@ -13,10 +13,12 @@ readers never lock. :meth:`~PolicyRegistry.match` answers from a bounded LRU
 cache keyed by ``(path, method)`` (``functools.lru_cache``, thread-safe,
 dropped with its snapshot). On a miss, the path is not tested against every
 pattern: a pattern anchored with ``^`` or ``\\A`` contributes its literal
-prefix (``^/api/v1/`` gives ``/api/v1/``) to an index of prefixes grouped by
-length, so only the patterns whose prefix starts the path, plus the few with
-no usable prefix, are searched. Paths longer than 256 characters are not
-cached, so hostile URLs cannot grow the cache beyond about a megabyte.
+prefix (``^/api/v1/`` gives ``/api/v1/``, see
+:func:`~django_ratelimits.path_patterns.literal_prefix`) to an index of
+prefixes grouped by length, so only the patterns whose prefix starts the path,
+plus the few with no usable prefix, are searched (by RE2, in time linear in the
+path). Paths longer than 256 characters are not cached, so hostile URLs cannot
+grow the cache beyond about a megabyte.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from django.db import DatabaseError, router, transaction
 
 from django_ratelimits.conf import get_settings
 from django_ratelimits.models import Policy, PolicyVersion, spec_fields
+from django_ratelimits.path_patterns import literal_prefix
 from django_ratelimits.spec import PolicySpec
 
 __all__ = ["PolicyRegistry", "current", "get_registry", "literal_prefix"]
@@ -42,71 +45,7 @@ logger = logging.getLogger(__name__)
 
 CACHE_SIZE: Final = 4096
 CACHE_PATH_MAX: Final = 256
-_REGEX_SPECIAL: Final = frozenset(".^$*+?{}[]\\|()")
 _NEVER: Final = object()
-
-
-def literal_prefix(pattern: str) -> str:
-    """Text that starts every string ``pattern`` matches with ``re.search``, or "".
-
-    Only a pattern anchored at the start (``^`` or ``\\A``) and without a
-    top-level ``|`` has one: the literal characters up to the first special
-    one, minus a last character that a quantifier makes optional.
-
-    >>> literal_prefix(r"^/api/v1/"), literal_prefix(r"^/a\\.b/?$"), literal_prefix("/api/")
-    ('/api/v1/', '/a.b', '')
-    """
-    if pattern.startswith("^"):
-        pos = 1
-    elif pattern.startswith("\\A"):
-        pos = 2
-    else:
-        return ""
-    if _has_top_level_bar(pattern):
-        return ""
-    prefix: list[str] = []
-    while pos < len(pattern):
-        char = pattern[pos]
-        if char == "\\":
-            char = pattern[pos + 1 : pos + 2]
-            if not char or char.isalnum() or char == "_" or not char.isascii():
-                break  # \d, \b, \1, \n...: not a plain character
-            width = 2
-        elif char in _REGEX_SPECIAL:
-            break
-        else:
-            width = 1
-        following = pattern[pos + width : pos + width + 1]
-        if following in ("*", "?", "{"):
-            break
-        prefix.append(char)
-        if following == "+":
-            break
-        pos += width
-    return "".join(prefix)
-
-
-def _has_top_level_bar(pattern: str) -> bool:
-    depth, pos, in_class = 0, 0, False
-    while pos < len(pattern):
-        char = pattern[pos]
-        if char == "\\":
-            pos += 2
-            continue
-        if in_class:
-            in_class = char != "]"
-        elif char == "[":
-            in_class = True
-            pos += 1 if pattern[pos + 1 : pos + 2] == "^" else 0
-            pos += 1 if pattern[pos + 1 : pos + 2] == "]" else 0  # "[]...]": "]" is literal
-        elif char == "(":
-            depth += 1
-        elif char == ")":
-            depth -= 1
-        elif char == "|" and depth <= 0:
-            return True
-        pos += 1
-    return False
 
 
 _METHODS_MAX = 16

@@ -19,6 +19,7 @@ from django.utils.translation import gettext_lazy as _
 from django_ratelimits.engine import Algorithm, Limit
 from django_ratelimits.engine.limits import MAX_BURST
 from django_ratelimits.exceptions import RateParseError
+from django_ratelimits.path_patterns import PathPattern, PatternError
 from django_ratelimits.rates import Rate, parse_rate, parse_rates
 from django_ratelimits.spec import IPNetwork, KeyKind
 
@@ -109,17 +110,22 @@ def check_burst(algorithm: str, rates: tuple[Rate, ...], burst: int | None) -> N
             ) from None
 
 
-def parse_path(text: str) -> re.Pattern[str] | None:
-    """The compiled pattern; its length is capped by the field (``PATH_MAX_LENGTH``)."""
+def parse_path(text: str) -> PathPattern | None:
+    """The pattern compiled by RE2, which refuses what it cannot match in linear time;
+    its length is capped by the field (``PATH_MAX_LENGTH``)."""
     if not text:
         return None
     try:
-        return re.compile(text)
-    except (re.error, RecursionError, OverflowError) as exc:
+        return PathPattern(text)
+    except PatternError as exc:
         raise ValidationError(
-            _("Not a valid regular expression: %(error)s"),
+            _(
+                "Not a regular expression the linear-time matcher (RE2) can run: %(error)s. "
+                "Backreferences, lookarounds, (?#...) comments and \\Z are not supported "
+                "(write \\z for the end of the path)."
+            ),
             code="path_regex",
-            params={"error": exc},
+            params={"error": _quote(str(exc))},
         ) from None
 
 

@@ -8,7 +8,6 @@ layer all enforce through the engine.
 from __future__ import annotations
 
 import ipaddress
-import re
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Literal
@@ -17,6 +16,7 @@ from django.db.models import TextChoices
 from django.utils.translation import gettext_lazy as _
 
 from django_ratelimits.engine import Algorithm, Limit
+from django_ratelimits.path_patterns import PathPattern
 from django_ratelimits.rates import Rate
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -58,10 +58,11 @@ _IDENTITY_KINDS = {
 class PolicySpec:
     """One enabled policy, ready to enforce.
 
-    ``path`` is a regular expression searched in ``request.path_info`` (the path
-    below any ``SCRIPT_NAME`` prefix the site is mounted under) by the
-    middleware; empty means the policy applies only where a decorator (or DRF
-    throttle) names it. ``methods`` are upper-case; empty means every method.
+    ``path`` is a regular expression in RE2's syntax (one RE2 refuses raises
+    :class:`~django_ratelimits.path_patterns.PatternError`), searched in
+    ``request.path_info`` (the path below any ``SCRIPT_NAME`` prefix the site is
+    mounted under) by the middleware; empty means the policy applies only where
+    a decorator (or DRF throttle) names it. ``methods`` are upper-case; empty means every method.
     ``key_arg`` is the header name for :attr:`KeyKind.HEADER` and the dotted
     path of a ``callable(request) -> str | None`` for :attr:`KeyKind.CALLABLE`.
     Higher ``priority`` is evaluated (and reported in headers) first.
@@ -88,14 +89,14 @@ class PolicySpec:
     description: str = ""
     identity_budget: Rate | Literal["default", "off"] = "default"
     limits: tuple[Limit, ...] = field(init=False, repr=False, compare=False)
-    path_re: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
+    path_re: PathPattern | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.rates:
             raise ValueError(f"policy {self.name!r} needs at least one rate")
         limits = tuple(Limit(self.name, rate, self.algorithm, self.burst) for rate in self.rates)
         object.__setattr__(self, "limits", limits)
-        object.__setattr__(self, "path_re", re.compile(self.path) if self.path else None)
+        object.__setattr__(self, "path_re", PathPattern(self.path) if self.path else None)
 
     @property
     def shadow(self) -> bool:

@@ -6,7 +6,6 @@ import doctest
 import logging
 import queue
 import random
-import re
 import subprocess
 import sys
 import threading
@@ -26,8 +25,9 @@ from django.urls import reverse
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from django_ratelimits import policies
+from django_ratelimits import path_patterns, policies
 from django_ratelimits.models import Policy, PolicyVersion
+from django_ratelimits.path_patterns import PathPattern, PatternError
 from django_ratelimits.policies import PolicyRegistry, current, get_registry, literal_prefix
 from django_ratelimits.rates import parse_rates
 from django_ratelimits.spec import Mode, PolicySpec
@@ -125,7 +125,7 @@ def test_match_and_get_never_query(
 
 
 def test_literal_prefix_examples() -> None:
-    assert doctest.testmod(policies).failed == 0
+    assert doctest.testmod(path_patterns).failed == 0
     cases = {
         "^/api/": "/api/",
         r"\A/api/": "/api/",
@@ -146,33 +146,56 @@ def test_literal_prefix_examples() -> None:
         "(?i)^/api/": "",
         "^.api": "",
         "^/é/": "/é/",
+        # RE2's zero-width constructs: the quantifier after them repeats the "b".
+        "^/ab(?i)*": "/a",
+        "^/ab(?U)?c": "/a",
+        "^/ab(?:c)*": "/ab",
+        "^/ab(c)?": "/ab",
+        "^/ab(?i)c": "/a",
+        # A class or a quote that hides a top-level "|": no prefix at all.
+        "^/x[[:alpha:](]|/y": "",
+        r"^/x\Q(\E|/y": "",
+        r"^/ab\Q\E*": "",
+        r"^/a\_b\ c": "/a_b c",
+        r"^/a\x41": "/",
+        r"^/a\d*": "/a",
+        "^/a$": "/a",
+        "^/a{,3}": "/",
     }
     for pattern, prefix in cases.items():
         assert literal_prefix(pattern) == prefix, pattern
 
 
 PIECES = ["/", "a", "b", ".", r"\.", r"\/", "*", "+", "?", "{2}", "|", "(a|b)", "[ab]", "[]a]",
-          "(?:ab)", r"\d", "$", "^", "ab", "(", ")", "[^/]"]  # fmt: skip
+          "(?:ab)", r"\d", "$", "^", "ab", "(", ")", "[^/]",
+          # What RE2 reads otherwise than a simple scanner: flags and comments (refused)
+          # before a quantifier, quoting, POSIX classes, escapes, \z, empty groups.
+          "(?i)", "(?U)", "(?#x)", "(?m)", r"\Q", r"\E", "[[:alpha:]]", "[[:alpha:](]", "(?:)",
+          "()", r"\pN", "{,3}", r"\z", r"\b", r"\A", r"\_", r"\x41", "A", r"\n",
+          "(?P<n>a)"]  # fmt: skip
 patterns = st.builds(
     lambda anchor, parts: anchor + "".join(parts),
     st.sampled_from(["^", r"\A", ""]),
     st.lists(st.sampled_from(PIECES), max_size=8),
 )
-paths = st.text(alphabet="/ab.1|", max_size=12)
+paths = st.text(alphabet="/ab.1|A(\né", max_size=12)
 
 
 def _compiles(pattern: str) -> bool:
     try:
-        re.compile(pattern)
-    except re.error:
+        PathPattern(pattern)
+    except PatternError:
         return False
     return True
 
 
 @given(patterns.filter(_compiles), paths)
 @example(r"^/a\.b", "/a.b")
+@example("^/ab(?i)*", "/a")
+@example("^/x[[:alpha:](]|/y", "/y")
+@example("^/login/$", "/login/\n")
 def test_every_match_starts_with_the_literal_prefix(pattern: str, path: str) -> None:
-    if re.search(pattern, path):
+    if PathPattern(pattern).search(path):
         assert path.startswith(literal_prefix(pattern))
 
 
@@ -338,6 +361,22 @@ def test_a_broken_row_is_skipped_and_logged(
     )
     assert any("'bad-path' is invalid and skipped" in m for m in messages)
     assert registry.get("bad-rates") == declared("bad-rates")  # the code default still protects
+
+
+@pytest.mark.django_db
+def test_a_row_whose_pattern_re2_refuses_is_skipped_and_logged_with_the_reason(
+    registry: PolicyRegistry, caplog: pytest.LogCaptureFixture
+) -> None:
+    add("good", path="^/")
+    add("backref", path="^/")
+    Policy.objects.filter(name="backref").update(path=r"^/(\w+)/\1")  # saved before RE2
+    with caplog.at_level(logging.ERROR, logger="django_ratelimits.policies"):
+        registry.refresh()
+    assert names(registry.match("/a/a", "GET")) == ["good"]
+    assert any(
+        "'backref' is invalid and skipped" in m and "invalid escape sequence: \\1" in m
+        for m in (record.getMessage() for record in caplog.records)
+    )
 
 
 @pytest.mark.django_db

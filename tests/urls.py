@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.urls import path
+from django.urls import path, re_path
 from django.utils.decorators import method_decorator
 from django.views import View
 
@@ -50,6 +50,8 @@ urlpatterns = [
     path("soft", soft),
     path("cbv", ClassView.as_view()),
     path("raise", raises),
+    # Word characters and hyphens ending in one: what tests/test_redos_server.py sends.
+    re_path(r"^[\w-]+-$", hello),
 ]
 
 

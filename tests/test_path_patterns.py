@@ -1,0 +1,71 @@
+"""Path patterns run by RE2: what Python's ``re`` matched, without its backtracking.
+
+No test here times anything: a backtracking matcher needs years for the
+adversarial paths below, so getting an answer at all is the proof.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+import pytest
+
+from django_ratelimits.path_patterns import PathPattern, PatternError
+from django_ratelimits.policy_fields import parse_path
+
+CATASTROPHIC = r"^/(\w+-?)*$"
+# Word characters, then what the pattern cannot match: Python's re tries every way of
+# cutting the run into (\w+-?) pieces first, 2**(n-1) of them.
+ADVERSARIAL = ["/" + "a" * 40 + "!", "/" + "a" * 4998 + "!", "/" + "a" * 40 + "--"]
+
+
+def test_the_catastrophic_pattern_is_accepted_by_the_policy_field() -> None:
+    assert parse_path(CATASTROPHIC) is not None
+
+
+def test_the_catastrophic_pattern_matches_what_python_re_matched() -> None:
+    # Every path of up to 7 characters from this alphabet: short enough for re.
+    python = re.compile(CATASTROPHIC)
+    ours = PathPattern(CATASTROPHIC)
+    for length in range(8):
+        for chars in itertools.product("/a-!_", repeat=length):
+            path = "".join(chars)
+            assert ours.search(path) == bool(python.search(path)), path
+
+
+@pytest.mark.parametrize("path", ADVERSARIAL, ids=len)
+def test_adversarial_paths_get_an_answer(path: str) -> None:
+    assert PathPattern(CATASTROPHIC).search(path) is False
+    assert PathPattern(CATASTROPHIC).search(path[:-1]) is True
+
+
+@pytest.mark.parametrize("pattern", ["^/login/$", r"^/login/\z"])
+def test_a_final_newline_does_not_take_a_path_out_of_a_policy(pattern: str) -> None:
+    # As with Python's $: otherwise /login/%0A, which re_path(r"^login/$") serves,
+    # would escape the policy of ^/login/$.
+    login = PathPattern(pattern)
+    assert login.search("/login/\n") and login.search("/login/")
+    assert not login.search("/login/\n\n") and not login.search("/login/x")
+
+
+def test_a_path_that_is_not_valid_unicode_is_searched_not_raised() -> None:
+    assert PathPattern("^/a").search("/a\udc80") is True
+    assert PathPattern("b$").search("/a\udc80") is False
+
+
+@pytest.mark.parametrize(
+    ("pattern", "reason"),
+    [
+        (r"(a)\1", "invalid escape sequence: \\1"),
+        ("(?=a)", "invalid perl operator: (?="),
+        ("a(?#x)*", "invalid perl operator: (?#"),
+        ("a{1001}", "invalid repetition size: {1001}"),
+        ("((a{100}){100}){100}", "invalid repetition size: {100}"),
+        (r"\pL{1000}" * 4, "pattern too large"),
+        ("\ud800", "not valid Unicode"),
+    ],
+)
+def test_a_pattern_re2_cannot_run_is_refused_with_its_reason(pattern: str, reason: str) -> None:
+    with pytest.raises(PatternError, match=re.escape(reason)):
+        PathPattern(pattern)
