@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import difflib
 import functools
+import hashlib
+import hmac
 import ipaddress
 import re
 from collections.abc import Mapping
@@ -29,6 +31,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
+from django.utils.encoding import force_bytes
 
 __all__ = ["DEFAULTS", "SETTING_NAME", "RateLimitSettings", "RedisServer", "get_settings"]
 
@@ -45,6 +48,10 @@ _RESERVED_OPTIONS: Final = {
 }
 
 _KEY_PREFIX: Final = re.compile(r"[A-Za-z0-9_.-]{1,16}")
+# What the shard key is for: HMAC(secret, purpose), so the shard key says
+# nothing about SECRET_KEY and no other use of SECRET_KEY yields the same bytes.
+SHARD_KEY_PURPOSE: Final = b"django_ratelimits.engine.keys shard placement"
+SHARD_SECRET_MIN_LENGTH: Final = 16
 
 # Inclusive bounds of the numeric settings, by attribute name.
 _BOUNDS: Final[Mapping[str, tuple[float, int]]] = MappingProxyType(
@@ -151,6 +158,7 @@ class RateLimitSettings:
     fail_closed_status: int = 503
     breaker_failures: int = 3
     breaker_cooldown: float = 5.0
+    shard_secret: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not (self.redis is None or isinstance(self.redis, str | RedisServer)):
@@ -197,6 +205,28 @@ class RateLimitSettings:
                 f"{_name('fail_closed_status')} must be 429 or 503, "
                 f"not {_describe(self.fail_closed_status)}"
             )
+        secret = self.shard_secret
+        if secret is not None and not (
+            isinstance(secret, str) and len(secret) >= SHARD_SECRET_MIN_LENGTH
+        ):
+            # Never the value: it is a secret.
+            shown = (
+                f"{len(secret)} characters" if isinstance(secret, str) else type(secret).__name__
+            )
+            raise ImproperlyConfigured(
+                f"{_name('shard_secret')} must be None or a str of at least "
+                f"{SHARD_SECRET_MIN_LENGTH} characters, not {shown}"
+            )
+
+    @functools.cached_property
+    def shard_key(self) -> bytes:
+        """The key of the hash that places identities in shards (32 bytes).
+
+        HMAC-SHA256 of :data:`SHARD_KEY_PURPOSE` keyed with ``SHARD_SECRET``,
+        or with ``settings.SECRET_KEY`` when that is None: never the raw secret.
+        """
+        secret = settings.SECRET_KEY if self.shard_secret is None else self.shard_secret
+        return hmac.new(force_bytes(secret), SHARD_KEY_PURPOSE, hashlib.sha256).digest()
 
 
 DEFAULTS: Final[Mapping[str, object]] = MappingProxyType(
@@ -206,13 +236,13 @@ DEFAULTS: Final[Mapping[str, object]] = MappingProxyType(
 
 @functools.cache
 def get_settings() -> RateLimitSettings:
-    """The validated settings; cached until ``DJANGO_RATELIMITS`` changes."""
+    """The validated settings; cached until ``DJANGO_RATELIMITS`` or ``SECRET_KEY`` changes."""
     return _from_setting(getattr(settings, SETTING_NAME, {}))
 
 
 @receiver(setting_changed)
 def _clear_cache(*, setting: str, **kwargs: object) -> None:
-    if setting == SETTING_NAME:
+    if setting in (SETTING_NAME, "SECRET_KEY"):  # SECRET_KEY: the derived shard key
         get_settings.cache_clear()
 
 

@@ -68,6 +68,7 @@ def test_defaults_by_setting_name() -> None:
         "FAIL_CLOSED_STATUS": 503,
         "BREAKER_FAILURES": 3,
         "BREAKER_COOLDOWN": 5.0,
+        "SHARD_SECRET": None,
     }
 
 
@@ -293,3 +294,12 @@ def test_trusted_proxies_become_networks() -> None:
 def test_request_path_settings_are_validated(value: dict[str, object], message: str) -> None:
     with pytest.raises(ImproperlyConfigured, match=re.escape(message)):
         settings_from(value)
+
+
+@pytest.mark.parametrize("secret", ["too-short-secret"[:15], b"bytes-are-not-a-str", 12345])
+def test_a_weak_shard_secret_is_refused_without_being_shown(secret: object) -> None:
+    with pytest.raises(
+        ImproperlyConfigured, match="SHARD_SECRET'] must be None or a str"
+    ) as caught:
+        settings_from({"SHARD_SECRET": secret})
+    assert str(secret) not in str(caught.value)
