@@ -10,6 +10,7 @@ configuration ones.
 ``E002``                  ``DJANGO_RATELIMITS`` is invalid
 ``E003``                  ``REDIS`` names no usable django-redis cache
 ``E004``                  ``TRUSTED_PROXIES`` trusts every address
+``E008``                  a policy names a key function that is not allowed (one per policy)
 ``W001``                  the app is installed but ``RateLimitMiddleware`` is not
 ``W002``                  Redis does not answer PING within half a second
 ========================  =========================================================
@@ -28,10 +29,14 @@ from typing import TYPE_CHECKING, Any, Final
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 from django.core.exceptions import ImproperlyConfigured
+from django.db import DatabaseError, router
+from django.urls import get_resolver
 from django.utils.module_loading import import_string
 
+from django_ratelimits import key_functions
 from django_ratelimits.conf import SETTING_NAME, RateLimitSettings, RedisServer, get_settings
 from django_ratelimits.engine.connection import get_redis
+from django_ratelimits.spec import KeyKind
 
 if TYPE_CHECKING:  # identity calls warn_if_behind_proxy: no import back at run time
     from django_ratelimits.identity import IPAddress, IPNetwork
@@ -143,6 +148,47 @@ def check_trusted_proxies(**kwargs: Any) -> list[CheckMessage]:
             id="django_ratelimits.E004",
         )
     ]
+
+
+@register(TAG)
+def check_key_functions(
+    *, databases: Sequence[str] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """Every policy row whose key function is not allowed: it is never called.
+
+    Reads the database, so, as Django's own database checks, only when asked
+    to (``manage.py check --database default``, ``migrate``, the test runner).
+    """
+    from django_ratelimits.models import Policy  # models are not ready when this is imported
+
+    if _settings() is None or router.db_for_read(Policy) not in (databases or ()):
+        return []
+    _import_urlconf()
+    try:
+        rows = list(Policy.objects.filter(key=KeyKind.CALLABLE).order_by("name"))
+    except DatabaseError:  # no table before the first migrate: no rows to check
+        return []
+    return [
+        Error(
+            f"Rate-limit policy {row.name!r} names the key function {row.key_arg!r}, which "
+            f"{SETTING_NAME}['KEY_FUNCTIONS'] does not list and no @ratelimit names: it is "
+            "never called, and the policy counts by client IP instead.",
+            hint=f"If the function is meant to count requests, add it to "
+            f"{SETTING_NAME}['KEY_FUNCTIONS']; otherwise choose an allowed one in admin.",
+            obj=row,
+            id="django_ratelimits.E008",
+        )
+        for row in rows
+        if not key_functions.is_allowed(row.key_arg)
+    ]
+
+
+def _import_urlconf() -> None:
+    """Import ``ROOT_URLCONF``, so every ``@ratelimit`` has named its key function."""
+    try:
+        get_resolver().url_patterns  # noqa: B018  (imports the URLconf modules)
+    except Exception:  # a broken URLconf is Django's own check's to report
+        return
 
 
 @register(REDIS_TAG)

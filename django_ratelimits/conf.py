@@ -159,6 +159,7 @@ class RateLimitSettings:
     breaker_failures: int = 3
     breaker_cooldown: float = 5.0
     shard_secret: str | None = field(default=None, repr=False)
+    key_functions: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not (self.redis is None or isinstance(self.redis, str | RedisServer)):
@@ -261,6 +262,8 @@ def _from_setting(value: object) -> RateLimitSettings:
     values["redis"] = _redis(values.get("redis"))
     if "trusted_proxies" in values:
         values["trusted_proxies"] = _networks(values["trusted_proxies"])
+    if "key_functions" in values:
+        values["key_functions"] = _dotted_paths(values["key_functions"])
     return RateLimitSettings(**values)
 
 
@@ -280,6 +283,22 @@ def _networks(value: object) -> tuple[IPNetwork, ...]:
                 f"{name} has {_describe(item)}, which is not an IP address or CIDR"
             ) from None
     return tuple(networks)
+
+
+def _dotted_paths(value: object) -> tuple[str, ...]:
+    """``KEY_FUNCTIONS``: a list of dotted paths, checked as text (nothing is imported)."""
+    name = _name("key_functions")
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        raise ImproperlyConfigured(
+            f"{name} must be a list of dotted paths of functions, not {_describe(value)}"
+        )
+    for item in value:
+        if not isinstance(item, str) or not _DOTTED.fullmatch(item):
+            raise ImproperlyConfigured(
+                f"{name} has {_describe(item)}, which is not the dotted path of a function "
+                "such as 'myproject.keys.tenant'"
+            )
+    return tuple(dict.fromkeys(value))
 
 
 def _redis(value: object) -> str | RedisServer | None:

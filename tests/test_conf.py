@@ -69,6 +69,7 @@ def test_defaults_by_setting_name() -> None:
         "BREAKER_FAILURES": 3,
         "BREAKER_COOLDOWN": 5.0,
         "SHARD_SECRET": None,
+        "KEY_FUNCTIONS": (),
     }
 
 
@@ -289,6 +290,9 @@ def test_trusted_proxies_become_networks() -> None:
         ({"FAIL_CLOSED_STATUS": 500}, "must be 429 or 503"),
         ({"POLICY_REFRESH": 0}, "POLICY_REFRESH'] must be a number"),
         ({"BREAKER_FAILURES": 0}, "BREAKER_FAILURES'] must be an integer"),
+        ({"KEY_FUNCTIONS": "myproject.keys.tenant"}, "KEY_FUNCTIONS'] must be a list"),
+        ({"KEY_FUNCTIONS": ["myproject.keys.tenant()"]}, "not the dotted path of a function"),
+        ({"KEY_FUNCTIONS": [None]}, "NoneType None, which is not the dotted path"),
     ],
 )
 def test_request_path_settings_are_validated(value: dict[str, object], message: str) -> None:
