@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.core.exceptions import ValidationError
@@ -18,6 +19,7 @@ from django.utils.text import capfirst, get_text_list
 from django.utils.translation import gettext, ngettext, ngettext_lazy
 from django.utils.translation import gettext_lazy as _
 
+from django_ratelimits import key_functions
 from django_ratelimits.dashboard.actions import VIEW_PERMISSION
 from django_ratelimits.dashboard.urls import dashboard_urls
 from django_ratelimits.engine import Algorithm
@@ -35,6 +37,19 @@ _FIELDSETS: list[tuple[Any, dict[str, Any]]] = [
     (_("Exemptions"), {"fields": ("exempt_staff", "exempt_superusers", "allow_cidrs")}),
     (_("Failure and recording"), {"fields": ("fail_closed", "record_metadata")}),
 ]
+
+
+class KeyArgInput(forms.TextInput):
+    """The key argument, offering the key functions a policy may name (a datalist):
+    other paths are refused on save (:func:`~django_ratelimits.policy_fields.check_key_arg`)."""
+
+    template_name = "django_ratelimits/widgets/key_arg.html"
+
+    def get_context(self, name: str, value: Any, attrs: dict[str, Any] | None) -> dict[str, Any]:
+        context = super().get_context(name, value, attrs)
+        context["widget"]["attrs"]["list"] = f"{context['widget']['attrs']['id']}_functions"
+        context["key_functions"] = key_functions.allowed()
+        return context
 
 
 @admin.register(Policy)
@@ -57,6 +72,13 @@ class PolicyAdmin(admin.ModelAdmin):
     actions = ("enable", "disable", "switch_to_shadow", "switch_to_enforce")
     # The offender dashboard: a link among the object tools, its pages under this admin.
     change_list_template = "admin/django_ratelimits/dashboard/policy_change_list.html"
+
+    def formfield_for_dbfield(
+        self, db_field: models.Field, request: HttpRequest, **kwargs: Any
+    ) -> Any:
+        if db_field.name == "key_arg":
+            kwargs["widget"] = KeyArgInput(attrs={"class": "vTextField"})
+        return super().formfield_for_dbfield(db_field, request, **kwargs)
 
     def get_urls(self) -> list[URLPattern]:
         return [*dashboard_urls(self.admin_site), *super().get_urls()]

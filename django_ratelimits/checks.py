@@ -13,6 +13,7 @@ configuration ones.
 ``E005``                  a policy row's path pattern is one RE2 refuses
 ``E006``                  code names a policy that does not exist
 ``E007``                  a django-ratelimit setting that ``compat`` does not honour
+``E008``                  a policy names a key function that is not allowed (one per policy)
 ``W001``                  the app is installed but ``RateLimitMiddleware`` is not
 ``W002``                  Redis does not answer PING within half a second
 ``W003``                  (``--deploy``) a full Redis would refuse writes, or its
@@ -35,8 +36,10 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.db import router
+from django.urls import get_resolver
 from django.utils.module_loading import import_string
 
+from django_ratelimits import key_functions
 from django_ratelimits.conf import (
     SETTING_NAME,
     InvalidSettings,
@@ -47,6 +50,7 @@ from django_ratelimits.conf import (
 from django_ratelimits.engine.connection import RedisClient, get_redis, url_decodes_responses
 from django_ratelimits.engine.memory import RECOMMENDED, NodeMemory, memory_of
 from django_ratelimits.policy_fields import parse_path
+from django_ratelimits.spec import KeyKind
 
 if TYPE_CHECKING:  # identity calls warn_if_behind_proxy: no import back at run time
     from django_ratelimits.identity import IPAddress, IPNetwork
@@ -298,6 +302,47 @@ def _refused_pattern(name: str, path: str, error: ValidationError) -> Error:
         obj=f"policy {name!r}",
         id="django_ratelimits.E005",
     )
+
+
+@register(TAG)
+def check_key_functions(
+    *, databases: Sequence[str] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """Every policy row whose key function is not allowed: it is never called.
+
+    Reads the policies' database as E005 and E006 do, in a plain ``manage.py
+    check`` too; a database that cannot be read yet has no rows to judge.
+    """
+    from django_ratelimits.models import Policy  # models are not ready when this is imported
+
+    if _settings() is None:
+        return []
+    _import_urlconf()
+    try:
+        rows = list(Policy.objects.filter(key=KeyKind.CALLABLE).order_by("name"))
+    except Exception:  # not migrated yet, no database, no access: no rows to judge
+        return []
+    return [
+        Error(
+            f"Rate-limit policy {row.name!r} names the key function {row.key_arg!r}, which "
+            f"{SETTING_NAME}['KEY_FUNCTIONS'] does not list and no @ratelimit names: it is "
+            "never called, and the policy counts by client IP instead.",
+            hint=f"If the function is meant to count requests, add it to "
+            f"{SETTING_NAME}['KEY_FUNCTIONS']; otherwise choose an allowed one in admin.",
+            obj=row,
+            id="django_ratelimits.E008",
+        )
+        for row in rows
+        if not key_functions.is_allowed(row.key_arg)
+    ]
+
+
+def _import_urlconf() -> None:
+    """Import ``ROOT_URLCONF``, so every ``@ratelimit`` has named its key function."""
+    try:
+        get_resolver().url_patterns  # noqa: B018  (imports the URLconf modules)
+    except Exception:  # a broken URLconf is Django's own check's to report
+        return
 
 
 @register(REDIS_TAG)

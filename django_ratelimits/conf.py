@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import difflib
 import functools
+import hashlib
+import hmac
 import ipaddress
 import re
 from collections.abc import Callable, Iterator, Mapping
@@ -29,6 +31,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
+from django.utils.encoding import force_bytes
 
 from django_ratelimits.exceptions import RateParseError
 from django_ratelimits.rates import Rate, parse_rate
@@ -55,6 +58,10 @@ _RESERVED_OPTIONS: Final = {
 }
 
 _KEY_PREFIX: Final = re.compile(r"[A-Za-z0-9_.-]{1,16}")
+# What the shard key is for: HMAC(secret, purpose), so the shard key says
+# nothing about SECRET_KEY and no other use of SECRET_KEY yields the same bytes.
+SHARD_KEY_PURPOSE: Final = b"django_ratelimits.engine.keys shard placement"
+SHARD_SECRET_MIN_LENGTH: Final = 16
 
 # Inclusive bounds of the numeric settings, by attribute name.
 _BOUNDS: Final[Mapping[str, tuple[float, int]]] = MappingProxyType(
@@ -172,6 +179,8 @@ class RateLimitSettings:
     identity_budget: str | None = "50/h"
     # Set by __post_init__ from ``identity_budget``: the rate, or None when off.
     identity_budget_rate: Rate | None = field(init=False, repr=False, compare=False)
+    shard_secret: str | None = field(default=None, repr=False)
+    key_functions: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         problems = list(self._problems())
@@ -228,6 +237,28 @@ class RateLimitSettings:
                 f"{_name('fail_closed_status')} must be 429 or 503, "
                 f"not {_describe(self.fail_closed_status)}"
             )
+        secret = self.shard_secret
+        if secret is not None and not (
+            isinstance(secret, str) and len(secret) >= SHARD_SECRET_MIN_LENGTH
+        ):
+            # Never the value: it is a secret.
+            shown = (
+                f"{len(secret)} characters" if isinstance(secret, str) else type(secret).__name__
+            )
+            yield (
+                f"{_name('shard_secret')} must be None or a str of at least "
+                f"{SHARD_SECRET_MIN_LENGTH} characters, not {shown}"
+            )
+
+    @functools.cached_property
+    def shard_key(self) -> bytes:
+        """The key of the hash that places identities in shards (32 bytes).
+
+        HMAC-SHA256 of :data:`SHARD_KEY_PURPOSE` keyed with ``SHARD_SECRET``,
+        or with ``settings.SECRET_KEY`` when that is None: never the raw secret.
+        """
+        secret = settings.SECRET_KEY if self.shard_secret is None else self.shard_secret
+        return hmac.new(force_bytes(secret), SHARD_KEY_PURPOSE, hashlib.sha256).digest()
 
 
 DEFAULTS: Final[Mapping[str, object]] = MappingProxyType(
@@ -237,13 +268,13 @@ DEFAULTS: Final[Mapping[str, object]] = MappingProxyType(
 
 @functools.cache
 def get_settings() -> RateLimitSettings:
-    """The validated settings; cached until ``DJANGO_RATELIMITS`` changes."""
+    """The validated settings; cached until ``DJANGO_RATELIMITS`` or ``SECRET_KEY`` changes."""
     return _from_setting(getattr(settings, SETTING_NAME, {}))
 
 
 @receiver(setting_changed)
 def _clear_cache(*, setting: str, **kwargs: object) -> None:
-    if setting == SETTING_NAME:
+    if setting in (SETTING_NAME, "SECRET_KEY"):  # SECRET_KEY: the derived shard key
         get_settings.cache_clear()
 
 
@@ -256,6 +287,8 @@ def _from_setting(value: object) -> RateLimitSettings:
     converters: dict[str, Callable[[Any], Any]] = {"redis": _redis}
     if "trusted_proxies" in values:
         converters["trusted_proxies"] = _networks
+    if "key_functions" in values:
+        converters["key_functions"] = _dotted_paths
     for attribute, convert in converters.items():
         try:
             values[attribute] = convert(values.get(attribute))
@@ -312,6 +345,22 @@ def _networks(value: object) -> tuple[IPNetwork, ...]:
                 f"{name} has {_describe(item)}, which is not an IP address or CIDR"
             ) from None
     return tuple(networks)
+
+
+def _dotted_paths(value: object) -> tuple[str, ...]:
+    """``KEY_FUNCTIONS``: a list of dotted paths, checked as text (nothing is imported)."""
+    name = _name("key_functions")
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        raise ImproperlyConfigured(
+            f"{name} must be a list of dotted paths of functions, not {_describe(value)}"
+        )
+    for item in value:
+        if not isinstance(item, str) or not _DOTTED.fullmatch(item):
+            raise ImproperlyConfigured(
+                f"{name} has {_describe(item)}, which is not the dotted path of a function "
+                "such as 'myproject.keys.tenant'"
+            )
+    return tuple(dict.fromkeys(value))
 
 
 def _redis(value: object) -> str | RedisServer | None:

@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 from asgiref.sync import iscoroutinefunction
 from django.http import HttpRequest
 
+from django_ratelimits import key_functions
 from django_ratelimits.engine import Algorithm
 from django_ratelimits.limiter import aevaluate, evaluate, pending, store
 from django_ratelimits.middleware import VIEW_POLICIES
@@ -55,10 +56,14 @@ def ratelimit(
     ``key`` is ``"ip"``, ``"user"``, ``"user_or_ip"``, ``"ip_and_user"``,
     ``"header:<name>"`` or ``"callable:<dotted.path>"``. ``rate`` and the rest
     are only defaults for a policy missing from the database; ``identity_budget``
-    is a rate (``"20/h"``), ``"off"``, or empty for ``IDENTITY_BUDGET``.
+    is a rate (``"20/h"``), ``"off"``, or empty for ``IDENTITY_BUDGET``. A callable
+    named here is trusted (code, unlike admin text, may name any function):
+    policies may use it without ``KEY_FUNCTIONS`` listing it.
     """
     if rate is not None:
         kind, _, arg = key.partition(":")
+        if kind == KeyKind.CALLABLE:
+            key_functions.trust(arg)
         get_registry().declare(
             PolicySpec(
                 name,

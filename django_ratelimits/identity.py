@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import logging
 from collections.abc import Callable, Sequence
 from typing import Final
 
@@ -22,12 +23,15 @@ from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest
 from django.utils.module_loading import import_string
 
+from django_ratelimits import key_functions
 from django_ratelimits.checks import warn_if_behind_proxy
 from django_ratelimits.conf import RateLimitSettings, get_settings
 from django_ratelimits.engine import Identity
 from django_ratelimits.spec import KeyKind, PolicySpec
 
 __all__ = ["UNKNOWN", "client_ip", "group", "identities", "key_function", "parse_address"]
+
+logger = logging.getLogger("django_ratelimits")
 
 UNKNOWN: Final = "unknown"
 """The client address when ``REMOTE_ADDR`` is missing or not an address."""
@@ -247,6 +251,9 @@ def identities(request: HttpRequest, spec: PolicySpec) -> list[Identity]:
         value = request.headers.get(spec.key_arg, "").strip() if spec.key_arg else ""
         return [Identity("header", value)] if value else [_ip(request)]
     if kind == KeyKind.CALLABLE:
+        if not key_functions.is_allowed(spec.key_arg):
+            _report_not_allowed(spec)
+            return [_ip(request)]
         return _from_callable(request, spec.key_arg)
     raise ValueError(f"policy {spec.name!r} has an unknown key kind {kind!r}")
 
@@ -274,11 +281,29 @@ def _from_callable(request: HttpRequest, path: str) -> list[Identity]:
     return [Identity("key", value)]
 
 
+_reported: set[tuple[str, str]] = set()
+
+
+def _report_not_allowed(spec: PolicySpec) -> None:
+    """Log, once per process and policy, that its key function is not allowed."""
+    if (spec.name, spec.key_arg) in _reported:
+        return
+    _reported.add((spec.name, spec.key_arg))
+    logger.error(
+        "rate-limit policy %r names the key function %r, which KEY_FUNCTIONS does not list "
+        "and no @ratelimit names: it is never called, the policy counts by client IP "
+        "instead (system check django_ratelimits.E008)",
+        spec.name,
+        spec.key_arg,
+    )
+
+
 @functools.cache
 def key_function(path: str) -> Callable[[HttpRequest], str | None]:
     """The callable at dotted ``path``, imported once.
 
-    Raises ``ImproperlyConfigured`` when it cannot be imported or is not callable.
+    Only for allowed paths (:mod:`django_ratelimits.key_functions`). Raises
+    ``ImproperlyConfigured`` when it cannot be imported or is not callable.
     """
     try:
         function = import_string(path)

@@ -16,6 +16,7 @@ from django.core.exceptions import ValidationError
 from django.utils.module_loading import import_string
 from django.utils.translation import gettext_lazy as _
 
+from django_ratelimits import key_functions
 from django_ratelimits.engine import Algorithm, Limit
 from django_ratelimits.engine.limits import MAX_BURST
 from django_ratelimits.exceptions import RateParseError
@@ -174,12 +175,14 @@ def _cidr_error(item: str) -> ValidationError:
     )
 
 
-def check_key_arg(kind: str, arg: str, import_callable: bool) -> None:
+def check_key_arg(kind: str, arg: str, saving: bool) -> None:
     """The header name or dotted path that ``kind`` needs, and nothing for the others.
 
-    With ``import_callable`` a dotted path must also import to a callable. That
-    runs the module's import, which the first request under the policy would
-    run anyway (see :func:`django_ratelimits.identity.key_function`).
+    When ``saving`` (admin), a dotted path must also be one of the allowed key
+    functions (:mod:`django_ratelimits.key_functions`), checked before anything
+    is imported, and import to a callable. Compiling a saved row checks the
+    text only: a row naming a function no longer allowed still compiles, and
+    counts by client IP (see :func:`django_ratelimits.identity.identities`).
     """
     if kind == KeyKind.HEADER:
         if not _HEADER.fullmatch(arg):
@@ -196,13 +199,33 @@ def check_key_arg(kind: str, arg: str, import_callable: bool) -> None:
                 _("Enter the dotted path of a function(request), e.g. myproject.keys.tenant."),
                 code="callable_path",
             )
-        if import_callable:
+        if saving:
+            _check_allowed(arg)
             _check_importable(arg)
     elif arg:
         raise ValidationError(
             _("Leave this empty: only “a request header” and “a callable” take an argument."),
             code="key_arg_unused",
         )
+
+
+def _check_allowed(path: str) -> None:
+    if key_functions.is_allowed(path):
+        return
+    choices = key_functions.allowed()
+    if not choices:
+        raise ValidationError(
+            _(
+                "This site allows no key functions: a developer must list them in "
+                "DJANGO_RATELIMITS[“KEY_FUNCTIONS”] first."
+            ),
+            code="callable_not_allowed",
+        )
+    raise ValidationError(
+        _("%(path)s is not one of the key functions this site allows: %(choices)s."),
+        code="callable_not_allowed",
+        params={"path": _quote(path), "choices": ", ".join(choices)},
+    )
 
 
 def _check_importable(path: str) -> None:

@@ -172,7 +172,9 @@ def limiter(
         target = {"URL": request.getfixturevalue("redis_cluster").url, "CLUSTER": True}
     middleware = [*settings.MIDDLEWARE, "django_ratelimits.middleware.RateLimitMiddleware"]
     with override_settings(
-        DJANGO_RATELIMITS={"REDIS": target}, ROOT_URLCONF="tests.urls", MIDDLEWARE=middleware
+        DJANGO_RATELIMITS={**settings.DJANGO_RATELIMITS, "REDIS": target},
+        ROOT_URLCONF="tests.urls",
+        MIDDLEWARE=middleware,
     ):
         breaker.success()
         get_registry().refresh()

@@ -22,7 +22,21 @@ CACHES = {
         "LOCATION": "django-ratelimits-tests",
     }
 }
-DJANGO_RATELIMITS: dict[str, object] = {}
+DJANGO_RATELIMITS: dict[str, object] = {
+    # The key functions the tests' policies name, as a project lists its own; some
+    # are missing or not callable on purpose, for the tests of those errors.
+    "KEY_FUNCTIONS": [
+        "tests.test_identity.key_from_query",
+        "tests.test_identity.key_as_int",
+        "tests.test_identity.missing",
+        "tests.test_identity.NOT_CALLABLE",
+        "tests.test_models.key_for_tests",
+        "tests.test_models.missing",
+        "tests.test_models.NOT_CALLABLE",
+        "tests.nowhere.key",
+        "tests.test_hostile.who",
+    ],
+}
 # Django's default logging; the demo's console handler would only add noise.
 LOGGING: dict[str, object] = {"version": 1, "disable_existing_loggers": False}
 # What the server processes that tests and benchmarks start log, on stderr (the

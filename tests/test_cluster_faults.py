@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from django_ratelimits.conf import get_settings
 from django_ratelimits.engine import Identity, KeySpace
 from tests.live import (
     POLICIES,
@@ -74,7 +75,9 @@ def site(cluster: RedisClusterHarness, tmp_path_factory: pytest.TempPathFactory)
 
 
 def slot_of(identity: Identity) -> int:
-    return redis.cluster.key_slot(KeySpace().of(identity).tag.encode())
+    # The site's SECRET_KEY is the tests' one, so its shard key is this process's.
+    keys = KeySpace(secret=get_settings().shard_key)
+    return redis.cluster.key_slot(keys.of(identity).tag.encode())
 
 
 def same_slot_source(identity: Identity) -> str:

@@ -70,6 +70,8 @@ def test_defaults_by_setting_name() -> None:
         "BREAKER_FAILURES": 3,
         "BREAKER_COOLDOWN": 5.0,
         "IDENTITY_BUDGET": "50/h",
+        "SHARD_SECRET": None,
+        "KEY_FUNCTIONS": (),
     }
 
 
@@ -300,8 +302,20 @@ def test_trusted_proxies_become_networks() -> None:
         ({"IDENTITY_BUDGET": "50 per hour"}, "IDENTITY_BUDGET'] must be a rate such as '50/h'"),
         ({"IDENTITY_BUDGET": 50}, "or None or 'off', not int 50"),
         ({"IDENTITY_BUDGET": ""}, "IDENTITY_BUDGET'] must be a rate"),
+        ({"KEY_FUNCTIONS": "myproject.keys.tenant"}, "KEY_FUNCTIONS'] must be a list"),
+        ({"KEY_FUNCTIONS": ["myproject.keys.tenant()"]}, "not the dotted path of a function"),
+        ({"KEY_FUNCTIONS": [None]}, "NoneType None, which is not the dotted path"),
     ],
 )
 def test_request_path_settings_are_validated(value: dict[str, object], message: str) -> None:
     with pytest.raises(ImproperlyConfigured, match=re.escape(message)):
         settings_from(value)
+
+
+@pytest.mark.parametrize("secret", ["too-short-secret"[:15], b"bytes-are-not-a-str", 12345])
+def test_a_weak_shard_secret_is_refused_without_being_shown(secret: object) -> None:
+    with pytest.raises(
+        ImproperlyConfigured, match="SHARD_SECRET'] must be None or a str"
+    ) as caught:
+        settings_from({"SHARD_SECRET": secret})
+    assert str(secret) not in str(caught.value)

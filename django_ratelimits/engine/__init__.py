@@ -49,7 +49,7 @@ def get_engine() -> Engine:
     if current is None or current[0] is not config or current[1] is not client:
         engine = Engine(
             client,
-            keys=KeySpace(prefix=config.key_prefix, shards=config.shards),
+            keys=KeySpace(config.key_prefix, config.shards, config.shard_key),
             metadata_max_entries=config.metadata_max_entries,
             metadata_ttl=config.metadata_ttl,
             offender_retention=config.offender_retention,

@@ -11,6 +11,10 @@ Layout (``P`` is the key prefix, ``{sN}`` the identity's shard tag)::
     P:{sN}:ox                               offender index of shard N, by last denial (ZSET)
     P:{sN}:oxn                              offender index of shard N, by denial count (ZSET)
 
+An identity's shard comes from a hash of its ``ident`` keyed with the key
+space's secret, so nobody without the secret can choose identities that share
+a shard (and push a chosen one out of the shard's capped offender index).
+
 Every key of an identity carries the identity's shard tag, so on Redis Cluster
 they share one slot with each other and with the shard's offender index, and
 one script can update them all. ``<ident>`` is ``kind:value`` when the value is
@@ -23,7 +27,7 @@ import base64
 import functools
 import hashlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django_ratelimits.engine.limits import Identity, Limit
 from django_ratelimits.rates import Rate
@@ -122,7 +126,7 @@ class IdentityKeys:
 # once. An ident is at most ~80 characters, so the cache stays small.
 @functools.lru_cache(maxsize=4096)
 def _identity_keys(space: KeySpace, who: str) -> IdentityKeys:
-    digest = hashlib.blake2b(who.encode("ascii"), digest_size=4).digest()
+    digest = hashlib.blake2b(who.encode("ascii"), digest_size=4, key=space.secret).digest()
     shard = int.from_bytes(digest, "big") % space.shards
     tag = f"{space.prefix}:{{s{shard}}}"
     return IdentityKeys(who, tag, space.index(shard), space.count_index(shard))
@@ -130,10 +134,18 @@ def _identity_keys(space: KeySpace, who: str) -> IdentityKeys:
 
 @dataclass(frozen=True)
 class KeySpace:
-    """Names every key the engine writes for one prefix and shard count."""
+    """Names every key the engine writes for one prefix, shard count and secret.
+
+    ``secret`` (at most 64 bytes) keys the hash that places identities in
+    shards; :func:`~django_ratelimits.engine.get_engine` passes the one the
+    settings derive (``SHARD_SECRET``). Without one, placement is predictable:
+    anyone can find identities that share a shard. Every writer and reader of
+    the same keys must use the same secret.
+    """
 
     prefix: str = "rl"
     shards: int = 64
+    secret: bytes = field(default=b"", repr=False)
 
     def of(self, identity: Identity) -> IdentityKeys:
         return self.of_ident(ident(identity))
