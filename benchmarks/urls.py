@@ -9,6 +9,9 @@ from django_ratelimit.decorators import ratelimit as django_ratelimit
 from django_ratelimits import compat
 
 PEER_RATE = "10/s"
+# The limits-bite check's rate: an hour, so that its requests span at most two windows
+# however slow the machine (at 10/s a slow run crosses a window and lets them all through).
+CHECK_RATE = "10/h"
 
 
 def item(request: HttpRequest, n: int) -> HttpResponse:
@@ -20,4 +23,6 @@ urlpatterns = [
     path("limited/<int:n>", item),
     path("django-ratelimit/items/<int:n>", django_ratelimit(key="ip", rate=PEER_RATE)(item)),
     path("compat/items/<int:n>", compat.ratelimit(key="ip", rate=PEER_RATE)(item)),
+    path("django-ratelimit/check/<int:n>", django_ratelimit(key="ip", rate=CHECK_RATE)(item)),
+    path("compat/check/<int:n>", compat.ratelimit(key="ip", rate=CHECK_RATE)(item)),
 ]

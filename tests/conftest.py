@@ -37,7 +37,9 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
+from django_ratelimits.testing import FakeClock
 from tests import redis_harness
+from tests.engine_helpers import EPOCH_US
 from tests.redis_harness import (
     RedisBinaryNotFound,
     RedisClusterHarness,
@@ -180,6 +182,21 @@ def limiter(
         get_registry().refresh()
         yield redis_client
         breaker.success()
+
+
+@pytest.fixture
+def frozen_clock(limiter: object, monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    """The ``limiter``'s engine on a :class:`~django_ratelimits.testing.FakeClock` stopped
+    at the start of an hour (``EPOCH_US``): time moves only when the test advances it, so
+    a fixed window cannot end between its requests, however slow the machine.
+
+    The engine is the one the settings of the ``limiter`` fixture build; a test that
+    overrides ``DJANGO_RATELIMITS`` gets another engine, on Redis' clock."""
+    from django_ratelimits.engine import get_engine
+
+    clock = FakeClock(EPOCH_US)
+    monkeypatch.setattr(get_engine(), "clock", clock)
+    return clock
 
 
 CHROMIUM = Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))
