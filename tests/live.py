@@ -34,9 +34,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKERS = 2  # gunicorn's worker processes in the reliability tests
-P99_BOUND = 1.0  # seconds, of the requests sent during a fault
-WORST_BOUND = 2.0  # seconds any one request may take during a fault
-RECOVERY_BOUND = 5.0  # seconds from Redis' return until every worker decides again
+# The bounds a fault must keep on a quiet machine, in seconds. Each is widened by
+# SLOWDOWN times the slowest healthy request of the same run, so that a busy machine
+# (CI shares two cores with Redis, gunicorn and Chromium) cannot fail them, while a
+# request that waits on a dead Redis still does.
+P99_BOUND = 1.0  # of the requests sent during a fault
+WORST_BOUND = 2.0  # any one request during a fault
+RECOVERY_BOUND = 5.0  # from Redis' return until every worker decides again
+SLOWDOWN = 3
 START_TIMEOUT = 30.0  # seconds for a server to answer its first request
 REQUEST_TIMEOUT = 10.0  # seconds for any one request, so a hang fails instead of stalling
 
@@ -320,11 +325,13 @@ class Outcome:
     p99: float  # seconds, of the requests sent during the fault
     worst: float
     recovery: float  # seconds from the fault's end until every request was decided again
+    healthy: float  # seconds, the slowest request before the fault: how busy the machine is
 
     def check(self) -> None:
-        """The bounds every fault must keep."""
-        assert self.p99 < P99_BOUND and self.worst < WORST_BOUND, self
-        assert self.recovery < RECOVERY_BOUND, self
+        """The bounds every fault must keep, widened by how slow the machine is now."""
+        slack = SLOWDOWN * self.healthy
+        assert self.p99 < P99_BOUND + slack and self.worst < WORST_BOUND + slack, self
+        assert self.recovery < RECOVERY_BOUND + slack, self
 
     def line(self, what: str) -> str:
         return (
@@ -352,6 +359,7 @@ def observe(
     undecided = [r for r in traffic.between(end) if not r.decided]
     last = max((r.started + r.seconds for r in undecided), default=end)
     seconds = [r.seconds for r in during] or [0.0]
+    healthy = [r.seconds for r in traffic.between(-math.inf, start)] or [0.0]
     return Outcome(
         served=len(during),
         failed_open=sum(1 for r in during if r.status == 200 and not r.decided),
@@ -359,6 +367,7 @@ def observe(
         p99=percentile(seconds, 0.99),
         worst=max(seconds),
         recovery=last - end,
+        healthy=max(healthy),
     )
 
 

@@ -29,7 +29,7 @@ from tests.redis_harness import RedisClusterHarness, RedisServer, free_port
 OURS = "django_ratelimits.middleware.RateLimitMiddleware"
 AUTH = "django.contrib.auth.middleware.AuthenticationMiddleware"
 SESSION = "django.contrib.sessions.middleware.SessionMiddleware"
-PING_THREAD = "django_ratelimits-check-ping"
+PING_THREAD = "django_ratelimits-check-redis"  # the thread that asks Redis, left waiting
 DEAD_URL = f"redis://127.0.0.1:{free_port()}/0"
 
 

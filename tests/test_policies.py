@@ -479,7 +479,7 @@ def test_an_admin_edit_reaches_another_process(
         stdout=subprocess.PIPE,
         text=True,
     )
-    delays = []
+    delays, posts = [], []
     try:
         lines = _lines(worker.stdout)
         assert lines.get(timeout=60).split()[1:] == ["5/m"]
@@ -487,6 +487,7 @@ def test_an_admin_edit_reaches_another_process(
             time.sleep(random.uniform(0, refresh))
             sent = time.monotonic()
             response = client.post(url, {**data, "rates": f"{limit}/m, 100/h"})
+            posts.append(time.monotonic() - sent)
             assert response.status_code == 302, response.content.decode()[:2000]
             seen_at, *rates = lines.get(timeout=refresh + 30).split()
             assert rates == [f"{limit}/m,", "100/h"]
@@ -498,7 +499,9 @@ def test_an_admin_edit_reaches_another_process(
     with capsys.disabled():
         shown = ", ".join(f"{delay:.3f}" for delay in delays)
         print(f"\nadmin edits seen by another process after {shown} s (POLICY_REFRESH {refresh})")
-    assert max(delays) <= refresh + 1.5
+    # The interval, plus room that grows with how slow the machine is now (the admin
+    # POST's own time), so a busy CI machine cannot fail it but a missed refresh does.
+    assert max(delays) <= refresh + 1.5 + 3 * max(posts)
 
 
 @pytest.mark.django_db
