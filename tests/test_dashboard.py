@@ -22,6 +22,7 @@ from django.urls import reverse
 
 from django_ratelimits.dashboard.services import MAX_PAGE
 from django_ratelimits.engine import Check, Identity, Limit, get_engine
+from django_ratelimits.engine.controls import Controls
 from django_ratelimits.engine.offenders import SCAN_LIMIT
 from django_ratelimits.models import Policy
 from django_ratelimits.policies import current
@@ -416,12 +417,12 @@ def test_block_allow_and_lift(board: dict[str, Any], admin_user: Any) -> None:
     assert 'id="action-lift"' in page
 
     act(client, kind="ip", value=QUIET, action="lift")
-    assert get_engine().override(Identity("ip", QUIET)) is None
+    assert Controls(get_engine()).override(Identity("ip", QUIET)) is None
     assert hit("/api/hello", QUIET) == [200]
 
     act(client, kind="ip", value=ATTACKER, action="allow", seconds="3600")
     assert hit("/api/other", ATTACKER, times=3) == [200, 200, 200]  # over its limit, let through
-    assert get_engine().override(Identity("ip", ATTACKER)) == ("allowed", 3600)
+    assert Controls(get_engine()).override(Identity("ip", ATTACKER)) == ("allowed", 3600)
     assert logged(admin_user) == [
         f"Blocked ip:{QUIET} for 5 minutes",
         f"Lifted the block or allow-listing of ip:{QUIET}",
@@ -434,7 +435,7 @@ def test_a_block_needs_a_duration(board: dict[str, Any]) -> None:
     response = client.post(reverse(ACTION), {"kind": "ip", "value": QUIET, "action": "block"})
     assert response.status_code == 302
     assert "Choose how long." in client.get(response["Location"]).content.decode()
-    assert get_engine().override(Identity("ip", QUIET)) is None
+    assert Controls(get_engine()).override(Identity("ip", QUIET)) is None
     bad = client.post(reverse(ACTION), {"kind": "", "value": "", "action": "lift"})
     assert bad.status_code == 400
 
@@ -446,7 +447,7 @@ def test_the_confirmation_page_says_what_will_happen(board: dict[str, Any]) -> N
     page = response.content.decode()
     assert "Are you sure?" in page and "24 hours" in page and 'id="confirm-yes"' in page
     assert '<input type="hidden" name="seconds" value="86400">' in page
-    assert get_engine().override(Identity("ip", OFFICE)) is None  # not yet
+    assert Controls(get_engine()).override(Identity("ip", OFFICE)) is None  # not yet
 
 
 # --------------------------------------------------------------------------- Redis down

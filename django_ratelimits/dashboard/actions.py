@@ -19,6 +19,7 @@ from django.utils.translation import gettext_lazy as _
 
 from django_ratelimits.dashboard.text import duration
 from django_ratelimits.engine import Identity, Limit, get_engine
+from django_ratelimits.engine.controls import Controls
 from django_ratelimits.engine.keys import label as identity_label
 from django_ratelimits.models import Policy
 from django_ratelimits.policies import current
@@ -115,7 +116,7 @@ class Operation:
 
 def perform(operation: Operation) -> None:
     """Do ``operation`` (raises ``BackendError`` when Redis fails)."""
-    engine = get_engine()
+    engine = Controls(get_engine())
     identity = operation.identity
     if operation.action is Action.RESET:
         engine.reset(identity, _limits(operation.policy), forget=operation.forget)

@@ -29,6 +29,7 @@ from django_ratelimits.engine.offenders import (
     OffenderReader,
     Order,
 )
+from django_ratelimits.engine.overrides import Override
 from django_ratelimits.policies import current
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -61,7 +62,7 @@ class Row:
     offender: Offender
     identity: Identity | None  # None when the label no longer names it (a value cut short)
     hits: tuple[Hit, ...]  # newest first, at most ROW_HITS
-    override: tuple[str, int] | None  # ("blocked" | "allowed", seconds left)
+    override: Override | None
 
     def detail(self) -> OffenderDetail:
         return OffenderDetail(self.offender, self.hits, self.override)

@@ -38,6 +38,7 @@ from django_ratelimits.breaker import breaker
 from django_ratelimits.conf import get_settings
 from django_ratelimits.dashboard.services import identity_report, user_names
 from django_ratelimits.engine import Engine, Identity, LimitResult, get_engine
+from django_ratelimits.engine.controls import Controls
 from django_ratelimits.engine.keys import label
 from django_ratelimits.engine.memory import memory_of, node_routes
 from django_ratelimits.engine.offenders import Offender, OffenderReader
@@ -300,7 +301,9 @@ def reset(options: dict[str, Any]) -> Report:
     identity = parse_identity(options["ident"])
     specs = [_policy(options["policy"])] if options["policy"] else list(current().all())
     forget = options["forget"]
-    get_engine().reset(identity, [limit for s in specs for limit in s.limits], forget=forget)
+    Controls(get_engine()).reset(
+        identity, [limit for s in specs for limit in s.limits], forget=forget
+    )
     names = [s.name for s in specs]
     data = {"action": "reset", "identity": label(identity), "policies": names, "forget": forget}
     text = f"{label(identity)}: counters reset under {', '.join(names) or 'no policy'}"
@@ -312,7 +315,7 @@ def reset(options: dict[str, Any]) -> Report:
 def _overriding(mode: str) -> Callable[[dict[str, Any]], Report]:
     def apply(options: dict[str, Any]) -> Report:
         identity, seconds = parse_identity(options["ident"]), options["seconds"]
-        engine = get_engine()
+        engine = Controls(get_engine())
         (engine.block if mode == "block" else engine.allow)(identity, seconds)
         data = {"action": mode, "identity": label(identity), "seconds": seconds}
         effect = "denied" if mode == "block" else "admitted uncounted"
@@ -326,7 +329,7 @@ def _overriding(mode: str) -> Callable[[dict[str, Any]], Report]:
 
 def lift(options: dict[str, Any]) -> Report:
     identity = parse_identity(options["ident"])
-    engine = get_engine()
+    engine = Controls(get_engine())
     before = engine.override(identity)
     engine.lift(identity)
     data: Data = {"action": "lift", "identity": label(identity), "lifted": _override_data(before)}
