@@ -20,7 +20,7 @@ from django.contrib.contenttypes.models import ContentType
 from django.test import Client, override_settings
 from django.urls import reverse
 
-from django_ratelimits.dashboard.services import MAX_PAGE
+from django_ratelimits.dashboard.forms import MAX_PAGE
 from django_ratelimits.engine import Check, Identity, Limit, get_engine
 from django_ratelimits.engine.controls import Controls
 from django_ratelimits.engine.offenders import SCAN_LIMIT

@@ -1,9 +1,15 @@
-"""The offenders page's filters and the detail page's actions, validated."""
+"""The offenders page's filters and the detail page's actions, validated.
+
+A valid filter form gives :class:`Filters`, which say which page of the
+offenders service's listing to show; a valid action form, an
+:class:`~django_ratelimits.offenders.Operation`.
+"""
 
 from __future__ import annotations
 
 import ipaddress
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 
 from django import forms
@@ -11,11 +17,16 @@ from django.core.exceptions import ValidationError
 from django.http import QueryDict
 from django.utils.translation import gettext_lazy as _
 
-from django_ratelimits.dashboard.actions import DURATIONS, Action, Operation
-from django_ratelimits.dashboard.present import BLOCKED_POLICY
-from django_ratelimits.dashboard.services import MAX_PAGE, Filters, user_value
 from django_ratelimits.engine import Identity
-from django_ratelimits.engine.offenders import Order
+from django_ratelimits.engine.offenders import SCAN_LIMIT, Order
+from django_ratelimits.engine.overrides import BLOCKED_POLICY
+from django_ratelimits.identity import IPNetwork
+from django_ratelimits.offenders import DURATIONS, Action, Operation, Query, user_value
+
+PER_PAGE = 25
+# Pages reach as deep into the index as filters look (the reader reads every
+# record above the page), so a deep page costs no more than a filtered one.
+MAX_PAGE = SCAN_LIMIT // PER_PAGE
 
 PERIODS = {
     300: _("last 5 minutes"),
@@ -31,6 +42,32 @@ KIND_CHOICES = [
     ("header", _("headers (API keys)")),
     ("key", _("custom keys")),
 ]
+
+
+@dataclass(frozen=True)
+class Filters:
+    """What the offenders page asks for. ``user`` is a user identity's value (the pk)."""
+
+    period: int = DEFAULT_PERIOD
+    order: Order = "last"
+    kind: str | None = None
+    policy: str | None = None
+    network: IPNetwork | None = None
+    user: str | None = None
+    page: int = 1
+
+    def query(self) -> Query:
+        """The offenders service's query for this page."""
+        return Query(
+            period=self.period,
+            order=self.order,
+            kind=self.kind,
+            policy=self.policy,
+            network=self.network,
+            user=self.user,
+            offset=(self.page - 1) * PER_PAGE,
+            limit=PER_PAGE,
+        )
 
 
 class FilterForm(forms.Form):
@@ -73,7 +110,7 @@ class FilterForm(forms.Form):
             (BLOCKED_POLICY, _("blocked by staff")),
         ]
 
-    def clean_ip(self) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
+    def clean_ip(self) -> IPNetwork | None:
         text = self.cleaned_data["ip"].strip()
         if not text:
             return None

@@ -13,17 +13,8 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.translation import gettext
 
-from django_ratelimits.dashboard.forms import PERIODS, FilterForm
+from django_ratelimits.dashboard.forms import MAX_PAGE, PER_PAGE, PERIODS, FilterForm, Filters
 from django_ratelimits.dashboard.present import Activity, RowView, page_activity, row_view
-from django_ratelimits.dashboard.services import (
-    MAX_PAGE,
-    PER_PAGE,
-    Filters,
-    OffenderList,
-    offender_list,
-    policy_names,
-    user_names,
-)
 from django_ratelimits.dashboard.views.common import (
     TEMPLATES,
     admin_context,
@@ -31,6 +22,7 @@ from django_ratelimits.dashboard.views.common import (
     require_view,
 )
 from django_ratelimits.exceptions import BackendError
+from django_ratelimits.offenders import OffenderList, Offenders, policy_names, user_names
 
 REFRESH_SECONDS = 5
 # The parts of the page that the JSON endpoint renders again: element id -> template.
@@ -147,7 +139,7 @@ def load(request: HttpRequest, site: AdminSite) -> Board:
     form.is_valid()
     filters = form.filters()
     try:
-        listing = offender_list(filters)
+        listing = Offenders().listing(filters.query())
     except BackendError as exc:
         message = gettext("Could not read the offenders from Redis: %(error)s") % {"error": exc}
         return Board(form, filters, None, (), None, message, request.GET)
