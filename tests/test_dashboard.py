@@ -25,6 +25,8 @@ from django_ratelimits.engine import Check, Identity, Limit, get_engine
 from django_ratelimits.engine.controls import Controls
 from django_ratelimits.engine.offenders import SCAN_LIMIT
 from django_ratelimits.models import Policy
+from django_ratelimits.offenders import Action, Offenders, Operation, UnknownPolicy
+from django_ratelimits.offenders.text import duration, parse_span, span
 from django_ratelimits.policies import current
 from django_ratelimits.rates import parse_rates
 
@@ -401,6 +403,44 @@ def test_reset_one_policy_keeps_the_record(board: dict[str, Any], admin_user: An
     assert (remaining(attacker, "other"), remaining(attacker, "hello")) == ([2], [2])
     assert f"ip:{ATTACKER}" in idents(client.get(reverse(PAGE)).content.decode())
     assert logged(admin_user) == [f"Reset rate-limit counters of ip:{ATTACKER} (policy other)"]
+
+
+def test_a_reset_under_a_policy_no_longer_enabled_is_refused_and_changes_nothing(
+    board: dict[str, Any],
+) -> None:
+    """A confirmation posted after its policy was disabled must not forget the
+    identity's record while resetting no counter, and then report it done."""
+    attacker = Identity("ip", ATTACKER)
+    reset = Operation(Action.RESET, attacker, policy="gone", forget=True)
+    with pytest.raises(UnknownPolicy, match="no enabled policy is named 'gone'"):
+        Offenders().perform(reset)
+    assert remaining(attacker, "other") == [0]
+    assert f"ip:{ATTACKER}" in idents(board["client"].get(reverse(PAGE)).content.decode())
+
+
+@pytest.mark.parametrize(
+    ("seconds", "words", "short"),
+    [
+        (0, "0 s", "0s"),
+        (59, "59 s", "59s"),
+        (3600, "1 h", "1h"),
+        (3661, "1 h 1 min", "1h 1m"),
+        (86_400 + 3 * 3600 + 59, "1 d 3 h", "1d 3h"),
+        (7 * 86_400, "7 d", "7d"),
+    ],
+)
+def test_pages_and_the_terminal_tell_a_duration_in_the_same_two_largest_units(
+    seconds: int, words: str, short: str
+) -> None:
+    assert (duration(seconds), span(seconds)) == (words, short)
+    if seconds and " " not in short:
+        assert parse_span(short) == seconds
+
+
+@pytest.mark.parametrize("typed", ["", "1", "h", "0s", "1.5h", "-1h", "1e3s", "123456789s", "1hh"])
+def test_a_span_that_is_not_a_positive_number_and_one_unit_is_refused(typed: str) -> None:
+    with pytest.raises(ValueError):
+        parse_span(typed)
 
 
 def test_block_allow_and_lift(board: dict[str, Any], admin_user: Any) -> None:
