@@ -1,7 +1,7 @@
 """The offenders page's filters and the detail page's actions, validated.
 
-A valid filter form gives :class:`Filters`, which say which page of the
-offenders service's listing to show; a valid action form, an
+A valid filter form gives the offenders service's
+:class:`~django_ratelimits.offenders.Query` for one page; a valid action form, an
 :class:`~django_ratelimits.offenders.Operation`.
 """
 
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, cast
 
 from django import forms
@@ -20,7 +19,6 @@ from django.utils.translation import gettext_lazy as _
 from django_ratelimits.engine import Identity
 from django_ratelimits.engine.offenders import SCAN_LIMIT, Order
 from django_ratelimits.engine.overrides import BLOCKED_POLICY
-from django_ratelimits.identity import IPNetwork
 from django_ratelimits.offenders import DURATIONS, Action, Operation, Query, user_value
 
 PER_PAGE = 25
@@ -42,32 +40,6 @@ KIND_CHOICES = [
     ("header", _("headers (API keys)")),
     ("key", _("custom keys")),
 ]
-
-
-@dataclass(frozen=True)
-class Filters:
-    """What the offenders page asks for. ``user`` is a user identity's value (the pk)."""
-
-    period: int = DEFAULT_PERIOD
-    order: Order = "last"
-    kind: str | None = None
-    policy: str | None = None
-    network: IPNetwork | None = None
-    user: str | None = None
-    page: int = 1
-
-    def query(self) -> Query:
-        """The offenders service's query for this page."""
-        return Query(
-            period=self.period,
-            order=self.order,
-            kind=self.kind,
-            policy=self.policy,
-            network=self.network,
-            user=self.user,
-            offset=(self.page - 1) * PER_PAGE,
-            limit=PER_PAGE,
-        )
 
 
 class FilterForm(forms.Form):
@@ -110,7 +82,7 @@ class FilterForm(forms.Form):
             (BLOCKED_POLICY, _("blocked by staff")),
         ]
 
-    def clean_ip(self) -> IPNetwork | None:
+    def clean_ip(self) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
         text = self.cleaned_data["ip"].strip()
         if not text:
             return None
@@ -141,19 +113,21 @@ class FilterForm(forms.Form):
             raise ValidationError(_("A user filter shows users only."), code="conflict")
         return data
 
-    def filters(self) -> Filters:
-        """The valid part of the form; conflicting filters are left out. Call after is_valid()."""
+    def query(self) -> Query:
+        """The offenders service's query for the valid part of the form (conflicting
+        filters left out), a page of :data:`PER_PAGE` rows. Call after is_valid()."""
         data = self.cleaned_data
         conflict = bool(self.non_field_errors())
         order: Order = "denials" if data.get("order") == "denials" else "last"
-        return Filters(
+        return Query(
             period=data.get("period") or DEFAULT_PERIOD,
             order=order,
             kind=data.get("kind") or None,
             policy=data.get("policy") or None,
             network=None if conflict else data.get("ip"),
             user=None if conflict else data.get("user"),
-            page=data.get("page") or 1,
+            offset=((data.get("page") or 1) - 1) * PER_PAGE,
+            limit=PER_PAGE,
         )
 
 
