@@ -93,6 +93,9 @@ class Engine:
     client ``async_client()`` gives for the running loop or, when it gives
     ``None`` (or none was passed), run the sync call in a worker thread, so
     the event loop is never blocked.
+
+    Staff's writes (reset, block, allow-list, lift) are not here: see
+    :class:`~django_ratelimits.engine.controls.Controls`.
     """
 
     def __init__(

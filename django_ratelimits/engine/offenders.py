@@ -1,10 +1,12 @@
-"""The read side of the offender data, for the dashboard and the ``ratelimits`` command.
+"""The read side of the offender data, for the offenders service
+(:mod:`django_ratelimits.offenders`); its write side is :mod:`.controls`.
 
 Bounded reads only, never KEYS or SCAN: a page costs two pipelined round trips
 (one per node on a cluster, sent together): the shard indexes (top entries of
 each shard, merged), then the records of the identities on the page. An
-identity's detail costs one more (record, metadata list, override), plus an
-engine ``peek`` for its current quota.
+identity's detail costs one more (record, metadata list, override); the
+service adds an engine ``peek`` for its current quota. Metadata entries are
+parsed by :mod:`.hits`, override markers by :mod:`.overrides`.
 """
 
 from __future__ import annotations

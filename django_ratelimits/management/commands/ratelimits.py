@@ -17,6 +17,11 @@ Every subcommand takes ``--json`` for machine-readable output. An identity is
 the limiter counts it (``ip:2001:db8::7`` means its /64). When Redis fails the
 command exits with status 1 and one line saying why, never a traceback.
 ``docs/operations.md`` describes each subcommand and its JSON.
+
+The offender subcommands go through the offenders service
+(:mod:`django_ratelimits.offenders`), as the dashboard does; this module parses
+arguments and builds each subcommand's JSON and text, with the shapes and
+tables of :mod:`django_ratelimits.management.output`.
 """
 
 from __future__ import annotations
