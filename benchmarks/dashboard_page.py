@@ -202,7 +202,7 @@ def _renders() -> list[tuple[str, Callable[[], object], bool]]:
         page = reverse("admin:django_ratelimits_offenders")
         json = reverse("admin:django_ratelimits_offenders_json")
         detail = reverse("admin:django_ratelimits_offender")
-        from django_ratelimits.dashboard.services import PER_PAGE
+        from django_ratelimits.dashboard.forms import PER_PAGE
     except (NoReverseMatch, ImportError):
         return []
     client = Client()

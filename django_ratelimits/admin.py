@@ -16,14 +16,15 @@ from django.utils import timezone, translation
 from django.utils.html import format_html_join
 from django.utils.safestring import SafeString
 from django.utils.text import capfirst, get_text_list
-from django.utils.translation import gettext, ngettext, ngettext_lazy
+from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
 from django_ratelimits import key_functions
-from django_ratelimits.dashboard.actions import VIEW_PERMISSION
 from django_ratelimits.dashboard.urls import dashboard_urls
 from django_ratelimits.engine import Algorithm
 from django_ratelimits.models import Policy
+from django_ratelimits.offenders import VIEW_PERMISSION
+from django_ratelimits.offenders.text import period as _period
 from django_ratelimits.rates import Rate
 from django_ratelimits.spec import KeyKind, Mode, PolicySpec
 
@@ -207,22 +208,6 @@ def describe(spec: PolicySpec, enabled: bool = True) -> list[str]:
             gettext("The user and path of each hit are recorded for the offender dashboard.")
         )
     return sentences
-
-
-# Largest first: a period is told in the largest unit that divides it.
-_PERIOD_UNITS = (
-    (86_400, _("day"), ngettext_lazy("%(count)s day", "%(count)s days", "count")),
-    (3600, _("hour"), ngettext_lazy("%(count)s hour", "%(count)s hours", "count")),
-    (60, _("minute"), ngettext_lazy("%(count)s minute", "%(count)s minutes", "count")),
-    (1, _("second"), ngettext_lazy("%(count)s second", "%(count)s seconds", "count")),
-)
-
-
-def _period(seconds: int) -> str:
-    """``minute``, ``5 minutes``: the largest unit that divides the period."""
-    size, one, many = next(unit for unit in _PERIOD_UNITS if seconds % unit[0] == 0)
-    count = seconds // size
-    return str(one) if count == 1 else str(many % {"count": count})
 
 
 def _limits(rates: tuple[Rate, ...]) -> str:

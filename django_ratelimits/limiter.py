@@ -34,6 +34,7 @@ from django_ratelimits.engine import (
     LimitResult,
     get_engine,
 )
+from django_ratelimits.engine.hits import entry_head, ip_behind, user_behind
 from django_ratelimits.exceptions import BackendError
 from django_ratelimits.identity import client_address, client_ip, identities
 from django_ratelimits.rates import Rate
@@ -319,10 +320,9 @@ def _exempt(request: HttpRequest, policy: PolicySpec) -> bool:
 
 
 def _metadata(request: HttpRequest, identity: Identity) -> str:
-    """``user:<pk>|<method> <path>`` for an IP; ``ip:<address>|...`` for anything else."""
-    where = f"{request.method} {request.path}"
-    if identity.kind == "ip":
-        user = getattr(request, "user", None)
-        who = str(user.pk).replace("|", "/") if user and user.is_authenticated else "-"
-        return f"user:{who}|{where}"
-    return f"ip:{client_ip(request)}|{where}"
+    """The head of a hit entry (engine/hits.py): the user behind an IP, else the IP."""
+    if identity.kind != "ip":
+        return entry_head(ip_behind(client_ip(request)), request.method, request.path)
+    user = getattr(request, "user", None)
+    pk = user.pk if user is not None and user.is_authenticated else None
+    return entry_head(user_behind(pk), request.method, request.path)

@@ -18,6 +18,7 @@ from django.test import override_settings
 from redis.cluster import RedisCluster
 
 from django_ratelimits.engine import Check, Engine, Identity, get_engine
+from django_ratelimits.engine.controls import Controls
 from django_ratelimits.engine.offenders import OffenderReader
 from django_ratelimits.management.commands import ratelimits
 from django_ratelimits.models import Policy
@@ -120,7 +121,7 @@ def test_offenders_sort_filter_and_paginate(engine: Engine) -> None:
 
 def test_offenders_show_blocks_in_force(engine: Engine) -> None:
     scripted(engine)
-    engine.block(Identity("ip", ATTACKER), 3600)
+    Controls(engine).block(Identity("ip", ATTACKER), 3600)
     rows = {row["identity"]: row for row in run_json("offenders")["offenders"]}
     override = rows[f"ip:{ATTACKER}"]["override"]
     # Seconds left round up, from the page's time in whole milliseconds.
@@ -210,7 +211,7 @@ def test_block_allow_and_lift(engine: Engine) -> None:
     ip = Identity("ip", "192.0.2.1")
 
     assert "ip:192.0.2.1: blocked for 1h;" in run("block", "ip:192.0.2.1", "--for", "1h")
-    mode, left = engine.override(ip) or ("", 0)
+    mode, left = Controls(engine).override(ip) or ("", 0)
     assert mode == "blocked" and 3590 <= left <= 3600
     assert not engine.check([Check(ip, login.limits)]).allowed
 
@@ -220,13 +221,13 @@ def test_block_allow_and_lift(engine: Engine) -> None:
 
     lifted = run_json("lift", "ip:192.0.2.1")["lifted"]
     assert lifted["mode"] == "allowed" and lifted["seconds_left"] <= 1800
-    assert engine.override(ip) is None
+    assert Controls(engine).override(ip) is None
     assert "no block or allow-listing was in force" in run("lift", "ip:192.0.2.1")
 
 
 def test_an_address_means_the_group_the_limiter_counts(engine: Engine) -> None:
     run("block", "ip:2001:db8:1:2::7", "--for", "5m")
-    assert engine.override(Identity("ip", "2001:db8:1:2::/64")) is not None
+    assert Controls(engine).override(Identity("ip", "2001:db8:1:2::/64")) is not None
     assert run_json("lift", "ip:2001:db8:1:2::/64")["identity"] == "ip:2001:db8:1:2::/64"
     with override_settings(DJANGO_RATELIMITS={**settings.DJANGO_RATELIMITS, "IPV4_PREFIX": 24}):
         assert run_json("show", "ip:192.0.2.77")["identity"] == "ip:192.0.2.0/24"

@@ -20,10 +20,13 @@ from django.contrib.contenttypes.models import ContentType
 from django.test import Client, override_settings
 from django.urls import reverse
 
-from django_ratelimits.dashboard.services import MAX_PAGE
+from django_ratelimits.dashboard.forms import MAX_PAGE
 from django_ratelimits.engine import Check, Identity, Limit, get_engine
+from django_ratelimits.engine.controls import Controls
 from django_ratelimits.engine.offenders import SCAN_LIMIT
 from django_ratelimits.models import Policy
+from django_ratelimits.offenders import Action, Offenders, Operation, UnknownPolicy
+from django_ratelimits.offenders.text import duration, parse_span, span
 from django_ratelimits.policies import current
 from django_ratelimits.rates import parse_rates
 
@@ -402,6 +405,44 @@ def test_reset_one_policy_keeps_the_record(board: dict[str, Any], admin_user: An
     assert logged(admin_user) == [f"Reset rate-limit counters of ip:{ATTACKER} (policy other)"]
 
 
+def test_a_reset_under_a_policy_no_longer_enabled_is_refused_and_changes_nothing(
+    board: dict[str, Any],
+) -> None:
+    """A confirmation posted after its policy was disabled must not forget the
+    identity's record while resetting no counter, and then report it done."""
+    attacker = Identity("ip", ATTACKER)
+    reset = Operation(Action.RESET, attacker, policy="gone", forget=True)
+    with pytest.raises(UnknownPolicy, match="no enabled policy is named 'gone'"):
+        Offenders().perform(reset)
+    assert remaining(attacker, "other") == [0]
+    assert f"ip:{ATTACKER}" in idents(board["client"].get(reverse(PAGE)).content.decode())
+
+
+@pytest.mark.parametrize(
+    ("seconds", "words", "short"),
+    [
+        (0, "0 s", "0s"),
+        (59, "59 s", "59s"),
+        (3600, "1 h", "1h"),
+        (3661, "1 h 1 min", "1h 1m"),
+        (86_400 + 3 * 3600 + 59, "1 d 3 h", "1d 3h"),
+        (7 * 86_400, "7 d", "7d"),
+    ],
+)
+def test_pages_and_the_terminal_tell_a_duration_in_the_same_two_largest_units(
+    seconds: int, words: str, short: str
+) -> None:
+    assert (duration(seconds), span(seconds)) == (words, short)
+    if seconds and " " not in short:
+        assert parse_span(short) == seconds
+
+
+@pytest.mark.parametrize("typed", ["", "1", "h", "0s", "1.5h", "-1h", "1e3s", "123456789s", "1hh"])
+def test_a_span_that_is_not_a_positive_number_and_one_unit_is_refused(typed: str) -> None:
+    with pytest.raises(ValueError):
+        parse_span(typed)
+
+
 def test_block_allow_and_lift(board: dict[str, Any], admin_user: Any) -> None:
     client = board["client"]
     response = act(client, kind="ip", value=QUIET, action="block", seconds="300")
@@ -416,12 +457,12 @@ def test_block_allow_and_lift(board: dict[str, Any], admin_user: Any) -> None:
     assert 'id="action-lift"' in page
 
     act(client, kind="ip", value=QUIET, action="lift")
-    assert get_engine().override(Identity("ip", QUIET)) is None
+    assert Controls(get_engine()).override(Identity("ip", QUIET)) is None
     assert hit("/api/hello", QUIET) == [200]
 
     act(client, kind="ip", value=ATTACKER, action="allow", seconds="3600")
     assert hit("/api/other", ATTACKER, times=3) == [200, 200, 200]  # over its limit, let through
-    assert get_engine().override(Identity("ip", ATTACKER)) == ("allowed", 3600)
+    assert Controls(get_engine()).override(Identity("ip", ATTACKER)) == ("allowed", 3600)
     assert logged(admin_user) == [
         f"Blocked ip:{QUIET} for 5 minutes",
         f"Lifted the block or allow-listing of ip:{QUIET}",
@@ -434,7 +475,7 @@ def test_a_block_needs_a_duration(board: dict[str, Any]) -> None:
     response = client.post(reverse(ACTION), {"kind": "ip", "value": QUIET, "action": "block"})
     assert response.status_code == 302
     assert "Choose how long." in client.get(response["Location"]).content.decode()
-    assert get_engine().override(Identity("ip", QUIET)) is None
+    assert Controls(get_engine()).override(Identity("ip", QUIET)) is None
     bad = client.post(reverse(ACTION), {"kind": "", "value": "", "action": "lift"})
     assert bad.status_code == 400
 
@@ -446,7 +487,7 @@ def test_the_confirmation_page_says_what_will_happen(board: dict[str, Any]) -> N
     page = response.content.decode()
     assert "Are you sure?" in page and "24 hours" in page and 'id="confirm-yes"' in page
     assert '<input type="hidden" name="seconds" value="86400">' in page
-    assert get_engine().override(Identity("ip", OFFICE)) is None  # not yet
+    assert Controls(get_engine()).override(Identity("ip", OFFICE)) is None  # not yet
 
 
 # --------------------------------------------------------------------------- Redis down

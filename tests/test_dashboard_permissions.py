@@ -11,6 +11,7 @@ from django.test import Client
 from django.urls import reverse
 
 from django_ratelimits.engine import Identity, get_engine
+from django_ratelimits.engine.controls import Controls
 from tests.test_dashboard import (
     ACTION,
     ATTACKER,
@@ -58,7 +59,7 @@ def offender(limiter: Any) -> Identity:
 
 def unchanged(offender: Identity) -> None:
     assert remaining(offender, "other") == [0]
-    assert get_engine().override(Identity("ip", QUIET)) is None
+    assert Controls(get_engine()).override(Identity("ip", QUIET)) is None
     assert not LogEntry.objects.exists()
 
 
@@ -146,7 +147,7 @@ def test_the_reset_permission_resets_only(offender: Identity, django_user_model:
     page = client.get(detail_url("ip", ATTACKER)).content.decode()
     assert 'id="action-reset"' in page and 'id="action-block"' not in page
     assert client.post(reverse(ACTION), {**BLOCK, "confirm": "on"}).status_code == 403
-    assert get_engine().override(Identity("ip", QUIET)) is None
+    assert Controls(get_engine()).override(Identity("ip", QUIET)) is None
     assert client.post(reverse(ACTION), RESET).status_code == 200  # the confirmation
     assert client.post(reverse(ACTION), {**RESET, "confirm": "on"}).status_code == 302
     assert remaining(offender, "other") == [2]
@@ -160,10 +161,10 @@ def test_the_block_permission_blocks_only(offender: Identity, django_user_model:
     assert client.post(reverse(ACTION), {**RESET, "confirm": "on"}).status_code == 403
     assert remaining(offender, "other") == [0]
     assert client.post(reverse(ACTION), {**BLOCK, "confirm": "on"}).status_code == 302
-    assert get_engine().override(Identity("ip", QUIET)) == ("blocked", 300)
+    assert Controls(get_engine()).override(Identity("ip", QUIET)) == ("blocked", 300)
     lift = {"kind": "ip", "value": QUIET, "action": "lift", "confirm": "on"}
     assert client.post(reverse(ACTION), lift).status_code == 302
-    assert get_engine().override(Identity("ip", QUIET)) is None
+    assert Controls(get_engine()).override(Identity("ip", QUIET)) is None
 
 
 def test_a_get_changes_nothing(offender: Identity, admin_client: Client) -> None:

@@ -9,6 +9,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from django_ratelimits.engine import Algorithm, Check, Engine, Identity, Limit
+from django_ratelimits.engine.controls import Controls
 from django_ratelimits.exceptions import BackendError
 from django_ratelimits.rates import Rate, parse_rates
 from django_ratelimits.testing import FakeClock
@@ -194,9 +195,9 @@ def test_reset_clears_one_policy_or_everything(redis_client: Any) -> None:
     request = [Check(IP, login + api, metadata="u|/")]
     engine.check(request)
     assert not engine.check(request).allowed
-    engine.reset(IP, login)
+    Controls(engine).reset(IP, login)
     assert [r.allowed for r in engine.peek(request, cost=1).results] == [True, False]
-    engine.reset(IP, login + api, forget=True)
+    Controls(engine).reset(IP, login + api, forget=True)
     assert engine.peek(request, cost=1).allowed
     prefix = engine.keys.prefix.encode()
     assert not [
@@ -210,7 +211,7 @@ def test_an_unreachable_redis_raises_backend_error(redis_standalone: Any) -> Non
     with pytest.raises(BackendError):
         engine.check([Check(IP, limits("5/s", Algorithm.GCRA))])
     with pytest.raises(BackendError):
-        engine.reset(IP, limits("5/s", Algorithm.GCRA), forget=True)
+        Controls(engine).reset(IP, limits("5/s", Algorithm.GCRA), forget=True)
 
 
 @pytest.mark.parametrize("redis_client", ["standalone"], indirect=True)

@@ -6,7 +6,9 @@ from typing import Any
 
 import pytest
 
-from django_ratelimits.engine import Algorithm, Check, Engine, Identity, KeySpace, Limit
+from django_ratelimits.engine import Algorithm, Check, Engine, Identity, KeySpace, Limit, overrides
+from django_ratelimits.engine.controls import Controls
+from django_ratelimits.engine.hits import ANONYMOUS, Hit, entry_head, ip_behind, user_behind
 from django_ratelimits.engine.keys import ident
 from django_ratelimits.engine.offenders import OffenderReader
 from django_ratelimits.rates import parse_rates
@@ -166,15 +168,15 @@ def test_a_blocked_identity_is_denied_until_the_block_ends(redis_client: Any) ->
     clock = FakeClock(EPOCH_US)
     engine = fresh_engine(redis_client, clock)
     ip = Identity("ip", "203.0.113.66")
-    engine.block(ip, 30)
-    assert engine.override(ip) == ("blocked", 30)
+    Controls(engine).block(ip, 30)
+    assert Controls(engine).override(ip) == ("blocked", 30)
     decision = engine.check([Check(ip, API)])
     assert not decision.allowed
     assert decision.retry_after_us == 30_000_000
     record = redis_client.hgetall(engine.keys.of(ip).record)
     assert int(record[b"d:!blocked"]) == 1
     clock.advance(30)
-    assert engine.override(ip) is None
+    assert Controls(engine).override(ip) is None
     assert engine.check([Check(ip, API)]).allowed
 
 
@@ -182,14 +184,83 @@ def test_an_allow_listed_identity_passes_uncounted_and_lift_ends_it(redis_client
     clock = FakeClock(EPOCH_US)
     engine = fresh_engine(redis_client, clock)
     ip = Identity("ip", "203.0.113.67")
-    engine.allow(ip, 600)
+    Controls(engine).allow(ip, 600)
     assert all(engine.check([Check(ip, LOGIN)]).allowed for _ in range(10))
-    engine.lift(ip)
-    assert engine.override(ip) is None
+    Controls(engine).lift(ip)
+    assert Controls(engine).override(ip) is None
     assert [engine.check([Check(ip, LOGIN)]).allowed for _ in range(3)] == [True, True, False]
 
 
 def test_overrides_need_a_sane_duration(redis_client: Any) -> None:
     engine = fresh_engine(redis_client)
     with pytest.raises(ValueError, match="0 to 365 days"):
-        engine.block(Identity("ip", "203.0.113.68"), 0)
+        Controls(engine).block(Identity("ip", "203.0.113.68"), 0)
+
+
+# --------------------------------------------------------------------------- wire formats
+
+
+@pytest.mark.parametrize("mode", [overrides.BLOCKED, overrides.ALLOWED])
+def test_the_script_obeys_an_override_marker_as_the_python_side_reads_it(
+    redis_client: Any, mode: str
+) -> None:
+    clock = FakeClock(EPOCH_US)
+    engine = fresh_engine(redis_client, clock)
+    ip = Identity("ip", "203.0.113.70")
+    value = overrides.marker(mode, EPOCH_US + 30_000_000)
+    redis_client.set(engine.keys.of(ip).override, value)
+    read = overrides.decode(value, EPOCH_US)
+    assert read == Controls(engine).override(ip) and read is not None
+    outcomes = [engine.check([Check(ip, LOGIN)]).allowed for _ in range(3)]
+    record = redis_client.hgetall(engine.keys.of(ip).record)
+    if read.state == "blocked":
+        assert outcomes == [False] * 3
+        assert int(record[f"d:{overrides.BLOCKED_POLICY}".encode()]) == 3
+    else:
+        assert read.state == "allowed" and outcomes == [True] * 3 and not record
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["x:{until}", "b{until}", "b:{until}0x", "a: {until}", "b:1e30", "B:{until}", "blocked"],
+)
+def test_a_malformed_override_marker_is_no_override_to_the_script_or_the_dashboard(
+    redis_client: Any, value: str
+) -> None:
+    """Whatever sits in an override key, Python and Lua read the same: here, nothing,
+    so the limits apply (before, the script skipped reading the counters on such a
+    value and admitted every request, while the dashboard showed it allow-listed)."""
+    clock = FakeClock(EPOCH_US)
+    engine = fresh_engine(redis_client, clock)
+    ip = Identity("ip", "203.0.113.71")
+    value = value.format(until=EPOCH_US + 30_000_000)
+    redis_client.set(engine.keys.of(ip).override, value)
+    assert overrides.decode(value, EPOCH_US) is None
+    assert OffenderReader(engine).detail(ip).override is None
+    assert [engine.check([Check(ip, LOGIN)]).allowed for _ in range(3)] == [True, True, False]
+
+
+def test_a_hit_entry_the_script_stores_parses_back_to_what_the_limiter_sent(
+    redis_client: Any,
+) -> None:
+    """``|`` may stand in a method, a path and a user's key: none of them can move
+    the parts of an entry, and an entry cut to its bound still parses."""
+    clock = FakeClock(EPOCH_US)
+    engine = fresh_engine(redis_client, clock)
+    ip, user = Identity("ip", "203.0.113.72"), Identity("user", "7")
+    path = f"/a|{EPOCH_US // 1000}|A"
+    engine.check([Check(ip, LOGIN, entry_head(user_behind("7|8"), "GE|T", path))])
+    clock.advance(0.001)
+    engine.check([Check(ip, LOGIN, entry_head(user_behind(None), "POST", "/login"))])
+    clock.advance(0.001)
+    engine.check([Check(user, LOGIN, entry_head(ip_behind("2001:db8::/64"), "GET", "/x" * 400))])
+    engine.check([Check(ip, LOGIN, entry_head(user_behind(None), "POST", "/login"))])
+    now_ms = EPOCH_US // 1000
+    assert OffenderReader(engine).detail(ip).hits == (
+        Hit(ANONYMOUS, "POST /login", now_ms + 2, False),
+        Hit(ANONYMOUS, "POST /login", now_ms + 1, True),
+        Hit("user:7/8", f"GE|T {path}", now_ms, True),
+    )
+    (long,) = OffenderReader(engine).detail(user).hits
+    assert long.who == "ip:2001:db8::/64" and long.allowed
+    assert long.what.startswith("GET /x/x") and len(long.what) < 300

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django_ratelimits.engine import Algorithm, Check, Identity, Limit
+from django_ratelimits.engine.controls import Controls
 from django_ratelimits.engine.offenders import OffenderReader
 from django_ratelimits.rates import parse_rates
 from django_ratelimits.testing import FakeClock
@@ -92,6 +93,6 @@ def test_an_unknown_identity_has_an_empty_detail(redis_client: Any) -> None:
 
 def test_the_detail_shows_a_block(redis_client: Any) -> None:
     engine, _ = scripted(redis_client)
-    engine.block(Identity("ip", "203.0.113.99"), 120)
+    Controls(engine).block(Identity("ip", "203.0.113.99"), 120)
     detail = OffenderReader(engine).detail(Identity("ip", "203.0.113.99"))
     assert detail.override == ("blocked", 120)

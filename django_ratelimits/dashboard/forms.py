@@ -1,4 +1,9 @@
-"""The offenders page's filters and the detail page's actions, validated."""
+"""The offenders page's filters and the detail page's actions, validated.
+
+A valid filter form gives the offenders service's
+:class:`~django_ratelimits.offenders.Query` for one page; a valid action form, an
+:class:`~django_ratelimits.offenders.Operation`.
+"""
 
 from __future__ import annotations
 
@@ -11,11 +16,15 @@ from django.core.exceptions import ValidationError
 from django.http import QueryDict
 from django.utils.translation import gettext_lazy as _
 
-from django_ratelimits.dashboard.actions import DURATIONS, Action, Operation
-from django_ratelimits.dashboard.present import BLOCKED_POLICY
-from django_ratelimits.dashboard.services import MAX_PAGE, Filters, user_value
 from django_ratelimits.engine import Identity
-from django_ratelimits.engine.offenders import Order
+from django_ratelimits.engine.offenders import SCAN_LIMIT, Order
+from django_ratelimits.engine.overrides import BLOCKED_POLICY
+from django_ratelimits.offenders import DURATIONS, Action, Operation, Query, user_value
+
+PER_PAGE = 25
+# Pages reach as deep into the index as filters look (the reader reads every
+# record above the page), so a deep page costs no more than a filtered one.
+MAX_PAGE = SCAN_LIMIT // PER_PAGE
 
 PERIODS = {
     300: _("last 5 minutes"),
@@ -104,19 +113,21 @@ class FilterForm(forms.Form):
             raise ValidationError(_("A user filter shows users only."), code="conflict")
         return data
 
-    def filters(self) -> Filters:
-        """The valid part of the form; conflicting filters are left out. Call after is_valid()."""
+    def query(self) -> Query:
+        """The offenders service's query for the valid part of the form (conflicting
+        filters left out), a page of :data:`PER_PAGE` rows. Call after is_valid()."""
         data = self.cleaned_data
         conflict = bool(self.non_field_errors())
         order: Order = "denials" if data.get("order") == "denials" else "last"
-        return Filters(
+        return Query(
             period=data.get("period") or DEFAULT_PERIOD,
             order=order,
             kind=data.get("kind") or None,
             policy=data.get("policy") or None,
             network=None if conflict else data.get("ip"),
             user=None if conflict else data.get("user"),
-            page=data.get("page") or 1,
+            offset=((data.get("page") or 1) - 1) * PER_PAGE,
+            limit=PER_PAGE,
         )
 
 

@@ -1,4 +1,4 @@
-"""From what services read to what pages and the JSON endpoint show.
+"""From what the offenders service returns to what pages and the JSON endpoint show.
 
 Activity charts are inline SVG drawn here, on the server: one bar per second,
 all recorded hits in one colour and the denied ones over them in another
@@ -17,11 +17,13 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext, pgettext_lazy
 
-from django_ratelimits.dashboard.services import ACTIVITY_SECONDS, Row
-from django_ratelimits.dashboard.text import ago, duration
 from django_ratelimits.engine import Identity, LimitResult
-from django_ratelimits.engine.offenders import Hit, Offender, OffenderDetail
+from django_ratelimits.engine.hits import ANONYMOUS, Hit
+from django_ratelimits.engine.offenders import Offender, OffenderDetail
+from django_ratelimits.engine.overrides import BLOCKED_POLICY, Override
 from django_ratelimits.models import ALGORITHM_LABELS
+from django_ratelimits.offenders import Row
+from django_ratelimits.offenders.text import ago, duration
 
 UrlFor = Callable[[Identity], str]
 
@@ -31,7 +33,7 @@ KINDS = {
     "header": pgettext_lazy("identity kind", "Header"),
     "key": pgettext_lazy("identity kind", "Key"),
 }
-BLOCKED_POLICY = "!blocked"  # the offender record's count of denials by a block
+ACTIVITY_SECONDS = 60  # the span of the activity charts
 SHOWN_BEHIND = 3  # entries of the "seen with" column before "and N more"
 
 
@@ -101,7 +103,7 @@ class RowView:
             "behind": [{"who": w.who, "count": w.count, "name": w.text} for w in self.behind],
             "override": None
             if override is None
-            else {"state": override[0], "seconds": override[1]},
+            else {"state": override.state, "seconds": override.seconds},
             "recent": {"hits": sum(self.activity.hits), "denied": sum(self.activity.denied)},
             "detail_url": self.url,
         }
@@ -241,22 +243,21 @@ def policy_label(name: str) -> str:
 
 def display_name(who: str, names: Mapping[str, str]) -> str:
     """``alice (user 42)`` for a known user, ``anonymous`` for ``user:-``, else the value."""
+    if who == ANONYMOUS:
+        return gettext("anonymous")
     kind, _, value = who.partition(":")
-    if kind == "user":
-        if value == "-":
-            return gettext("anonymous")
-        if who in names:
-            return gettext("%(name)s (user %(pk)s)") % {"name": names[who], "pk": value}
+    if kind == "user" and who in names:
+        return gettext("%(name)s (user %(pk)s)") % {"name": names[who], "pk": value}
     return value
 
 
-def override_text(override: tuple[str, int] | None) -> str:
+def override_text(override: Override | None) -> str:
     if override is None:
         return ""
-    state, seconds = override
-    if state == "blocked":
-        return gettext("blocked, %(left)s left") % {"left": duration(seconds)}
-    return gettext("allow-listed, %(left)s left") % {"left": duration(seconds)}
+    left = {"left": duration(override.seconds)}
+    if override.state == "blocked":
+        return gettext("blocked, %(left)s left") % left
+    return gettext("allow-listed, %(left)s left") % left
 
 
 def to_datetime(ms: int) -> datetime:

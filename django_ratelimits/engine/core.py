@@ -34,18 +34,6 @@ def _not_loaded(error: Exception) -> bool:
     )
 
 
-def decode_override(value: bytes | str | None, now_us: int) -> tuple[str, int] | None:
-    """An override key's value (``b:<until_us>`` or ``a:<until_us>``) at ``now_us``:
-    ``("blocked" | "allowed", whole seconds left)``, or ``None`` if none is in force."""
-    if value is None:
-        return None
-    text = value.decode("ascii", "replace") if isinstance(value, bytes) else value
-    mode, _, until = text.partition(":")
-    if not until.isdigit() or int(until) <= now_us:
-        return None
-    return ("blocked" if mode == "b" else "allowed", -(-(int(until) - now_us) // 1_000_000))
-
-
 class Clock(Protocol):
     """A source of time other than Redis' own, for tests only.
 
@@ -105,6 +93,9 @@ class Engine:
     client ``async_client()`` gives for the running loop or, when it gives
     ``None`` (or none was passed), run the sync call in a worker thread, so
     the event loop is never blocked.
+
+    Staff's writes (reset, block, allow-list, lift) are not here: see
+    :class:`~django_ratelimits.engine.controls.Controls`.
     """
 
     def __init__(
@@ -165,67 +156,6 @@ class Engine:
     async def apeek(self, checks: Iterable[Check], *, cost: int = 0) -> Decision:
         """:meth:`peek` for async code."""
         return await self._arun(self._rounds(checks, "p", cost))
-
-    def reset(
-        self, identity: Identity, limits: Sequence[Limit] = (), *, forget: bool = False
-    ) -> None:
-        """Clear ``identity``'s state under ``limits``.
-
-        With ``forget``, also drop its metadata list and offender record and
-        take it out of the offender index.
-        """
-        keys = self.keys.of(identity)
-        fields = [limit.spec for limit in limits if not limit.is_log]
-        names = [keys.log(limit) for limit in limits if limit.is_log]
-        if forget:
-            names += [keys.metadata, keys.record]
-        try:
-            pipe = self.client.pipeline(transaction=False)
-            route = self._route(keys.record)  # every key here shares its slot
-            if fields:
-                pipe.execute_command("HDEL", keys.state, *fields, **route)
-            if names:
-                pipe.execute_command("UNLINK", *names, **route)
-            if forget:
-                pipe.execute_command("ZREM", keys.index, keys.ident, **route)
-                pipe.execute_command("ZREM", keys.count_index, keys.ident, **route)
-            pipe.execute()
-        except _REDIS_ERRORS as exc:
-            raise BackendError(f"could not reset {label(identity)}: {exc}") from exc
-
-    def block(self, identity: Identity, seconds: float) -> None:
-        """Deny every check of ``identity`` for ``seconds``, whatever its limits say."""
-        self._override(identity, "b", seconds)
-
-    def allow(self, identity: Identity, seconds: float) -> None:
-        """Admit every check of ``identity`` for ``seconds``, uncounted."""
-        self._override(identity, "a", seconds)
-
-    def lift(self, identity: Identity) -> None:
-        """End a block or allow-listing of ``identity``."""
-        try:
-            self.client.delete(self.keys.of(identity).override)
-        except _REDIS_ERRORS as exc:
-            raise BackendError(f"could not lift the override of {label(identity)}: {exc}") from exc
-
-    def override(self, identity: Identity) -> tuple[str, int] | None:
-        """``("blocked" | "allowed", seconds left)`` for ``identity``, or ``None``."""
-        try:
-            value = self.client.get(self.keys.of(identity).override)
-            now = self.now_us()
-        except _REDIS_ERRORS as exc:
-            raise BackendError(f"could not read the override of {label(identity)}: {exc}") from exc
-        return decode_override(value, now)
-
-    def _override(self, identity: Identity, mode: str, seconds: float) -> None:
-        if not 0 < seconds <= 365 * 86_400:
-            raise ValueError(f"an override lasts from 0 to 365 days, not {seconds} s")
-        try:
-            until = self.now_us() + round(seconds * 1_000_000)
-            ttl_ms = round(seconds * 1000) + (60_000 if self.clock else 0)
-            self.client.set(self.keys.of(identity).override, f"{mode}:{until}", px=ttl_ms)
-        except _REDIS_ERRORS as exc:
-            raise BackendError(f"could not override {label(identity)}: {exc}") from exc
 
     def now_us(self) -> int:
         """The time on the engine's clock (Redis' TIME, or the test clock), in microseconds."""

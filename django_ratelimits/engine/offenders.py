@@ -1,10 +1,12 @@
-"""The read side of the offender data, for the dashboard and the ``ratelimits`` command.
+"""The read side of the offender data, for the offenders service
+(:mod:`django_ratelimits.offenders`); its write side is :mod:`.controls`.
 
 Bounded reads only, never KEYS or SCAN: a page costs two pipelined round trips
 (one per node on a cluster, sent together): the shard indexes (top entries of
 each shard, merged), then the records of the identities on the page. An
-identity's detail costs one more (record, metadata list, override), plus an
-engine ``peek`` for its current quota.
+identity's detail costs one more (record, metadata list, override); the
+service adds an engine ``peek`` for its current quota. Metadata entries are
+parsed by :mod:`.hits`, override markers by :mod:`.overrides`.
 """
 
 from __future__ import annotations
@@ -17,8 +19,11 @@ from typing import Any, Literal
 
 from redis.exceptions import RedisClusterException, RedisError
 
-from django_ratelimits.engine.core import Engine, decode_override
+from django_ratelimits.engine import hits as hit_entries
+from django_ratelimits.engine.core import Engine
+from django_ratelimits.engine.hits import Hit
 from django_ratelimits.engine.limits import Identity
+from django_ratelimits.engine.overrides import Override, decode
 from django_ratelimits.exceptions import BackendError
 
 Order = Literal["last", "denials"]
@@ -57,20 +62,10 @@ class OffenderPage:
 
 
 @dataclass(frozen=True)
-class Hit:
-    """One entry of a metadata list: who (the other identity), what, when, outcome."""
-
-    who: str  # "user:42" behind an IP, "ip:203.0.113.7" behind anything else
-    what: str  # "POST /login"
-    at_ms: int
-    allowed: bool
-
-
-@dataclass(frozen=True)
 class OffenderDetail:
     offender: Offender | None  # None if the identity was never denied (or forgotten)
     hits: tuple[Hit, ...]  # newest first
-    override: tuple[str, int] | None  # ("blocked" | "allowed", seconds left)
+    override: Override | None
 
     def behind(self) -> list[tuple[str, int]]:
         """The other identities seen in the hits, most frequent first."""
@@ -157,7 +152,7 @@ class OffenderReader:
         pipe.get(keys.override)
         record, entries, override = self._run(pipe)
         return OffenderDetail(
-            _offender(keys.ident, record), _hits(entries), decode_override(override, now * 1000)
+            _offender(keys.ident, record), _hits(entries), decode(override, now * 1000)
         )
 
     def details(
@@ -176,7 +171,7 @@ class OffenderReader:
         return [
             OffenderDetail(  # keywords in pipeline order: override, then hits
                 offender=o,
-                override=decode_override(next(replies), now_ms * 1000),
+                override=decode(next(replies), now_ms * 1000),
                 hits=_hits(next(replies)) if hits else (),
             )
             for o in offenders
@@ -217,15 +212,4 @@ def _offender(ident: str, record: dict[bytes, bytes]) -> Offender | None:
 
 
 def _hits(entries: list[bytes]) -> tuple[Hit, ...]:
-    return tuple(hit for hit in map(parse_hit, entries) if hit is not None)
-
-
-def parse_hit(entry: bytes) -> Hit | None:
-    """``<who>|<what>|<ms>|<A or D>``; ``what`` may itself hold ``|``."""
-    text = entry.decode("utf-8", "replace")
-    who, _, rest = text.partition("|")
-    what, _, tail = rest.rpartition("|")
-    what, _, at = what.rpartition("|")
-    if not at.isdigit() or tail not in ("A", "D"):
-        return None
-    return Hit(who, what, int(at), tail == "A")
+    return tuple(hit for hit in map(hit_entries.parse, entries) if hit is not None)

@@ -10,9 +10,9 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest
 from django.urls import reverse
 
-from django_ratelimits.dashboard.actions import VIEW_PERMISSION
 from django_ratelimits.engine import Identity
 from django_ratelimits.models import Policy
+from django_ratelimits.offenders import VIEW_PERMISSION
 
 TEMPLATES = "admin/django_ratelimits/dashboard/"
 

@@ -10,7 +10,6 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.translation import gettext
 
-from django_ratelimits.dashboard.actions import DURATIONS, Action
 from django_ratelimits.dashboard.present import (
     activity,
     denied_by,
@@ -22,12 +21,6 @@ from django_ratelimits.dashboard.present import (
     to_datetime,
     who_view,
 )
-from django_ratelimits.dashboard.services import (
-    IdentityReport,
-    identity_report,
-    policy_names,
-    user_names,
-)
 from django_ratelimits.dashboard.views.common import (
     TEMPLATES,
     admin_context,
@@ -37,6 +30,14 @@ from django_ratelimits.dashboard.views.common import (
 from django_ratelimits.engine import Identity
 from django_ratelimits.engine.keys import label
 from django_ratelimits.exceptions import BackendError
+from django_ratelimits.offenders import (
+    DURATIONS,
+    Action,
+    IdentityReport,
+    Offenders,
+    policy_names,
+    user_names,
+)
 
 SHOWN_HITS = 200  # rows of the hits table (the metadata list may be longer)
 SHOWN_BEHIND = 100  # rows of the "users behind" table
@@ -53,7 +54,7 @@ def offender_detail(request: HttpRequest, site: AdminSite) -> HttpResponse:
         **_actions(request, site),
     }
     try:
-        report = identity_report(identity)
+        report = Offenders().inspect(identity)
     except BackendError as exc:
         context["error"] = gettext("Could not read this identity from Redis: %(error)s") % {
             "error": exc

@@ -13,17 +13,8 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.translation import gettext
 
-from django_ratelimits.dashboard.forms import PERIODS, FilterForm
+from django_ratelimits.dashboard.forms import MAX_PAGE, PER_PAGE, PERIODS, FilterForm
 from django_ratelimits.dashboard.present import Activity, RowView, page_activity, row_view
-from django_ratelimits.dashboard.services import (
-    MAX_PAGE,
-    PER_PAGE,
-    Filters,
-    OffenderList,
-    offender_list,
-    policy_names,
-    user_names,
-)
 from django_ratelimits.dashboard.views.common import (
     TEMPLATES,
     admin_context,
@@ -31,6 +22,7 @@ from django_ratelimits.dashboard.views.common import (
     require_view,
 )
 from django_ratelimits.exceptions import BackendError
+from django_ratelimits.offenders import OffenderList, Offenders, Query, policy_names, user_names
 
 REFRESH_SECONDS = 5
 # The parts of the page that the JSON endpoint renders again: element id -> template.
@@ -47,7 +39,7 @@ class Board:
     """One state of the offenders page: the filters, what Redis said (or why not)."""
 
     form: FilterForm
-    filters: Filters
+    filters: Query
     listing: OffenderList | None
     rows: tuple[RowView, ...]
     activity: Activity | None
@@ -60,6 +52,10 @@ class Board:
         return any(x is not None for x in (f.kind, f.policy, f.network, f.user))
 
     @property
+    def page(self) -> int:
+        return self.filters.offset // PER_PAGE + 1
+
+    @property
     def pages(self) -> int | None:
         """How many pages there are, when the index's count tells (no filter)."""
         if self.listing is None or self.listing.total is None or self.filtered:
@@ -69,7 +65,7 @@ class Board:
     @property
     def has_next(self) -> bool:
         listing = self.listing
-        return listing is not None and listing.has_next and self.filters.page < MAX_PAGE
+        return listing is not None and listing.has_next and self.page < MAX_PAGE
 
     @property
     def reach(self) -> int:
@@ -82,7 +78,7 @@ class Board:
         return f"?{query.urlencode()}"
 
     def context(self) -> dict[str, Any]:
-        page = self.filters.page
+        page = self.page
         return {
             "board": self,
             "form": self.form,
@@ -105,7 +101,7 @@ class Board:
             "now_ms": listing.now_ms if listing else None,
             "period": self.filters.period,
             "order": self.filters.order,
-            "page": self.filters.page,
+            "page": self.page,
             "per_page": PER_PAGE,
             "has_next": self.has_next,
             "total": listing.total if listing else None,
@@ -145,9 +141,9 @@ def offenders_json(request: HttpRequest, site: AdminSite) -> JsonResponse:
 def load(request: HttpRequest, site: AdminSite) -> Board:
     form = FilterForm(request.GET, policy_names())
     form.is_valid()
-    filters = form.filters()
+    filters = form.query()
     try:
-        listing = offender_list(filters)
+        listing = Offenders().listing(filters)
     except BackendError as exc:
         message = gettext("Could not read the offenders from Redis: %(error)s") % {"error": exc}
         return Board(form, filters, None, (), None, message, request.GET)

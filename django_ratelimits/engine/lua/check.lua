@@ -83,13 +83,15 @@ local function record_denial(record, index, by_count, ident, label, policies)
 end
 
 -- The override of an identity in force now: 'a' (allow-listed), 'b' (blocked)
--- or nil, and until when.
+-- or nil, and until when. The value is "<a or b>:<until_us>", digits only;
+-- anything else is no override (engine/overrides.py is the Python side).
 local function override_of(key)
   local value = redis.call('GET', key)
   if value then
-    local until_us = tonumber(string.sub(value, 3))
+    local mode, until_us = string.match(value, '^([ab]):(%d+)$')
+    until_us = tonumber(until_us)
     if until_us and until_us > now then
-      return string.sub(value, 1, 1), until_us
+      return mode, until_us
     end
   end
   return nil, 0
@@ -181,7 +183,7 @@ local function run_group(KEYS, ARGV, a, k, out)
     elseif override == 'b' then
       allowed, remaining = false, 0
       retry, reset = override_until - now, override_until - now
-      policy = '!blocked'
+      policy = '!blocked' -- overrides.BLOCKED_POLICY
     elseif alg.zset then
       allowed, remaining, retry, reset, new = alg.peek(key, now, limit, window, capacity, cost)
       if allowed then
@@ -208,7 +210,7 @@ local function run_group(KEYS, ARGV, a, k, out)
     else
       record_denial(record, index, by_count, ident, label, denied)
     end
-    if meta ~= '' then
+    if meta ~= '' then -- a hit entry: its head, then "|<ms>|<A or D>" (engine/hits.py)
       push_metadata(meta_key, string.format('%s|%d|%s', meta, now_ms, all_allowed and 'A' or 'D'))
     end
   end

@@ -1,9 +1,9 @@
-"""What staff can do to an identity: reset its counters, block, allow-list, lift.
+"""What staff can do to an identity, as a value: reset, block, allow-list, lift.
 
-An :class:`Operation` says what is to be done; :func:`perform` does it through
-the engine and :func:`log` writes it to admin's history (a ``LogEntry``
-against the policy model, with no object, so "Recent actions" shows the
-identity as plain text).
+An :class:`Operation` is one action on one identity, with the permission it
+needs and the sentence that says it was done (for a message or admin's
+history). :meth:`Offenders.perform <django_ratelimits.offenders.service.Offenders.perform>`
+does it.
 """
 
 from __future__ import annotations
@@ -11,20 +11,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from django.contrib.admin.models import CHANGE, LogEntry
-from django.contrib.contenttypes.models import ContentType
-from django.utils import translation
 from django.utils.translation import gettext, pgettext_lazy
 from django.utils.translation import gettext_lazy as _
 
-from django_ratelimits.dashboard.text import duration
-from django_ratelimits.engine import Identity, Limit, get_engine
+from django_ratelimits.engine import Identity
 from django_ratelimits.engine.keys import label as identity_label
-from django_ratelimits.models import Policy
-from django_ratelimits.policies import current
+from django_ratelimits.offenders.text import duration
 
 VIEW_PERMISSION = "django_ratelimits.view_offenders"
 
+# How long a block or allow-listing can last, as staff choose it on the dashboard.
 DURATIONS = {
     300: _("5 minutes"),
     3600: _("1 hour"),
@@ -111,37 +107,3 @@ class Operation:
         if self.seconds in DURATIONS:
             return str(DURATIONS[self.seconds])
         return duration(self.seconds or 0)
-
-
-def perform(operation: Operation) -> None:
-    """Do ``operation`` (raises ``BackendError`` when Redis fails)."""
-    engine = get_engine()
-    identity = operation.identity
-    if operation.action is Action.RESET:
-        engine.reset(identity, _limits(operation.policy), forget=operation.forget)
-    elif operation.action is Action.BLOCK:
-        engine.block(identity, operation.seconds or 0)
-    elif operation.action is Action.ALLOW:
-        engine.allow(identity, operation.seconds or 0)
-    else:
-        engine.lift(identity)
-
-
-def log(user_id: int, operation: Operation) -> LogEntry:
-    """Record ``operation`` in admin's history, untranslated as admin stores it."""
-    with translation.override(None):
-        message = operation.describe()
-    return LogEntry.objects.create(
-        user_id=user_id,
-        content_type=ContentType.objects.get_for_model(Policy),
-        object_id=None,
-        object_repr=operation.who[:200],
-        action_flag=CHANGE,
-        change_message=message,
-    )
-
-
-def _limits(policy: str | None) -> list[Limit]:
-    """The limits of ``policy``, or of every enabled policy."""
-    specs = current().all()
-    return [limit for spec in specs if policy in (None, spec.name) for limit in spec.limits]

@@ -1,0 +1,127 @@
+"""What ``manage.py ratelimits`` prints: the JSON shapes of offenders, overrides and
+quotas, and the plain-text tables and lines made of them.
+
+Times are the terminal's short texts (``5m``, ``1h 30m``, ``12s ago``) from
+:mod:`django_ratelimits.offenders.text`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from django_ratelimits.engine import LimitResult
+from django_ratelimits.engine.hits import ANONYMOUS
+from django_ratelimits.engine.offenders import Offender
+from django_ratelimits.engine.overrides import Override
+from django_ratelimits.offenders.text import span
+
+Data = dict[str, Any]
+
+
+def offender_data(offender: Offender, override: Override | None) -> Data:
+    return {
+        "identity": offender.label,
+        "ident": offender.ident,
+        "kind": offender.kind,
+        "denials": offender.denials,
+        "by_policy": dict(sorted(offender.by_policy.items(), key=lambda kv: -kv[1])),
+        "first_ms": offender.first_ms,
+        "last_ms": offender.last_ms,
+        "override": override_data(override),
+    }
+
+
+def override_data(override: Override | None) -> Data | None:
+    return None if override is None else {"mode": override.state, "seconds_left": override.seconds}
+
+
+def quota_data(result: LimitResult) -> Data:
+    """The quota left now under one limit of a policy that counts the identity."""
+    return {
+        "policy": result.limit.policy,
+        "rate": str(result.limit.rate),
+        "algorithm": result.limit.algorithm.value,
+        "remaining": result.remaining,
+        "capacity": result.limit.capacity,
+        "full_in": round(result.reset_after, 3),
+    }
+
+
+def override_text(override: Data | None) -> str:
+    return "" if override is None else f"{override['mode']}, {span(override['seconds_left'])} left"
+
+
+def named(who: str, names: dict[str, str]) -> str:
+    """``user:3 (alice)``; ``user:-`` is how metadata writes an anonymous client."""
+    if who == ANONYMOUS:
+        return "anonymous"
+    return f"{who} ({names[who]})" if who in names else who
+
+
+def by_policy(counts: dict[str, int]) -> str:
+    return ", ".join(f"{name} {n}" for name, n in counts.items())
+
+
+def ago(now_ms: int, at_ms: int) -> str:
+    return f"{span((now_ms - at_ms) / 1000)} ago"
+
+
+def show_text(data: Data, names: dict[str, str]) -> str:
+    """``ratelimits show``'s lines, from its JSON ``data``."""
+    now_ms, record = data["now_ms"], data["offender"]
+    lines = [named(data["identity"], names)]
+    if record is None:
+        lines.append("  denials:  none recorded")
+    else:
+        lines.append(
+            f"  denials:  {record['denials']} ({by_policy(record['by_policy'])}), "
+            f"first {ago(now_ms, record['first_ms'])}, last {ago(now_ms, record['last_ms'])}"
+        )
+    lines.append(f"  override: {override_text(data['override']) or 'none'}")
+    behind = ", ".join(f"{named(b['who'], names)} x{b['hits']}" for b in data["behind"])
+    lines.append(f"  behind:   {behind or 'nobody recorded'}")
+    lines.append("  quota left:" if data["quota"] else "  quota left: no enabled policy counts it")
+    for q in data["quota"]:
+        lines.append(
+            f"    {q['policy']} {q['rate']} ({q['algorithm']}): {q['remaining']} of "
+            f"{q['capacity']}, whole again in {q['full_in']:.1f}s"
+        )
+    if data["hits"]:
+        lines.append(f"  newest hits ({len(data['hits'])} of {data['hits_recorded']}):")
+        lines.append(
+            table(
+                ("when", "who", "what", "outcome"),
+                [
+                    (
+                        ago(now_ms, h["at_ms"]),
+                        named(h["who"], names),
+                        h["what"],
+                        "allowed" if h["allowed"] else "denied",
+                    )
+                    for h in data["hits"]
+                ],
+                indent="    ",
+            )
+        )
+    return "\n".join(lines)
+
+
+def table(
+    header: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    *,
+    right: frozenset[int] | set[int] = frozenset(),
+    indent: str = "",
+) -> str:
+    """Columns padded to their widest cell; those in ``right`` aligned right."""
+    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
+
+    def line(cells: Sequence[str]) -> str:
+        padded = (
+            cell.rjust(width) if i in right else cell.ljust(width)
+            for i, (cell, width) in enumerate(zip(cells, widths, strict=True))
+        )
+        return (indent + "  ".join(padded)).rstrip()
+
+    return "\n".join([line(header), *(line(row) for row in rows)])

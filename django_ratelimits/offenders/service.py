@@ -1,0 +1,260 @@
+"""The offenders service: list, inspect, reset, block, allow-list and lift identities.
+
+The dashboard's views and ``manage.py ratelimits`` both go through
+:class:`Offenders`; they only turn what it returns into pages or terminal
+output. Reads go through :class:`~django_ratelimits.engine.offenders.OffenderReader`
+(bounded: never KEYS or SCAN) and ``engine.peek``; writes through
+:class:`~django_ratelimits.engine.controls.Controls`. Every method raises
+:class:`~django_ratelimits.exceptions.BackendError` when Redis fails.
+
+A page of rows costs four round trips (one per node on a cluster, sent
+together), however many rows it shows: Redis' time, the indexes, the
+records, then the rows' metadata lists and overrides in one pipeline.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+
+from django_ratelimits.conf import get_settings
+from django_ratelimits.engine import Check, Engine, Identity, LimitResult, get_engine
+from django_ratelimits.engine.controls import Controls
+from django_ratelimits.engine.hits import Hit
+from django_ratelimits.engine.keys import ident
+from django_ratelimits.engine.offenders import (
+    SCAN_LIMIT,
+    Offender,
+    OffenderDetail,
+    OffenderReader,
+    Order,
+)
+from django_ratelimits.engine.overrides import Override
+from django_ratelimits.identity import UNKNOWN, IPNetwork, group, parse_address
+from django_ratelimits.offenders.operations import Action, Operation
+from django_ratelimits.policies import current
+
+ROW_HITS = 100  # metadata entries read for each row of a page, newest first
+
+
+class UnknownPolicy(ValueError):
+    """A policy named that no enabled policy (or declared default) has."""
+
+    def __init__(self, name: str) -> None:
+        known = ", ".join(policy_names()) or "none"
+        super().__init__(f"no enabled policy is named {name!r} (enabled: {known})")
+
+
+@dataclass(frozen=True)
+class Query:
+    """Which offenders to list. ``user`` is a user identity's value (the pk); a
+    ``network`` keeps IP addresses inside it; ``hits`` is how many metadata
+    entries to read per row (0: none)."""
+
+    period: int = 3600
+    order: Order = "last"
+    kind: str | None = None
+    policy: str | None = None
+    network: IPNetwork | None = None
+    user: str | None = None
+    offset: int = 0
+    limit: int = 50
+    hits: int = ROW_HITS
+
+
+@dataclass(frozen=True)
+class Row:
+    """One offender of a listing with its recent hits and its override."""
+
+    offender: Offender
+    identity: Identity | None  # None when the label no longer names it (a value cut short)
+    hits: tuple[Hit, ...]  # newest first
+    override: Override | None
+
+    def detail(self) -> OffenderDetail:
+        return OffenderDetail(self.offender, self.hits, self.override)
+
+
+@dataclass(frozen=True)
+class OffenderList:
+    rows: tuple[Row, ...]
+    total: int | None  # identities denied in the period; None for a user lookup
+    now_ms: int
+    has_next: bool
+
+
+@dataclass(frozen=True)
+class IdentityReport:
+    """One identity: its record and hits, and its quota under each policy that counts it."""
+
+    identity: Identity
+    detail: OffenderDetail
+    quotas: tuple[LimitResult, ...]
+    now_ms: int
+
+
+class Offenders:
+    """The offenders of one engine's key space, and what staff do to them."""
+
+    def __init__(self, engine: Callable[[], Engine] = get_engine) -> None:
+        """``engine`` gives the engine when first needed, so that an argument
+        refused (an unknown policy) is refused before Redis is set up."""
+        self._engine = engine
+
+    @cached_property
+    def engine(self) -> Engine:
+        return self._engine()
+
+    @cached_property
+    def reader(self) -> OffenderReader:
+        return OffenderReader(self.engine)
+
+    @cached_property
+    def controls(self) -> Controls:
+        return Controls(self.engine)
+
+    def listing(self, query: Query) -> OffenderList:
+        """The rows ``query`` asks for, newest (or most denied) first."""
+        if query.user is not None:
+            return self._user_lookup(query)
+        reader, end = self.reader, query.offset + query.limit + 1  # one more tells has_next
+        if query.network is not None:
+            # The index knows nothing of networks: look down it as far as a policy
+            # filter does, and keep the addresses inside.
+            page = reader.page(
+                period=query.period,
+                order=query.order,
+                limit=SCAN_LIMIT,
+                kind="ip",
+                policy=query.policy,
+            )
+            found = [o for o in page.offenders if _inside(o, query.network)]
+            found = found[query.offset : end]
+        else:
+            page = reader.page(
+                period=query.period,
+                order=query.order,
+                offset=query.offset,
+                limit=query.limit + 1,
+                kind=query.kind,
+                policy=query.policy,
+            )
+            found = list(page.offenders)
+        shown = found[: query.limit]
+        details = reader.details(shown, hits=query.hits, now_ms=page.now_ms)
+        rows = tuple(
+            Row(o, _identity(o), d.hits, d.override) for o, d in zip(shown, details, strict=True)
+        )
+        return OffenderList(rows, page.total, page.now_ms, len(found) > query.limit)
+
+    def inspect(self, identity: Identity) -> IdentityReport:
+        """Everything known of ``identity``: record, hits, override, quota left now."""
+        checks = [Check(identity, spec.limits) for spec in current().counting(identity.kind)]
+        quotas: tuple[LimitResult, ...] = ()
+        if checks:
+            decision = self.engine.peek(checks)  # Redis' time comes with it
+            quotas, now_ms = decision.results, decision.now_us // 1000
+        else:
+            now_ms = self.reader.now_ms()
+        detail = self.reader.detail(identity, now_ms=now_ms)
+        return IdentityReport(identity, detail, quotas, now_ms)
+
+    def reset(
+        self, identity: Identity, policy: str | None = None, *, forget: bool = False
+    ) -> tuple[str, ...]:
+        """Clear ``identity``'s counters under ``policy`` (or every enabled policy);
+        the names of the policies reset. Raises :class:`UnknownPolicy`."""
+        specs = current().all()
+        if policy is not None:
+            specs = tuple(spec for spec in specs if spec.name == policy)
+            if not specs:
+                raise UnknownPolicy(policy)
+        limits = [limit for spec in specs for limit in spec.limits]
+        self.controls.reset(identity, limits, forget=forget)
+        return tuple(spec.name for spec in specs)
+
+    def block(self, identity: Identity, seconds: float) -> None:
+        """Deny every request of ``identity`` for ``seconds``."""
+        self.controls.block(identity, seconds)
+
+    def allow(self, identity: Identity, seconds: float) -> None:
+        """Admit every request of ``identity``, uncounted, for ``seconds``."""
+        self.controls.allow(identity, seconds)
+
+    def lift(self, identity: Identity) -> Override | None:
+        """End a block or allow-listing of ``identity``; the one that was in force."""
+        before = self.controls.override(identity)
+        self.controls.lift(identity)
+        return before
+
+    def perform(self, operation: Operation) -> None:
+        """Do ``operation`` (see the methods above)."""
+        identity, action = operation.identity, operation.action
+        if action is Action.RESET:
+            self.reset(identity, operation.policy, forget=operation.forget)
+        elif action is Action.BLOCK:
+            self.block(identity, operation.seconds or 0)
+        elif action is Action.ALLOW:
+            self.allow(identity, operation.seconds or 0)
+        else:
+            self.lift(identity)
+
+    def _user_lookup(self, query: Query) -> OffenderList:
+        identity = Identity("user", query.user or "")
+        now = self.reader.now_ms()
+        detail = self.reader.detail(identity, now_ms=now)
+        offender = detail.offender
+        keep = (
+            offender is not None
+            and query.offset == 0
+            and query.limit > 0
+            and query.kind in (None, "user")
+            and offender.last_ms >= now - query.period * 1000
+            and (query.policy is None or query.policy in offender.by_policy)
+        )
+        hits = detail.hits[: query.hits]
+        rows = (Row(offender, identity, hits, detail.override),) if keep and offender else ()
+        return OffenderList(rows, None, now, False)
+
+
+def policy_names() -> list[str]:
+    """The names of the enabled policies (and declared defaults), in their order."""
+    return [spec.name for spec in current().all()]
+
+
+def parse_identity(text: str) -> Identity:
+    """``kind:value`` as staff type it; an ``ip`` value (an address or a network)
+    becomes the address group the limiter counts. ``ValueError`` if it names none."""
+    kind, colon, value = text.partition(":")
+    if not colon or not value:
+        raise ValueError(f"{text!r} is not an identity: write kind:value, e.g. ip:203.0.113.7")
+    identity = Identity(kind, value)
+    return Identity("ip", _address_group(value)) if kind == "ip" else identity
+
+
+def _address_group(value: str) -> str:
+    config = get_settings()
+    address = parse_address(value)
+    if address is None:
+        try:
+            address = ipaddress.ip_network(value.strip(), strict=False).network_address
+        except ValueError:
+            if value == UNKNOWN:
+                return value
+            raise ValueError(f"{value!r} is not an IP address or network") from None
+    return group(address, config.ipv4_prefix, config.ipv6_prefix)
+
+
+def _inside(offender: Offender, network: IPNetwork) -> bool:
+    try:
+        address = ipaddress.ip_network(offender.value, strict=False)
+    except ValueError:  # "unknown", or a label cut short
+        return False
+    return address.version == network.version and address.subnet_of(network)  # type: ignore[arg-type]
+
+
+def _identity(offender: Offender) -> Identity | None:
+    identity = Identity(offender.kind, offender.value)
+    return identity if ident(identity) == offender.ident else None
