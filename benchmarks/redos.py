@@ -12,7 +12,7 @@ import time
 import timeit
 from functools import partial
 
-from django_ratelimits.path_patterns import PathPattern
+from django_ratelimits.policies.matching import PathPattern
 
 PATTERN = r"^/(\w+-?)*$"
 LENGTHS = (20, 22, 24, 26, 42, 5000)

@@ -24,8 +24,8 @@ from django_ratelimits.dashboard.actions import VIEW_PERMISSION
 from django_ratelimits.dashboard.urls import dashboard_urls
 from django_ratelimits.engine import Algorithm
 from django_ratelimits.models import Policy
+from django_ratelimits.policies.spec import KeyKind, Mode, PolicySpec
 from django_ratelimits.rates import Rate
-from django_ratelimits.spec import KeyKind, Mode, PolicySpec
 
 _FIELDSETS: list[tuple[Any, dict[str, Any]]] = [
     (

@@ -33,12 +33,13 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 from django.utils.encoding import force_bytes
 
-from django_ratelimits.exceptions import RateParseError
+from django_ratelimits.errors import RateParseError
 from django_ratelimits.rates import Rate, parse_rate
 
 __all__ = [
     "DEFAULTS",
     "SETTING_NAME",
+    "IPNetwork",
     "InvalidSettings",
     "RateLimitSettings",
     "RedisServer",
@@ -87,6 +88,7 @@ _BOOLEANS: Final = ("enabled", "headers_on_allowed")
 _HEADER: Final = re.compile(r"[A-Za-z0-9-]{1,64}")
 _DOTTED: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+"""An IP network, as ``TRUSTED_PROXIES`` and a policy's exempt networks hold them."""
 
 
 def _name(attribute: str) -> str:

@@ -21,7 +21,7 @@ from django_ratelimits.dashboard.services import ACTIVITY_SECONDS, Row
 from django_ratelimits.dashboard.text import ago, duration
 from django_ratelimits.engine import Identity, LimitResult
 from django_ratelimits.engine.offenders import Hit, Offender, OffenderDetail
-from django_ratelimits.models import ALGORITHM_LABELS
+from django_ratelimits.policies.labels import ALGORITHM_LABELS
 
 UrlFor = Callable[[Identity], str]
 

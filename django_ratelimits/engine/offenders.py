@@ -18,8 +18,8 @@ from typing import Any, Literal
 from redis.exceptions import RedisClusterException, RedisError
 
 from django_ratelimits.engine.core import Engine, decode_override
+from django_ratelimits.engine.errors import BackendError
 from django_ratelimits.engine.limits import Identity
-from django_ratelimits.exceptions import BackendError
 
 Order = Literal["last", "denials"]
 _ERRORS = (RedisError, RedisClusterException)

@@ -44,9 +44,9 @@ from django_ratelimits.engine.offenders import Offender, OffenderReader
 from django_ratelimits.exceptions import BackendError
 from django_ratelimits.identity import UNKNOWN, group, parse_address
 from django_ratelimits.policies import current
+from django_ratelimits.policies.spec import PolicySpec
 from django_ratelimits.simulate import NoTargets
 from django_ratelimits.simulate import run as simulate
-from django_ratelimits.spec import PolicySpec
 
 Data = dict[str, Any]
 Report = tuple[Data, str]
