@@ -11,18 +11,26 @@
 ======================  =============================================================
 
 The model itself is :class:`django_ratelimits.models.Policy`, where Django
-looks for it. The registry's entry points are importable from here.
+looks for it. The registry's entry points (``current``, ``acurrent``,
+``get_registry``, ``PolicyRegistry``) are importable from here, loaded on first
+use: the registry needs the models, and the model-free modules must import
+before Django's app registry is ready (an ``AppConfig`` module may name a
+``PolicySpec``).
 """
 
 from __future__ import annotations
 
-from django_ratelimits.policies.registry import (
-    PolicyRegistry,
-    acurrent,
-    current,
-    get_registry,
-)
+from typing import TYPE_CHECKING, Any
+
 from django_ratelimits.policies.spec import KeyKind, Mode, PolicySpec
+
+if TYPE_CHECKING:
+    from django_ratelimits.policies.registry import (
+        PolicyRegistry,
+        acurrent,
+        current,
+        get_registry,
+    )
 
 __all__ = [
     "KeyKind",
@@ -33,3 +41,13 @@ __all__ = [
     "current",
     "get_registry",
 ]
+
+_FROM_REGISTRY = frozenset({"PolicyRegistry", "acurrent", "current", "get_registry"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _FROM_REGISTRY:
+        from django_ratelimits.policies import registry
+
+        return getattr(registry, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -17,7 +17,7 @@ from django.utils.module_loading import import_string
 from django.utils.translation import gettext_lazy as _
 
 from django_ratelimits import key_functions
-from django_ratelimits.conf import IPNetwork
+from django_ratelimits.conf import DOTTED_PATH, HEADER_NAME, IPNetwork
 from django_ratelimits.engine.limits import MAX_BURST, burst_problem
 from django_ratelimits.errors import RateParseError
 from django_ratelimits.policies.matching import PathPattern, PatternError
@@ -40,10 +40,6 @@ __all__ = [
 HTTP_METHODS: Final = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE")
 MAX_NETWORKS: Final = 1000
 PATH_MAX_LENGTH: Final = 500
-# Letters, digits and hyphens: a valid HTTP token that every server passes on
-# (many drop header names with underscores), as for CLIENT_IP_HEADER.
-_HEADER: Final = re.compile(r"[A-Za-z0-9-]{1,64}")
-_DOTTED: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
 _SEPARATORS: Final = re.compile(r"[\s,]+")
 _QUOTE_MAX: Final = 60
 
@@ -178,7 +174,7 @@ def check_key_arg(kind: str, arg: str, saving: bool) -> None:
     counts by client IP (see :func:`django_ratelimits.identity.identities`).
     """
     if kind == KeyKind.HEADER:
-        if not _HEADER.fullmatch(arg):
+        if not HEADER_NAME.fullmatch(arg):
             raise ValidationError(
                 _(
                     "Enter the header to count by: 1 to 64 letters, digits and hyphens, "
@@ -187,7 +183,7 @@ def check_key_arg(kind: str, arg: str, saving: bool) -> None:
                 code="header",
             )
     elif kind == KeyKind.CALLABLE:
-        if not _DOTTED.fullmatch(arg) or any(keyword.iskeyword(p) for p in arg.split(".")):
+        if not DOTTED_PATH.fullmatch(arg) or any(keyword.iskeyword(p) for p in arg.split(".")):
             raise ValidationError(
                 _("Enter the dotted path of a function(request), e.g. myproject.keys.tenant."),
                 code="callable_path",

@@ -35,10 +35,8 @@ from asgiref.sync import sync_to_async
 from django.core.exceptions import ValidationError
 from django.db import DatabaseError, router, transaction
 
-# The models import this package's parsers, whose package imports this module:
-# the module, not its names, so that either side may be imported first.
-from django_ratelimits import models
 from django_ratelimits.conf import get_settings
+from django_ratelimits.models import Policy, PolicyVersion, spec_fields
 from django_ratelimits.policies.matching import PathIndex
 from django_ratelimits.policies.spec import PolicySpec
 
@@ -117,7 +115,7 @@ class PolicyRegistry:
             except DatabaseError as exc:  # e.g. a read-only database: still read policies
                 logger.error("could not create the rows of declared rate-limit policies: %s", exc)
             try:
-                stamp = models.PolicyVersion.current()
+                stamp = PolicyVersion.current()
                 if stamp != self._stamp:
                     self._snapshot = self._load()
                     self._stamp = stamp
@@ -176,17 +174,15 @@ class PolicyRegistry:
         with self._declare_lock:
             pending = list(self._unwritten.values())
         for spec in pending:
-            with transaction.atomic(using=router.db_for_write(models.Policy)):
-                models.Policy.objects.get_or_create(
-                    name=spec.name, defaults=models.spec_fields(spec)
-                )
+            with transaction.atomic(using=router.db_for_write(Policy)):
+                Policy.objects.get_or_create(name=spec.name, defaults=spec_fields(spec))
             with self._declare_lock:
                 if self._unwritten.get(spec.name) is spec:
                     del self._unwritten[spec.name]
 
     def _load(self) -> _Snapshot:
         specs, names = [], set()
-        for row in models.Policy.objects.all():
+        for row in Policy.objects.all():
             if row.enabled:
                 try:
                     specs.append(row.to_spec())
