@@ -41,7 +41,7 @@ _FIELDSETS: list[tuple[Any, dict[str, Any]]] = [
 
 class KeyArgInput(forms.TextInput):
     """The key argument, offering the key functions a policy may name (a datalist):
-    other paths are refused on save (:func:`~django_ratelimits.policy_fields.check_key_arg`)."""
+    other paths are refused on save (:func:`~django_ratelimits.policies.parse.check_key_arg`)."""
 
     template_name = "django_ratelimits/widgets/key_arg.html"
 
