@@ -49,6 +49,7 @@ test: venv
 	echo "==> ruff check ."; $(BIN)/ruff check . || status=1; \
 	echo "==> ruff format --check ."; $(BIN)/ruff format --check . || status=1; \
 	echo "==> mypy django_ratelimits"; $(BIN)/mypy django_ratelimits || status=1; \
+	echo "==> lint-imports"; $(BIN)/lint-imports || status=1; \
 	if [ $$status -ne 0 ]; then echo "make test: FAILED (see above)" >&2; fi; \
 	exit $$status
 

@@ -97,8 +97,8 @@ def _policy_throttle(rate: str) -> Decide:
     from django_ratelimits.contrib.drf import PolicyThrottle
     from django_ratelimits.engine import Algorithm
     from django_ratelimits.policies import get_registry
+    from django_ratelimits.policies.spec import PolicySpec
     from django_ratelimits.rates import parse_rates
-    from django_ratelimits.spec import PolicySpec
 
     name = "peer-drf-" + rate.replace("/", "-per-")
     get_registry().declare(PolicySpec(name, parse_rates(rate), Algorithm.SLIDING_LOG))

@@ -1,5 +1,5 @@
 """One search of the catastrophic ``^/(\\w+-?)*$`` on adversarial paths: Python's ``re``
-against RE2 (:class:`~django_ratelimits.path_patterns.PathPattern`).
+against RE2 (:class:`~django_ratelimits.policies.matching.PathPattern`).
 
 ``python -m benchmarks.redos``. Not part of ``make bench``: ``re`` takes seconds at 26
 characters and doubles with each one more, so longer paths are estimated, not run.
@@ -12,7 +12,7 @@ import time
 import timeit
 from functools import partial
 
-from django_ratelimits.path_patterns import PathPattern
+from django_ratelimits.policies.matching import PathPattern
 
 PATTERN = r"^/(\w+-?)*$"
 LENGTHS = (20, 22, 24, 26, 42, 5000)

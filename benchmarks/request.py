@@ -39,7 +39,7 @@ from tests.redis_harness import RedisServer
 if TYPE_CHECKING:
     from django_ratelimits.engine import Check
     from django_ratelimits.policies import PolicyRegistry
-    from django_ratelimits.spec import PolicySpec
+    from django_ratelimits.policies.spec import PolicySpec
 
 POLICY_COUNTS = (1, 10, 100, 1000)
 HEADLINE = 10  # policies configured in the target's case
@@ -196,9 +196,9 @@ def _match_us(registry: PolicyRegistry, paths: list[str]) -> float:
 
 def run(server: RedisServer, quick: bool = False) -> Report:
     """Needs Django set up (:func:`benchmarks.site.setup`)."""
-    from django_ratelimits import policies
     from django_ratelimits.engine import get_engine
-    from django_ratelimits.policies import CACHE_SIZE
+    from django_ratelimits.policies import registry as policies
+    from django_ratelimits.policies.registry import CACHE_SIZE
 
     rounds, per_round = (2, 30) if quick else (5, 700)
     bare, limited = _handlers()

@@ -25,8 +25,8 @@ from django_ratelimits.engine import Algorithm
 from django_ratelimits.models import Policy
 from django_ratelimits.offenders import VIEW_PERMISSION
 from django_ratelimits.offenders.text import period as _period
+from django_ratelimits.policies.spec import KeyKind, Mode, PolicySpec
 from django_ratelimits.rates import Rate
-from django_ratelimits.spec import KeyKind, Mode, PolicySpec
 
 _FIELDSETS: list[tuple[Any, dict[str, Any]]] = [
     (
@@ -42,7 +42,7 @@ _FIELDSETS: list[tuple[Any, dict[str, Any]]] = [
 
 class KeyArgInput(forms.TextInput):
     """The key argument, offering the key functions a policy may name (a datalist):
-    other paths are refused on save (:func:`~django_ratelimits.policy_fields.check_key_arg`)."""
+    other paths are refused on save (:func:`~django_ratelimits.policies.parse.check_key_arg`)."""
 
     template_name = "django_ratelimits/widgets/key_arg.html"
 

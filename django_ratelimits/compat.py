@@ -29,12 +29,11 @@ from django.http import HttpRequest
 from django.utils.module_loading import import_string
 
 from django_ratelimits.conf import get_settings
+from django_ratelimits.decide import Planned, RateLimited, Verdict
 from django_ratelimits.engine import Algorithm, Check, Identity, get_engine
-from django_ratelimits.exceptions import RateLimited
 from django_ratelimits.identity import client_ip, meta_key
-from django_ratelimits.limiter import Pending, Verdict
+from django_ratelimits.policies.spec import PolicySpec, covers_method
 from django_ratelimits.rates import Rate
-from django_ratelimits.spec import PolicySpec, covers_method
 
 __all__ = ["ALL", "UNSAFE", "Ratelimited", "Usage", "get_usage", "is_ratelimited", "ratelimit"]
 
@@ -306,7 +305,7 @@ def _spec(name: str, limit: int, period: int, fail_closed: bool) -> PolicySpec:
 
 def _decide(request: HttpRequest, spec: PolicySpec, identity: Identity, increment: bool) -> Verdict:
     """One engine call: charge (``increment``) or look; a Redis failure becomes a verdict."""
-    pending = Pending(request, (spec,), [Check(identity, spec.limits)])
-    return pending.run(
+    planned = Planned(request, (spec,), [Check(identity, spec.limits)])
+    return planned.run(
         lambda checks: (get_engine().check if increment else get_engine().peek)(checks)
     )

@@ -33,12 +33,13 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 from django.utils.encoding import force_bytes
 
-from django_ratelimits.exceptions import RateParseError
+from django_ratelimits.errors import RateParseError
 from django_ratelimits.rates import Rate, parse_rate
 
 __all__ = [
     "DEFAULTS",
     "SETTING_NAME",
+    "IPNetwork",
     "InvalidSettings",
     "RateLimitSettings",
     "RedisServer",
@@ -84,9 +85,13 @@ _FLOATS: Final = frozenset(
     {"socket_timeout", "socket_connect_timeout", "policy_refresh", "breaker_cooldown"}
 )
 _BOOLEANS: Final = ("enabled", "headers_on_allowed")
-_HEADER: Final = re.compile(r"[A-Za-z0-9-]{1,64}")
-_DOTTED: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
+HEADER_NAME: Final = re.compile(r"[A-Za-z0-9-]{1,64}")
+"""A header a setting or a policy may name: letters, digits and hyphens, a valid HTTP
+token that every server passes on (many drop header names with underscores)."""
+DOTTED_PATH: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
+"""The dotted path of a module attribute, as settings and policies name code."""
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+"""An IP network, as ``TRUSTED_PROXIES`` and a policy's exempt networks hold them."""
 
 
 def _name(attribute: str) -> str:
@@ -218,7 +223,7 @@ class RateLimitSettings:
                     f"{_name(attribute)} must be True or False, "
                     f"not {_describe(getattr(self, attribute))}"
                 )
-        if not isinstance(self.client_ip_header, str) or not _HEADER.fullmatch(
+        if not isinstance(self.client_ip_header, str) or not HEADER_NAME.fullmatch(
             self.client_ip_header
         ):
             yield (
@@ -226,7 +231,7 @@ class RateLimitSettings:
                 f"'X-Forwarded-For' or 'Forwarded', not {_describe(self.client_ip_header)}"
             )
         if self.response_view is not None and not (
-            isinstance(self.response_view, str) and _DOTTED.fullmatch(self.response_view)
+            isinstance(self.response_view, str) and DOTTED_PATH.fullmatch(self.response_view)
         ):
             yield (
                 f"{_name('response_view')} must be None or the dotted path of a view, "
@@ -355,7 +360,7 @@ def _dotted_paths(value: object) -> tuple[str, ...]:
             f"{name} must be a list of dotted paths of functions, not {_describe(value)}"
         )
     for item in value:
-        if not isinstance(item, str) or not _DOTTED.fullmatch(item):
+        if not isinstance(item, str) or not DOTTED_PATH.fullmatch(item):
             raise ImproperlyConfigured(
                 f"{name} has {_describe(item)}, which is not the dotted path of a function "
                 "such as 'myproject.keys.tenant'"

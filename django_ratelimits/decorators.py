@@ -10,7 +10,7 @@ code defaults that create the row if it is missing, and the row wins when it
 exists. Without defaults the policy must exist in admin (else nothing is
 limited). Works on function views, async views and, with ``method_decorator``,
 class-based views. With ``block=False`` the view always runs and decides
-itself from ``request.ratelimit`` (a :class:`~django_ratelimits.limiter.Verdict`).
+itself from ``request.ratelimit`` (a :class:`~django_ratelimits.decide.Verdict`).
 
 When ``RateLimitMiddleware`` is installed it decides the view's policies
 together with its own in one round trip; the decorator then only enforces
@@ -27,14 +27,13 @@ from asgiref.sync import iscoroutinefunction
 from django.http import HttpRequest
 
 from django_ratelimits import key_functions
+from django_ratelimits.decide import VIEW_POLICIES, adecide_policy, decide_policy
 from django_ratelimits.engine import Algorithm
-from django_ratelimits.limiter import aevaluate, evaluate, pending, store
-from django_ratelimits.middleware import VIEW_POLICIES
-from django_ratelimits.policies import acurrent, current, get_registry
-from django_ratelimits.policy_fields import parse_identity_budget
+from django_ratelimits.policies.parse import parse_identity_budget
+from django_ratelimits.policies.registry import get_registry
+from django_ratelimits.policies.spec import KeyKind, Mode, PolicySpec
 from django_ratelimits.rates import parse_rates
 from django_ratelimits.responses import refusal
-from django_ratelimits.spec import KeyKind, Mode, PolicySpec
 
 View = TypeVar("View", bound=Callable[..., Any])
 
@@ -83,9 +82,7 @@ def ratelimit(
 
             @functools.wraps(view)
             async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-                verdict, spec = pending(await acurrent(), request, name)
-                if spec is not None:
-                    verdict = store(request, verdict, await aevaluate(request, [spec]))
+                verdict = await adecide_policy(request, name)
                 if block and verdict.blocked({name}):
                     return refusal(request, verdict, {name})
                 return await view(request, *args, **kwargs)
@@ -95,9 +92,7 @@ def ratelimit(
 
             @functools.wraps(view)
             def sync_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-                verdict, spec = pending(current(), request, name)
-                if spec is not None:
-                    verdict = store(request, verdict, evaluate(request, [spec]))
+                verdict = decide_policy(request, name)
                 if block and verdict.blocked({name}):
                     return refusal(request, verdict, {name})
                 return view(request, *args, **kwargs)

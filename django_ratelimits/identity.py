@@ -8,7 +8,8 @@ are normalised and grouped by prefix (IPv6 per /64 by default).
 
 Nothing here raises on client input: a bad or missing address gives
 :data:`UNKNOWN` or the nearest trusted address, and the work per request is
-bounded however long the headers are.
+bounded however long the headers are. :func:`warn_if_behind_proxy` logs once
+if the peers look like a proxy that ``TRUSTED_PROXIES`` does not list.
 """
 
 from __future__ import annotations
@@ -19,17 +20,25 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Final
 
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest
 from django.utils.module_loading import import_string
 
 from django_ratelimits import key_functions
-from django_ratelimits.checks import warn_if_behind_proxy
-from django_ratelimits.conf import RateLimitSettings, get_settings
+from django_ratelimits.conf import SETTING_NAME, IPNetwork, RateLimitSettings, get_settings
 from django_ratelimits.engine import Identity
-from django_ratelimits.spec import KeyKind, PolicySpec
+from django_ratelimits.policies.spec import KeyKind, PolicySpec
 
-__all__ = ["UNKNOWN", "client_ip", "group", "identities", "key_function", "parse_address"]
+__all__ = [
+    "UNKNOWN",
+    "client_ip",
+    "group",
+    "identities",
+    "key_function",
+    "parse_address",
+    "warn_if_behind_proxy",
+]
 
 logger = logging.getLogger("django_ratelimits")
 
@@ -45,7 +54,6 @@ MAX_ENTRIES: Final = 100
 _MAX_ADDRESS_CHARS: Final = 100
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 # --------------------------------------------------------------------------- client address
@@ -231,6 +239,39 @@ def group(address: IPAddress, ipv4_prefix: int = 32, ipv6_prefix: int = 64) -> s
             return str(address)
         return str(ipaddress.IPv4Network((address, ipv4_prefix), strict=False))
     return ipaddress.IPv6Network((address, ipv6_prefix), strict=False).compressed
+
+
+# --------------------------------------------------------------------------- runtime hint
+
+_peer_settled = False
+
+
+def warn_if_behind_proxy(peer: IPAddress, trusted_proxies: Sequence[IPNetwork]) -> None:
+    """Log once per process if the site seems to sit behind an untrusted proxy.
+
+    Called with each request's ``REMOTE_ADDR``. When ``TRUSTED_PROXIES`` is
+    empty and that peer is not a public address (private, loopback, shared
+    carrier-grade NAT...), the peer is most likely a proxy or load balancer, so
+    every client shares its one identity and limits trip for everyone at once.
+    Settles (and costs nothing more) after the first warning or the first
+    public peer; silent when ``DEBUG``.
+    """
+    global _peer_settled
+    if _peer_settled or trusted_proxies:
+        return
+    if peer.is_global:
+        _peer_settled = True  # clients reach the site directly
+        return
+    _peer_settled = True
+    if settings.DEBUG:
+        return
+    logger.warning(
+        "REMOTE_ADDR is %s, not a public address, and %s['TRUSTED_PROXIES'] is empty: if the "
+        "site is behind a proxy or load balancer, every client counts as that one address. "
+        "List your proxies in TRUSTED_PROXIES (see docs/deployment.md).",
+        peer,
+        SETTING_NAME,
+    )
 
 
 # --------------------------------------------------------------------------- identities

@@ -24,14 +24,10 @@ from django.dispatch import receiver
 from django.http import Http404, HttpRequest, HttpResponseBase
 from django.urls import resolve
 
-from django_ratelimits.exceptions import RateLimited
-from django_ratelimits.limiter import aevaluate, evaluate
-from django_ratelimits.policies import CACHE_PATH_MAX, PolicyRegistry, acurrent, current
+from django_ratelimits.decide import VIEW_POLICIES, RateLimited, adecide, decide
+from django_ratelimits.policies.registry import CACHE_PATH_MAX, PolicyRegistry, acurrent, current
+from django_ratelimits.policies.spec import PolicySpec
 from django_ratelimits.responses import add_headers, refusal, too_many_requests
-from django_ratelimits.spec import PolicySpec
-
-VIEW_POLICIES = "ratelimit_policies"
-"""Attribute ``@ratelimit`` sets on a view: the names of the policies it applies."""
 
 GetResponse = Callable[[HttpRequest], HttpResponseBase | Awaitable[HttpResponseBase]]
 
@@ -50,7 +46,7 @@ class RateLimitMiddleware:
         if self.async_mode:
             return self.__acall__(request)
         path_names, policies = _policies(current(), request)
-        verdict = request.ratelimit = evaluate(request, policies)  # type: ignore[attr-defined]
+        verdict = request.ratelimit = decide(request, policies)  # type: ignore[attr-defined]
         if verdict.blocked(path_names):
             return refusal(request, verdict, path_names)
         response = self.get_response(request)
@@ -59,7 +55,7 @@ class RateLimitMiddleware:
 
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
         path_names, policies = _policies(await acurrent(), request)
-        verdict = request.ratelimit = await aevaluate(request, policies)  # type: ignore[attr-defined]
+        verdict = request.ratelimit = await adecide(request, policies)  # type: ignore[attr-defined]
         if verdict.blocked(path_names):
             return refusal(request, verdict, path_names)
         response = await self.get_response(request)  # type: ignore[misc]

@@ -1,10 +1,10 @@
 """Rate-limit policies as admin edits them, and the stamp that tells workers to reload.
 
-A :class:`Policy` row compiles to a :class:`~django_ratelimits.spec.PolicySpec`
+A :class:`Policy` row compiles to a :class:`~django_ratelimits.policies.spec.PolicySpec`
 with :meth:`Policy.to_spec`; :meth:`Policy.clean` reports every problem next to
 the field that causes it. :class:`PolicyVersion` is one row whose ``stamp``
 changes whenever any policy is saved, deleted or bulk-updated, so a worker
-notices an edit with one tiny query (see :mod:`django_ratelimits.policies`).
+notices an edit with one tiny query (see :mod:`django_ratelimits.policies.registry`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from django.dispatch import receiver
 from django.utils.translation import gettext_lazy as _
 
 from django_ratelimits.engine import Algorithm
-from django_ratelimits.policy_fields import (
+from django_ratelimits.policies.labels import ALGORITHM_LABELS, KEY_LABELS, MODE_LABELS, choices
+from django_ratelimits.policies.parse import (
     PATH_MAX_LENGTH,
     check_burst,
     check_key_arg,
@@ -29,17 +30,8 @@ from django_ratelimits.policy_fields import (
     parse_path,
     parse_policy_rates,
 )
+from django_ratelimits.policies.spec import KeyKind, Mode, PolicySpec
 from django_ratelimits.rates import Rate
-from django_ratelimits.spec import KeyKind, Mode, PolicySpec
-
-ALGORITHM_LABELS = {
-    Algorithm.FIXED_WINDOW: _("Fixed window"),
-    Algorithm.SLIDING_WINDOW: _("Sliding window"),
-    Algorithm.SLIDING_WINDOW_COUNTER: _("Sliding window counter (approximate)"),
-    Algorithm.SLIDING_LOG: _("Sliding log"),
-    Algorithm.TOKEN_BUCKET: _("Token bucket"),
-    Algorithm.GCRA: _("GCRA (leaky bucket as a meter)"),
-}
 
 
 class PolicyQuerySet(models.QuerySet["Policy"]):
@@ -67,11 +59,13 @@ class Policy(models.Model):
     enabled = models.BooleanField(
         _("enabled"), default=True, help_text=_("A disabled policy is not enforced anywhere.")
     )
-    mode = models.CharField(_("mode"), max_length=16, choices=Mode.choices, default=Mode.ENFORCE)
+    mode = models.CharField(
+        _("mode"), max_length=16, choices=choices(MODE_LABELS), default=Mode.ENFORCE.value
+    )
     algorithm = models.CharField(
         _("algorithm"),
         max_length=32,
-        choices=[(algorithm.value, label) for algorithm, label in ALGORITHM_LABELS.items()],
+        choices=choices(ALGORITHM_LABELS),
         default=Algorithm.SLIDING_WINDOW.value,
     )
     rates = models.CharField(
@@ -92,7 +86,7 @@ class Policy(models.Model):
         ),
     )
     key = models.CharField(
-        _("count by"), max_length=16, choices=KeyKind.choices, default=KeyKind.IP
+        _("count by"), max_length=16, choices=choices(KEY_LABELS), default=KeyKind.IP.value
     )
     key_arg = models.CharField(
         _("key argument"),

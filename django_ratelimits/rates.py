@@ -13,7 +13,7 @@ Units are ``s``, ``m``, ``h`` and ``d``, or ``sec``/``second``/``seconds``,
 
 The parser is a hand-written single-pass scanner: its time is linear in the
 input, which is capped at :data:`MAX_TEXT_LENGTH` characters. Every error is a
-:class:`~django_ratelimits.exceptions.RateParseError` carrying the 0-based
+:class:`~django_ratelimits.errors.RateParseError` carrying the 0-based
 position of the offending character and what was expected there.
 """
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, NoReturn
 
-from django_ratelimits.exceptions import RateParseError
+from django_ratelimits.errors import RateParseError
 
 __all__ = [
     "MAX_LIMIT",
@@ -104,7 +104,7 @@ def parse_rate(text: str) -> Rate:
     >>> parse_rate("10/s, 20/m")
     Traceback (most recent call last):
     ...
-    django_ratelimits.exceptions.RateParseError: invalid rate '10/s, 20/m' at position 4: \
+    django_ratelimits.errors.RateParseError: invalid rate '10/s, 20/m' at position 4: \
 expected exactly one rate, found ','
     """
     scanner = _Scanner(text)
@@ -122,7 +122,7 @@ def parse_rates(text: str) -> tuple[Rate, ...]:
     >>> parse_rates("10/m, 20/60s")
     Traceback (most recent call last):
     ...
-    django_ratelimits.exceptions.RateParseError: invalid rate '10/m, 20/60s' at position 9: \
+    django_ratelimits.errors.RateParseError: invalid rate '10/m, 20/60s' at position 9: \
 period '60s' repeats the period of '10/m' (each period may appear once)
     """
     scanner = _Scanner(text)

@@ -21,9 +21,8 @@ from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
 from django_ratelimits.conf import get_settings
+from django_ratelimits.decide import RateLimited, Verdict
 from django_ratelimits.engine import Limit
-from django_ratelimits.exceptions import RateLimited
-from django_ratelimits.limiter import Verdict
 
 _JSON_TYPES = ("application/json", "application/problem+json")
 

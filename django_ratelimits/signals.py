@@ -2,11 +2,11 @@
 
 ``rate_limited``: a policy denied a request (also in shadow mode, with
 ``shadow=True``). Sent with ``request``, ``policy`` (a
-:class:`~django_ratelimits.spec.PolicySpec`), ``result`` (the denying
+:class:`~django_ratelimits.policies.spec.PolicySpec`), ``result`` (the denying
 :class:`~django_ratelimits.engine.LimitResult`) and ``shadow``.
 
 ``backend_failed``: Redis could not decide a request. Sent with ``request``,
-``error`` (a :class:`~django_ratelimits.exceptions.BackendError`), ``policies``
+``error`` (a :class:`~django_ratelimits.engine.errors.BackendError`), ``policies``
 (the policies that went unchecked) and ``fail_closed`` (whether the request is
 refused because of them).
 """

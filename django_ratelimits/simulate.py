@@ -43,10 +43,10 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.urls.resolvers import RoutePattern
 
-from django_ratelimits.middleware import VIEW_POLICIES
+from django_ratelimits.decide import VIEW_POLICIES
 from django_ratelimits.policies import PolicyRegistry, current
+from django_ratelimits.policies.spec import PolicySpec
 from django_ratelimits.signals import rate_limited
-from django_ratelimits.spec import PolicySpec
 
 ROUND_SECONDS = 0.25
 _REGEX_SPECIAL = frozenset(".^$*+?{}[]\\|()")

@@ -19,7 +19,7 @@ from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 from django.test import override_settings
 
-from django_ratelimits import checks
+from django_ratelimits import checks, identity
 from django_ratelimits.checks import REDIS_TAG, TAG
 from django_ratelimits.middleware import RateLimitMiddleware
 from django_ratelimits.models import Policy
@@ -265,7 +265,7 @@ def test_a_disabled_limiter_does_not_ping() -> None:
 
 @pytest.fixture
 def fresh_hint(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> Any:
-    monkeypatch.setattr(checks, "_peer_settled", False)
+    monkeypatch.setattr(identity, "_peer_settled", False)
     caplog.set_level(logging.WARNING, logger="django_ratelimits")
     return caplog
 
@@ -282,31 +282,31 @@ def hints(caplog: pytest.LogCaptureFixture) -> list[str]:
     "peer", ["10.0.0.5", "127.0.0.1", "192.168.1.2", "100.64.0.1", "::1", "fd00::1"]
 )
 def test_a_private_peer_without_trusted_proxies_is_logged_once(fresh_hint: Any, peer: str) -> None:
-    checks.warn_if_behind_proxy(address(peer), ())
-    checks.warn_if_behind_proxy(address(peer), ())
-    checks.warn_if_behind_proxy(address("10.9.9.9"), ())
+    identity.warn_if_behind_proxy(address(peer), ())
+    identity.warn_if_behind_proxy(address(peer), ())
+    identity.warn_if_behind_proxy(address("10.9.9.9"), ())
     logged = hints(fresh_hint)
     assert len(logged) == 1
     assert str(address(peer)) in logged[0]
 
 
 def test_a_public_peer_settles_it_for_good(fresh_hint: Any) -> None:
-    checks.warn_if_behind_proxy(address("8.8.8.8"), ())
-    checks.warn_if_behind_proxy(address("10.0.0.5"), ())
+    identity.warn_if_behind_proxy(address("8.8.8.8"), ())
+    identity.warn_if_behind_proxy(address("10.0.0.5"), ())
     assert hints(fresh_hint) == []
 
 
 def test_nothing_is_logged_when_proxies_are_trusted(fresh_hint: Any) -> None:
     trusted = (ipaddress.ip_network("10.0.0.0/8"),)
-    checks.warn_if_behind_proxy(address("10.0.0.5"), trusted)
+    identity.warn_if_behind_proxy(address("10.0.0.5"), trusted)
     assert hints(fresh_hint) == []
-    assert checks._peer_settled is False  # the settings may change; still watching
+    assert identity._peer_settled is False  # the settings may change; still watching
 
 
 def test_nothing_is_logged_in_debug(fresh_hint: Any) -> None:
     assert not settings.DEBUG
     with override_settings(DEBUG=True):
-        checks.warn_if_behind_proxy(address("127.0.0.1"), ())
+        identity.warn_if_behind_proxy(address("127.0.0.1"), ())
     assert hints(fresh_hint) == []
 
 

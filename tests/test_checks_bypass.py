@@ -145,7 +145,7 @@ def test_an_unknown_name_is_logged_once_however_many_requests_use_it(
 ) -> None:
     from django.conf import settings
 
-    from django_ratelimits import limiter as limiter_module
+    from django_ratelimits import decide as limiter_module
 
     limiter_module._reported.clear()
     config = {**settings.DJANGO_RATELIMITS, "POLICY_REFRESH": 3600}

@@ -12,7 +12,7 @@ from django.core.exceptions import PermissionDenied
 from django.test import Client, override_settings
 
 from django_ratelimits import compat
-from django_ratelimits import limiter as limiter_module
+from django_ratelimits import decide as limiter_module
 from django_ratelimits.checks import TAG
 from django_ratelimits.compat import ALL, UNSAFE, Ratelimited, get_usage, is_ratelimited
 from django_ratelimits.engine import Engine

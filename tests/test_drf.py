@@ -13,7 +13,7 @@ from django.contrib.auth.models import User
 from django.test import Client, RequestFactory, override_settings
 from rest_framework.request import Request
 
-from django_ratelimits import limiter as limiter_module
+from django_ratelimits import decide as limiter_module
 from django_ratelimits.contrib.drf import PolicyThrottle
 from django_ratelimits.models import Policy
 from django_ratelimits.policies import get_registry

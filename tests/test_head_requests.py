@@ -14,7 +14,7 @@ import pytest
 from django.test import Client, override_settings
 
 from django_ratelimits import compat
-from django_ratelimits import limiter as limiter_module
+from django_ratelimits import decide as limiter_module
 from django_ratelimits.engine import Engine
 from django_ratelimits.models import Policy
 from django_ratelimits.policies import get_registry

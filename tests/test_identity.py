@@ -28,8 +28,8 @@ from django_ratelimits.identity import (
     key_function,
     parse_address,
 )
+from django_ratelimits.policies.spec import KeyKind, PolicySpec
 from django_ratelimits.rates import parse_rates
-from django_ratelimits.spec import KeyKind, PolicySpec
 
 PROXIES = ["10.0.0.0/8", "2001:db8:ffff::/48"]
 PEER = "10.0.0.1"  # a trusted proxy when PROXIES are configured

@@ -12,8 +12,8 @@ from django.core.management import call_command
 
 from django_ratelimits.engine import Algorithm
 from django_ratelimits.models import Policy, PolicyVersion, spec_fields
+from django_ratelimits.policies.spec import KeyKind, Mode, PolicySpec
 from django_ratelimits.rates import Rate
-from django_ratelimits.spec import KeyKind, Mode, PolicySpec
 
 
 def key_for_tests(request: object) -> str:

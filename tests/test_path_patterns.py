@@ -11,8 +11,8 @@ import re
 
 import pytest
 
-from django_ratelimits.path_patterns import PathPattern, PatternError
-from django_ratelimits.policy_fields import parse_path
+from django_ratelimits.policies.matching import PathPattern, PatternError
+from django_ratelimits.policies.parse import parse_path
 
 CATASTROPHIC = r"^/(\w+-?)*$"
 # Word characters, then what the pattern cannot match: Python's re tries every way of

@@ -25,12 +25,13 @@ from django.urls import reverse
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from django_ratelimits import path_patterns, policies
 from django_ratelimits.models import Policy, PolicyVersion
-from django_ratelimits.path_patterns import PathPattern, PatternError
-from django_ratelimits.policies import PolicyRegistry, current, get_registry, literal_prefix
+from django_ratelimits.policies import PolicyRegistry, current, get_registry
+from django_ratelimits.policies import matching as path_patterns
+from django_ratelimits.policies import registry as policies
+from django_ratelimits.policies.matching import PathPattern, PatternError, literal_prefix
+from django_ratelimits.policies.spec import Mode, PolicySpec
 from django_ratelimits.rates import parse_rates
-from django_ratelimits.spec import Mode, PolicySpec
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -507,8 +508,8 @@ def test_an_admin_edit_reaches_another_process(
 @pytest.mark.django_db
 def test_all_lists_enabled_rows_then_defaults_without_a_row() -> None:
     from django_ratelimits.policies import PolicyRegistry
+    from django_ratelimits.policies.spec import PolicySpec
     from django_ratelimits.rates import parse_rates
-    from django_ratelimits.spec import PolicySpec
 
     Policy.objects.create(name="b-api", rates="5/m", priority=1)
     Policy.objects.create(name="a-off", rates="5/m", enabled=False)

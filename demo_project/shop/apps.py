@@ -9,7 +9,7 @@ from django.apps import AppConfig
 from django.http import HttpRequest
 
 from django_ratelimits.engine import LimitResult
-from django_ratelimits.spec import PolicySpec
+from django_ratelimits.policies.spec import PolicySpec
 
 logger = logging.getLogger("demo_project.shop")
 

@@ -24,8 +24,7 @@ from rest_framework.request import Request
 from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
-from django_ratelimits.limiter import Verdict, evaluate, pending, store
-from django_ratelimits.policies import current
+from django_ratelimits.decide import Verdict, decide_policy
 
 __all__ = ["PolicyThrottle"]
 
@@ -47,13 +46,9 @@ class PolicyThrottle(BaseThrottle):
         name = self.get_policy(view)
         if not name:
             return True
-        http = request._request  # what the middleware and decorators saw
-        registry = current()
-        verdict, spec = pending(registry, http, name)
-        if spec is not None:
-            verdict = store(http, verdict, evaluate(http, [spec]))
-        elif not verdict.covers(name) and registry.get(name) is None:
-            return True  # disabled, or unknown (pending logged it)
+        # request._request is what the middleware and decorators saw. A disabled
+        # or unknown policy (logged) blocks nothing.
+        verdict = decide_policy(request._request, name)
         self.verdict, self.names = verdict, {name}
         return not verdict.blocked({name})
 

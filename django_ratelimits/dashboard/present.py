@@ -21,9 +21,9 @@ from django_ratelimits.engine import Identity, LimitResult
 from django_ratelimits.engine.hits import ANONYMOUS, Hit
 from django_ratelimits.engine.offenders import Offender, OffenderDetail
 from django_ratelimits.engine.overrides import BLOCKED_POLICY, Override
-from django_ratelimits.models import ALGORITHM_LABELS
 from django_ratelimits.offenders import Row
 from django_ratelimits.offenders.text import ago, duration
+from django_ratelimits.policies.labels import ALGORITHM_LABELS
 
 UrlFor = Callable[[Identity], str]
 

@@ -13,7 +13,7 @@
 Clients are made on first use and kept, one per settings value, until
 ``DJANGO_RATELIMITS`` or ``CACHES`` changes. Making a standalone client does
 not touch the network; a cluster client reads the slot map when it is made,
-and a failure there is raised as :class:`~django_ratelimits.exceptions.BackendError`.
+and a failure there is raised as :class:`~django_ratelimits.engine.errors.BackendError`.
 Configuration mistakes raise ``ImproperlyConfigured``.
 """
 
@@ -36,7 +36,7 @@ from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 
 from django_ratelimits.conf import SETTING_NAME, RateLimitSettings, RedisServer
-from django_ratelimits.exceptions import BackendError
+from django_ratelimits.engine.errors import BackendError
 
 __all__ = ["RedisClient", "UnusableRedis", "get_redis", "url_decodes_responses"]
 

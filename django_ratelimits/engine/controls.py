@@ -14,10 +14,10 @@ from redis.exceptions import RedisClusterException, RedisError
 
 from django_ratelimits.engine import overrides
 from django_ratelimits.engine.core import Engine
+from django_ratelimits.engine.errors import BackendError
 from django_ratelimits.engine.keys import label
 from django_ratelimits.engine.limits import Identity, Limit
 from django_ratelimits.engine.overrides import Override
-from django_ratelimits.exceptions import BackendError
 
 _REDIS_ERRORS = (RedisError, RedisClusterException)
 MAX_OVERRIDE = 365 * 86_400  # seconds

@@ -15,9 +15,9 @@ from redis.exceptions import NoScriptError, RedisClusterException, RedisError, R
 from django_ratelimits.engine import script
 from django_ratelimits.engine.aconnection import AsyncClient
 from django_ratelimits.engine.decision import Decision, LimitResult
+from django_ratelimits.engine.errors import BackendError
 from django_ratelimits.engine.keys import IdentityKeys, KeySpace, label, printable
 from django_ratelimits.engine.limits import Check, Identity, Limit
-from django_ratelimits.exceptions import BackendError
 
 RedisClient = Redis | RedisCluster
 _REDIS_ERRORS = (RedisError, RedisClusterException)
@@ -87,7 +87,7 @@ class Engine:
     ``check`` charges, ``peek`` only looks; both take every :class:`Check` of
     one request and cost one network round trip on standalone Redis (one per
     node involved, sent together, on a cluster). Any Redis failure raises
-    :class:`~django_ratelimits.exceptions.BackendError`.
+    :class:`~django_ratelimits.engine.errors.BackendError`.
 
     ``acheck`` and ``apeek`` are the same for async code: they use the asyncio
     client ``async_client()`` gives for the running loop or, when it gives

@@ -34,7 +34,7 @@ class Algorithm(StrEnum):
     @property
     def has_burst(self) -> bool:
         """Whether a burst (bucket capacity) other than the limit makes sense."""
-        return self in (Algorithm.TOKEN_BUCKET, Algorithm.GCRA)
+        return self in _BURST_ALGORITHMS
 
 
 _CODES = {
@@ -45,6 +45,25 @@ _CODES = {
     Algorithm.TOKEN_BUCKET: "tb",
     Algorithm.GCRA: "gcra",
 }
+_BURST_ALGORITHMS = frozenset({Algorithm.TOKEN_BUCKET, Algorithm.GCRA})
+
+
+def burst_problem(algorithm: str, rate: Rate, burst: int) -> str | None:
+    """Why ``burst`` cannot be the capacity of ``rate`` under ``algorithm``, or None.
+
+    The one statement of the burst rules: :class:`Limit` refuses what this
+    names, and admin shows each answer translated next to the field. The
+    answer is a code: ``"burst_unused"`` (the algorithm, or a string that names
+    none, has no burst), ``"burst_range"`` (not 1 to :data:`MAX_BURST`) or
+    ``"burst_too_large"`` (GCRA's tolerance for ``rate`` would not stay exact).
+    """
+    if algorithm not in _BURST_ALGORITHMS:
+        return "burst_unused"
+    if not 1 <= burst <= MAX_BURST:
+        return "burst_range"
+    if -(-rate.window_us // rate.limit) * burst > _MAX_TOLERANCE_US:
+        return "burst_too_large"
+    return None
 
 
 @dataclass(frozen=True)
@@ -82,12 +101,12 @@ class Limit:
         if not self.policy:
             raise ValueError("a limit needs a policy name")
         if self.burst is not None:
-            if not self.algorithm.has_burst:
-                raise ValueError(f"{self.algorithm} has no burst; leave it unset")
-            if not 1 <= self.burst <= MAX_BURST:
-                raise ValueError(f"burst must be between 1 and {MAX_BURST}, not {self.burst}")
-            if -(-self.rate.window_us // self.rate.limit) * self.burst > _MAX_TOLERANCE_US:
-                raise ValueError(f"burst {self.burst} is too large for the rate {self.rate}")
+            problem = burst_problem(self.algorithm, self.rate, self.burst)
+            if problem is not None:
+                raise ValueError(
+                    f"{problem}: a burst of {self.burst} for {self.algorithm} at {self.rate} "
+                    f"(only the token bucket and GCRA have one, 1 to {MAX_BURST})"
+                )
 
     @property
     def capacity(self) -> int:

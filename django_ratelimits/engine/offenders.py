@@ -21,10 +21,10 @@ from redis.exceptions import RedisClusterException, RedisError
 
 from django_ratelimits.engine import hits as hit_entries
 from django_ratelimits.engine.core import Engine
+from django_ratelimits.engine.errors import BackendError
 from django_ratelimits.engine.hits import Hit
 from django_ratelimits.engine.limits import Identity
 from django_ratelimits.engine.overrides import Override, decode
-from django_ratelimits.exceptions import BackendError
 
 Order = Literal["last", "denials"]
 _ERRORS = (RedisError, RedisClusterException)

@@ -29,7 +29,7 @@ from django_ratelimits.dashboard.views.common import (
     require,
     require_view,
 )
-from django_ratelimits.exceptions import BackendError
+from django_ratelimits.engine.errors import BackendError
 from django_ratelimits.models import Policy
 from django_ratelimits.offenders import DURATIONS, Offenders, Operation, UnknownPolicy, policy_names
 

@@ -28,8 +28,8 @@ from django_ratelimits.dashboard.views.common import (
     require_view,
 )
 from django_ratelimits.engine import Identity
+from django_ratelimits.engine.errors import BackendError
 from django_ratelimits.engine.keys import label
-from django_ratelimits.exceptions import BackendError
 from django_ratelimits.offenders import (
     DURATIONS,
     Action,

@@ -21,7 +21,7 @@ from django_ratelimits.dashboard.views.common import (
     detail_url,
     require_view,
 )
-from django_ratelimits.exceptions import BackendError
+from django_ratelimits.engine.errors import BackendError
 from django_ratelimits.offenders import OffenderList, Offenders, Query, policy_names, user_names
 
 REFRESH_SECONDS = 5

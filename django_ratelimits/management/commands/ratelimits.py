@@ -41,9 +41,9 @@ from django_ratelimits.breaker import breaker
 from django_ratelimits.conf import get_settings
 from django_ratelimits.engine import Engine, Identity, get_engine
 from django_ratelimits.engine.controls import MAX_OVERRIDE
+from django_ratelimits.engine.errors import BackendError
 from django_ratelimits.engine.keys import label
 from django_ratelimits.engine.memory import memory_of, node_routes
-from django_ratelimits.exceptions import BackendError
 from django_ratelimits.management.output import (
     Data,
     ago,

@@ -1,4 +1,4 @@
-"""The in-memory policy registry: policy rows compiled once, matched with no I/O.
+"""The registry of policy rows: compiled once, held in memory, matched with no I/O.
 
 Refreshing. :meth:`PolicyRegistry.refresh` reads the one-row version stamp
 (:class:`~django_ratelimits.models.PolicyVersion`, changed in the same
@@ -14,11 +14,12 @@ cache keyed by ``(path, method)`` (``functools.lru_cache``, thread-safe,
 dropped with its snapshot). On a miss, the path is not tested against every
 pattern: a pattern anchored with ``^`` or ``\\A`` contributes its literal
 prefix (``^/api/v1/`` gives ``/api/v1/``, see
-:func:`~django_ratelimits.path_patterns.literal_prefix`) to an index of
-prefixes grouped by length, so only the patterns whose prefix starts the path,
-plus the few with no usable prefix, are searched (by RE2, in time linear in the
-path). Paths longer than 256 characters are not cached, so hostile URLs cannot
-grow the cache beyond about a megabyte.
+:func:`~django_ratelimits.policies.matching.literal_prefix`) to an index of
+prefixes grouped by length (:class:`~django_ratelimits.policies.matching.PathIndex`),
+so only the patterns whose prefix starts the path, plus the few with no usable
+prefix, are searched (by RE2, in time linear in the path). Paths longer than 256
+characters are not cached, so hostile URLs cannot grow the cache beyond about a
+megabyte.
 """
 
 from __future__ import annotations
@@ -36,12 +37,13 @@ from django.db import DatabaseError, router, transaction
 
 from django_ratelimits.conf import get_settings
 from django_ratelimits.models import Policy, PolicyVersion, spec_fields
-from django_ratelimits.path_patterns import literal_prefix
-from django_ratelimits.spec import PolicySpec
+from django_ratelimits.policies.matching import PathIndex
+from django_ratelimits.policies.spec import PolicySpec
 
-__all__ = ["PolicyRegistry", "current", "get_registry", "literal_prefix"]
+__all__ = ["CACHE_PATH_MAX", "PolicyRegistry", "acurrent", "current", "get_registry"]
 
-logger = logging.getLogger(__name__)
+# The name docs/policies.md promises (records name the package, not this module).
+logger = logging.getLogger("django_ratelimits.policies")
 
 CACHE_SIZE: Final = 4096
 CACHE_PATH_MAX: Final = 256
@@ -62,8 +64,8 @@ class _Snapshot:
         self.row_names = row_names
         # Per method, built on first use; past _METHODS_MAX methods (any token is a
         # method to HTTP), one index of every method's policies serves the others.
-        self._any_method = _PathIndex(self.ordered, None)
-        self._indexes: dict[str, _PathIndex] = {}
+        self._any_method = PathIndex(self.ordered, None)
+        self._indexes: dict[str, PathIndex[PolicySpec]] = {}
         self.cached_match = functools.lru_cache(maxsize=CACHE_SIZE)(self.match)
 
     def match(self, path: str, method: str) -> tuple[PolicySpec, ...]:
@@ -72,44 +74,8 @@ class _Snapshot:
             if len(self._indexes) >= _METHODS_MAX:
                 return self._any_method.match(path, method)
             # Racing threads build equal indexes; either one is kept.
-            index = self._indexes[method] = _PathIndex(self.ordered, method)
+            index = self._indexes[method] = PathIndex(self.ordered, method)
         return index.match(path)
-
-
-class _PathIndex:
-    """The path policies that apply to one method (every method: ``None``), by
-    literal prefix: a path is searched only by those whose prefix starts it, and
-    by those with none."""
-
-    def __init__(self, ordered: tuple[PolicySpec, ...], method: str | None) -> None:
-        self.ordered = ordered
-        self.scan_always: list[int] = []
-        prefixes: dict[int, dict[str, list[int]]] = {}
-        for rank, spec in enumerate(ordered):
-            if spec.path_re is None or (method and not spec.applies_to_method(method)):
-                continue
-            prefix = literal_prefix(spec.path)
-            if prefix:
-                prefixes.setdefault(len(prefix), {}).setdefault(prefix, []).append(rank)
-            else:
-                self.scan_always.append(rank)
-        self.prefixes = sorted(prefixes.items())
-
-    def match(self, path: str, method: str | None = None) -> tuple[PolicySpec, ...]:
-        """The policies that match ``path``; ``method`` filters an every-method index."""
-        ranks = list(self.scan_always)
-        for length, by_prefix in self.prefixes:
-            if length > len(path):
-                break
-            ranks.extend(by_prefix.get(path[:length], ()))
-        ranks.sort()
-        found = []
-        for rank in ranks:
-            spec = self.ordered[rank]
-            assert spec.path_re is not None
-            if (method is None or spec.applies_to_method(method)) and spec.path_re.search(path):
-                found.append(spec)
-        return tuple(found)
 
 
 class PolicyRegistry:

@@ -1,41 +1,43 @@
-"""A policy as the request path uses it: compiled, immutable, no database.
+"""A policy as the request path uses it: compiled, immutable, no database, no labels.
 
 :class:`PolicySpec` is what a ``Policy`` row compiles to, what a decorator's
 defaults declare, and what the middleware, the decorators, DRF and the compat
-layer all enforce through the engine.
+layer all enforce through the engine. :class:`Mode` and :class:`KeyKind` are
+the values admin stores; what admin calls them is in
+:mod:`django_ratelimits.policies.labels`.
 """
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Collection
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Literal
 
-from django.db.models import TextChoices
-from django.utils.translation import gettext_lazy as _
-
+from django_ratelimits.conf import IPNetwork
 from django_ratelimits.engine import Algorithm, Limit
-from django_ratelimits.path_patterns import PathPattern
+from django_ratelimits.policies.matching import PathPattern
 from django_ratelimits.rates import Rate
 
-IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+__all__ = ["KeyKind", "Mode", "PolicySpec", "covers_method"]
 
 
-class Mode(TextChoices):
-    ENFORCE = "enforce", _("Enforce: deny requests over the limit")
-    SHADOW = "shadow", _("Shadow: count and record, never block")
+class Mode(StrEnum):
+    """Whether a policy blocks. The value is what admin stores."""
+
+    ENFORCE = "enforce"
+    SHADOW = "shadow"
 
 
-class KeyKind(TextChoices):
-    """What a policy counts by."""
+class KeyKind(StrEnum):
+    """What a policy counts by. The value is what admin stores."""
 
-    IP = "ip", _("Client IP")
-    USER = "user", _("User (anonymous requests are not counted)")
-    USER_OR_IP = "user_or_ip", _("User, or client IP when anonymous")
-    IP_AND_USER = "ip_and_user", _("Client IP and user, as two identities")
-    HEADER = "header", _("A request header (e.g. an API key)")
-    CALLABLE = "callable", _("A callable, by dotted path")
+    IP = "ip"
+    USER = "user"
+    USER_OR_IP = "user_or_ip"
+    IP_AND_USER = "ip_and_user"
+    HEADER = "header"
+    CALLABLE = "callable"
 
     @property
     def identity_kinds(self) -> frozenset[str]:
@@ -59,7 +61,7 @@ class PolicySpec:
     """One enabled policy, ready to enforce.
 
     ``path`` is a regular expression in RE2's syntax (one RE2 refuses raises
-    :class:`~django_ratelimits.path_patterns.PatternError`), searched in
+    :class:`~django_ratelimits.policies.matching.PatternError`), searched in
     ``request.path_info`` (the path below any ``SCRIPT_NAME`` prefix the site is
     mounted under) by the middleware; empty means the policy applies only where
     a decorator (or DRF throttle) names it. ``methods`` are upper-case; empty means every method.

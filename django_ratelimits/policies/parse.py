@@ -1,4 +1,4 @@
-"""Parsing a policy's text fields, shared by ``Policy.clean()`` and ``Policy.to_spec()``.
+"""Parsing a policy's admin text, shared by ``Policy.clean()`` and ``Policy.to_spec()``.
 
 Each function takes the field as stored and returns its compiled form, or
 raises a ``ValidationError`` with a translatable message that admin shows
@@ -17,16 +17,15 @@ from django.utils.module_loading import import_string
 from django.utils.translation import gettext_lazy as _
 
 from django_ratelimits import key_functions
-from django_ratelimits.engine import Algorithm, Limit
-from django_ratelimits.engine.limits import MAX_BURST
-from django_ratelimits.exceptions import RateParseError
-from django_ratelimits.path_patterns import PathPattern, PatternError
+from django_ratelimits.conf import DOTTED_PATH, HEADER_NAME, IPNetwork
+from django_ratelimits.engine.limits import MAX_BURST, burst_problem
+from django_ratelimits.errors import RateParseError
+from django_ratelimits.policies.matching import PathPattern, PatternError
+from django_ratelimits.policies.spec import KeyKind
 from django_ratelimits.rates import Rate, parse_rate, parse_rates
-from django_ratelimits.spec import IPNetwork, KeyKind
 
 __all__ = [
     "HTTP_METHODS",
-    "MAX_BURST",
     "MAX_NETWORKS",
     "PATH_MAX_LENGTH",
     "check_burst",
@@ -41,10 +40,6 @@ __all__ = [
 HTTP_METHODS: Final = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE")
 MAX_NETWORKS: Final = 1000
 PATH_MAX_LENGTH: Final = 500
-# Letters, digits and hyphens: a valid HTTP token that every server passes on
-# (many drop header names with underscores), as for CLIENT_IP_HEADER.
-_HEADER: Final = re.compile(r"[A-Za-z0-9-]{1,64}")
-_DOTTED: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
 _SEPARATORS: Final = re.compile(r"[\s,]+")
 _QUOTE_MAX: Final = 60
 
@@ -81,34 +76,28 @@ def parse_identity_budget(text: str) -> Rate | Literal["default", "off"]:
         ) from None
 
 
-# Not Algorithm(algorithm).has_burst: an unknown algorithm is the algorithm field's error.
-_BURST_ALGORITHMS = frozenset(a for a in Algorithm if a.has_burst)
-
-
 def check_burst(algorithm: str, rates: tuple[Rate, ...], burst: int | None) -> None:
-    """A burst only for the token bucket and GCRA, and one every rate can hold."""
+    """A burst only for the token bucket and GCRA, and one every rate can hold
+    (the rules are :func:`~django_ratelimits.engine.limits.burst_problem`'s)."""
     if burst is None:
         return
-    if algorithm not in _BURST_ALGORITHMS:
-        raise ValidationError(
-            _("Only the token bucket and GCRA have a burst: leave it empty for this algorithm."),
-            code="burst_unused",
-        )
-    if not 1 <= burst <= MAX_BURST:
-        raise ValidationError(
-            _("The burst must be between 1 and %(max)s."),
-            code="burst_range",
-            params={"max": MAX_BURST},
-        )
     for rate in rates:
-        try:
-            Limit("policy", rate, Algorithm(algorithm), burst)
-        except ValueError:
+        problem = burst_problem(algorithm, rate, burst)
+        if problem is not None:
             raise ValidationError(
-                _("A burst of %(burst)s is too large for %(rate)s."),
-                code="burst_too_large",
-                params={"burst": burst, "rate": str(rate)},
-            ) from None
+                _BURST_MESSAGES[problem],
+                code=problem,
+                params={"burst": burst, "rate": str(rate), "max": MAX_BURST},
+            )
+
+
+_BURST_MESSAGES: Final = {
+    "burst_unused": _(
+        "Only the token bucket and GCRA have a burst: leave it empty for this algorithm."
+    ),
+    "burst_range": _("The burst must be between 1 and %(max)s."),
+    "burst_too_large": _("A burst of %(burst)s is too large for %(rate)s."),
+}
 
 
 def parse_path(text: str) -> PathPattern | None:
@@ -185,7 +174,7 @@ def check_key_arg(kind: str, arg: str, saving: bool) -> None:
     counts by client IP (see :func:`django_ratelimits.identity.identities`).
     """
     if kind == KeyKind.HEADER:
-        if not _HEADER.fullmatch(arg):
+        if not HEADER_NAME.fullmatch(arg):
             raise ValidationError(
                 _(
                     "Enter the header to count by: 1 to 64 letters, digits and hyphens, "
@@ -194,7 +183,7 @@ def check_key_arg(kind: str, arg: str, saving: bool) -> None:
                 code="header",
             )
     elif kind == KeyKind.CALLABLE:
-        if not _DOTTED.fullmatch(arg) or any(keyword.iskeyword(p) for p in arg.split(".")):
+        if not DOTTED_PATH.fullmatch(arg) or any(keyword.iskeyword(p) for p in arg.split(".")):
             raise ValidationError(
                 _("Enter the dotted path of a function(request), e.g. myproject.keys.tenant."),
                 code="callable_path",

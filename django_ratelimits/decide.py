@@ -1,13 +1,23 @@
-"""From a request and the policies that apply to it, to one engine call and a verdict.
+"""Decide these policies for this request: one engine call, one verdict.
 
-The middleware, the decorators, the DRF throttle and the compat layer all go
-through :func:`evaluate` (or :func:`aevaluate` in async code). All policies of a
-request are decided in one engine call: the limits of every policy that counts
-by the same identity form one all-or-nothing check, shadow-mode policies
-their own check (so a shadow denial never stops an enforced limit from
-counting, and the other way round). A client-chosen identity (header, callable,
-user) is gated by its policy's identity budget for the client IP: past it, the
-check counts against the IP (see ``docs/client-ip.md``).
+The middleware, ``@ratelimit``, the DRF throttle and the compat layer all sit
+on this module:
+
+* :func:`decide` / :func:`adecide`: policies -> :class:`Verdict`, in one engine call;
+* :func:`decide_policy` / :func:`adecide_policy`: the request's verdict once the
+  policy named by code is decided too (unless the middleware already did);
+* :class:`Verdict`: what was decided, stored on ``request.ratelimit``;
+* :class:`RateLimited`: raised by a view to answer 429.
+
+One request's steps are :class:`Planned`'s: plan the checks (exemptions,
+identities, identity budgets), ask the engine unless the circuit breaker is
+open, then record success or failure and send the signals. The limits of
+every policy that counts by the same identity form one all-or-nothing check,
+shadow-mode policies their own check (so a shadow denial never stops an
+enforced limit from counting, and the other way round). A client-chosen
+identity (header, callable, user) is gated by its policy's identity budget
+for the client IP: past it, the check counts against the IP (see
+``docs/client-ip.md``).
 """
 
 from __future__ import annotations
@@ -15,10 +25,10 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from django.http import HttpRequest
 
@@ -34,16 +44,29 @@ from django_ratelimits.engine import (
     LimitResult,
     get_engine,
 )
+from django_ratelimits.engine.errors import BackendError
 from django_ratelimits.engine.hits import entry_head, ip_behind, user_behind
-from django_ratelimits.exceptions import BackendError
+from django_ratelimits.errors import RateLimitsError
 from django_ratelimits.identity import client_address, client_ip, identities
+from django_ratelimits.policies.registry import PolicyRegistry, acurrent, current
+from django_ratelimits.policies.spec import PolicySpec
 from django_ratelimits.rates import Rate
-from django_ratelimits.spec import PolicySpec
 
-if TYPE_CHECKING:
-    from django_ratelimits.policies import PolicyRegistry
+__all__ = [
+    "VIEW_POLICIES",
+    "Planned",
+    "RateLimited",
+    "Verdict",
+    "adecide",
+    "adecide_policy",
+    "decide",
+    "decide_policy",
+]
 
 logger = logging.getLogger("django_ratelimits")
+
+VIEW_POLICIES: Final = "ratelimit_policies"
+"""Attribute ``@ratelimit`` sets on a view: the names of the policies it applies."""
 
 
 @dataclass(frozen=True)
@@ -131,30 +154,58 @@ class Verdict:
         return min(enforced, key=lambda r: (r.allowed, -r.retry_after_us, r.remaining))
 
 
-def evaluate(request: HttpRequest, policies: Iterable[PolicySpec]) -> Verdict:
+class RateLimited(RateLimitsError):
+    """Raise it from a view to answer 429 Too Many Requests.
+
+    The middleware turns it into the same response a denied policy gets.
+    ``verdict`` carries the limiter's decision when there is one;
+    ``retry_after`` (seconds) is used when there is none.
+    """
+
+    def __init__(self, verdict: Verdict | None = None, *, retry_after: int | None = None) -> None:
+        self.verdict = verdict
+        self.retry_after = retry_after
+        super().__init__("rate limit exceeded")
+
+
+def decide(request: HttpRequest, policies: Iterable[PolicySpec]) -> Verdict:
     """Decide ``policies`` for ``request`` in one engine call."""
-    return Pending(request, tuple(policies)).run(lambda checks: get_engine().check(checks))
+    # The engine is got inside the call: making its client can fail like a check.
+    return Planned(request, tuple(policies)).run(lambda checks: get_engine().check(checks))
 
 
-async def aevaluate(request: HttpRequest, policies: Iterable[PolicySpec]) -> Verdict:
-    """:func:`evaluate` for async code: never blocks the event loop."""
+async def adecide(request: HttpRequest, policies: Iterable[PolicySpec]) -> Verdict:
+    """:func:`decide` for async code: never blocks the event loop."""
     policies = tuple(policies)
     if any(_needs_user(p) for p in policies) and hasattr(request, "auser"):
         request.user = await request.auser()  # the lazy user would query the DB synchronously
-    pending = Pending(request, policies)
-    if pending.verdict is not None:
-        return pending.verdict
-    try:
-        return pending.decided(await get_engine().acheck(pending.checks))
-    except BackendError as error:
-        return pending.failed(error)
+    return await Planned(request, policies).arun(lambda checks: get_engine().acheck(checks))
 
 
-def pending(
+def decide_policy(request: HttpRequest, name: str) -> Verdict:
+    """The request's verdict (``request.ratelimit``) once the policy ``name`` is decided too.
+
+    Unchanged when the middleware decided it already, or when it is disabled,
+    unknown (logged) or not for this method.
+    """
+    verdict, spec = _undecided(current(), request, name)
+    if spec is None:
+        return verdict
+    return _store(request, verdict, decide(request, [spec]))
+
+
+async def adecide_policy(request: HttpRequest, name: str) -> Verdict:
+    """:func:`decide_policy` for async code."""
+    verdict, spec = _undecided(await acurrent(), request, name)
+    if spec is None:
+        return verdict
+    return _store(request, verdict, await adecide(request, [spec]))
+
+
+def _undecided(
     registry: PolicyRegistry, request: HttpRequest, name: str
 ) -> tuple[Verdict, PolicySpec | None]:
-    """The request's verdict so far (``request.ratelimit``), and the policy ``name``
-    if it still needs deciding (None if decided already, unknown, or not for this method)."""
+    """The request's verdict so far, and the policy ``name`` if it still needs deciding."""
     verdict: Verdict = getattr(request, "ratelimit", None) or Verdict(())
     if verdict.covers(name):
         return verdict, None
@@ -166,6 +217,12 @@ def pending(
     if not spec.applies_to_method(request.method or "GET"):
         return verdict, None
     return verdict, spec
+
+
+def _store(request: HttpRequest, before: Verdict, new: Verdict) -> Verdict:
+    """Merge ``new`` into the request's verdict, which ``request.ratelimit`` then holds."""
+    request.ratelimit = merged = before.merge(new)  # type: ignore[attr-defined]
+    return merged
 
 
 _UNKNOWN_NAMES_MAX: Final = 1024
@@ -189,20 +246,14 @@ def _report_unknown(name: str) -> None:
     )
 
 
-def store(request: HttpRequest, before: Verdict, new: Verdict) -> Verdict:
-    """Merge ``new`` into the request's verdict, which ``request.ratelimit`` then holds."""
-    request.ratelimit = merged = before.merge(new)  # type: ignore[attr-defined]
-    return merged
-
-
-class Pending:
-    """One request's policies on their way to a verdict: everything but the engine call.
+class Planned:
+    """One request's policies, planned into engine checks: every step but the engine call.
 
     ``verdict`` is already set when no call is needed (nothing to check, or the
-    circuit breaker is open); otherwise ``checks`` go to the engine and its
-    answer, or its failure, comes back through :meth:`decided` / :meth:`failed`.
-    ``checks`` are planned from ``policies`` unless given (the compat API
-    counts its own identities).
+    circuit breaker is open); otherwise :meth:`run` (or :meth:`arun`) sends
+    ``checks`` to the engine and turns its answer, or its failure, into the
+    verdict. ``checks`` are planned from ``policies`` unless given (the compat
+    API counts its own identities).
     """
 
     def __init__(
@@ -229,6 +280,15 @@ class Pending:
             return self.verdict
         try:
             return self.decided(call(self.checks))
+        except BackendError as error:
+            return self.failed(error)
+
+    async def arun(self, call: Callable[[list[Check]], Awaitable[Decision]]) -> Verdict:
+        """:meth:`run` with an async ``call`` (``acheck`` or ``apeek``)."""
+        if self.verdict is not None:
+            return self.verdict
+        try:
+            return self.decided(await call(self.checks))
         except BackendError as error:
             return self.failed(error)
 

@@ -1,4 +1,4 @@
-"""Path patterns: compiled for RE2, which matches in time linear in the path.
+"""Path matching: patterns compiled for RE2, and the index that picks which to search.
 
 A policy's path pattern is written by whoever may edit policies in admin, and
 searched in every request path, which any client chooses. Python's ``re``
@@ -8,7 +8,7 @@ package) never backtracks, so a search costs time linear in the path whatever
 the pattern; it refuses what it cannot run that way (backreferences,
 lookarounds, ``(?#...)`` comments), and :class:`PathPattern` says why.
 
-:func:`literal_prefix` gives the policy index (:mod:`django_ratelimits.policies`)
+:func:`literal_prefix` gives the index of path policies (:class:`PathIndex`)
 the text every match starts with. It reads only the plain part of a pattern and
 gives up (returns a shorter prefix, or "") on anything else, so that a path the
 pattern matches is never skipped by the index.
@@ -16,11 +16,11 @@ pattern matches is never skipped by the index.
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, Generic, Protocol, TypeVar
 
 import re2
 
-__all__ = ["PathPattern", "PatternError", "literal_prefix"]
+__all__ = ["PathIndex", "PathPattern", "PathRule", "PatternError", "literal_prefix"]
 
 _SPECIAL: Final = frozenset(".^$*+?{}[]\\|()")
 _ATOM_ESCAPES: Final = frozenset("dDwWsS")
@@ -164,3 +164,54 @@ def _no_top_level_bar(pattern: str) -> bool:
             return False
         pos += 1
     return True
+
+
+class PathRule(Protocol):
+    """What :class:`PathIndex` needs of a policy (a ``PolicySpec`` is one)."""
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def path_re(self) -> PathPattern | None: ...
+
+    def applies_to_method(self, method: str) -> bool: ...
+
+
+Rule = TypeVar("Rule", bound=PathRule)
+
+
+class PathIndex(Generic[Rule]):
+    """The path policies that apply to one method (every method: ``None``), by
+    literal prefix: a path is searched only by those whose prefix starts it, and
+    by those with none."""
+
+    def __init__(self, ordered: tuple[Rule, ...], method: str | None) -> None:
+        self.ordered = ordered
+        self.scan_always: list[int] = []
+        prefixes: dict[int, dict[str, list[int]]] = {}
+        for rank, spec in enumerate(ordered):
+            if spec.path_re is None or (method and not spec.applies_to_method(method)):
+                continue
+            prefix = literal_prefix(spec.path)
+            if prefix:
+                prefixes.setdefault(len(prefix), {}).setdefault(prefix, []).append(rank)
+            else:
+                self.scan_always.append(rank)
+        self.prefixes = sorted(prefixes.items())
+
+    def match(self, path: str, method: str | None = None) -> tuple[Rule, ...]:
+        """The policies that match ``path``; ``method`` filters an every-method index."""
+        ranks = list(self.scan_always)
+        for length, by_prefix in self.prefixes:
+            if length > len(path):
+                break
+            ranks.extend(by_prefix.get(path[:length], ()))
+        ranks.sort()
+        found = []
+        for rank in ranks:
+            spec = self.ordered[rank]
+            assert spec.path_re is not None
+            if (method is None or spec.applies_to_method(method)) and spec.path_re.search(path):
+                found.append(spec)
+        return tuple(found)

@@ -1,0 +1,36 @@
+"""System checks (``manage.py check``), by subject.
+
+Configuration checks carry the tag :data:`TAG`; the checks that ask Redis
+carry :data:`REDIS_TAG`, so ``manage.py check`` (and ``runserver``,
+``migrate``) run both, and ``manage.py check --tag ratelimits`` only the
+configuration ones. They sit beside the request side: they import the layers
+below them, and nothing imports them but ``apps.ready`` (which registers them).
+
+========================  =========================================================
+``E001``                  ``RateLimitMiddleware`` comes before ``AuthenticationMiddleware``
+``E002``                  ``DJANGO_RATELIMITS`` is invalid
+``E003``                  ``REDIS`` gives no usable client (a decoding one among them)
+``E004``                  ``TRUSTED_PROXIES`` trusts every address
+``E005``                  a policy row's path pattern is one RE2 refuses
+``E006``                  code names a policy that does not exist
+``E007``                  a django-ratelimit setting that ``compat`` does not honour
+``E008``                  a policy names a key function that is not allowed (one per policy)
+``W001``                  the app is installed but ``RateLimitMiddleware`` is not
+``W002``                  Redis does not answer PING within half a second
+``W003``                  (``--deploy``) a full Redis would refuse writes, or its
+                          ``maxmemory-policy`` could not be read
+``W004``                  the policy table cannot be read, so E006 cannot tell
+========================  =========================================================
+
+``setup`` holds E001 to E004, E007 and W001; ``policies`` E005, E006, E008 and
+W004 (with ``references``, the places code names a policy); ``redis_server``
+W002 and W003.
+"""
+
+from __future__ import annotations
+
+from django_ratelimits.checks import policies, redis_server, setup
+from django_ratelimits.checks.common import REDIS_TAG, TAG
+from django_ratelimits.checks.redis_server import PING_TIMEOUT
+
+__all__ = ["PING_TIMEOUT", "REDIS_TAG", "TAG", "policies", "redis_server", "setup"]

@@ -1,0 +1,160 @@
+"""Checks of the project's setup: middleware order, ``DJANGO_RATELIMITS``, proxies,
+and django-ratelimit settings that would be silently ignored (E001 to E004, E007, W001)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Final
+
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, Warning, register
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.module_loading import import_string
+
+from django_ratelimits.checks.common import TAG, valid_settings
+from django_ratelimits.conf import SETTING_NAME, InvalidSettings, RedisServer, get_settings
+from django_ratelimits.engine.connection import get_redis, url_decodes_responses
+
+RATELIMIT_MIDDLEWARE: Final = "django_ratelimits.middleware.RateLimitMiddleware"
+AUTH_MIDDLEWARE: Final = "django.contrib.auth.middleware.AuthenticationMiddleware"
+
+
+def _position(middleware: Sequence[str], target: str) -> int | None:
+    """Index of the first entry that is ``target`` or a subclass of it."""
+    target_class = import_string(target)
+    for index, path in enumerate(middleware):
+        try:
+            candidate = import_string(path)
+        except ImportError:
+            continue  # Django reports a broken MIDDLEWARE entry itself
+        if isinstance(candidate, type) and issubclass(candidate, target_class):
+            return index
+    return None
+
+
+@register(TAG)
+def check_middleware(**kwargs: Any) -> list[CheckMessage]:
+    middleware = list(getattr(settings, "MIDDLEWARE", None) or ())
+    ours = _position(middleware, RATELIMIT_MIDDLEWARE)
+    if ours is None:
+        return [
+            Warning(
+                "RateLimitMiddleware is not in MIDDLEWARE: policies with a path pattern "
+                "are not enforced, only views decorated with @ratelimit are.",
+                hint=f"Add {RATELIMIT_MIDDLEWARE!r} after {AUTH_MIDDLEWARE!r}, or silence "
+                "this check (SILENCED_SYSTEM_CHECKS) if the site only uses decorators.",
+                id="django_ratelimits.W001",
+            )
+        ]
+    auth = _position(middleware, AUTH_MIDDLEWARE)
+    if auth is not None and ours < auth:
+        return [
+            Error(
+                "RateLimitMiddleware comes before AuthenticationMiddleware: policies that "
+                "count by user, and staff or superuser exemptions, would see no user.",
+                hint=f"Move {RATELIMIT_MIDDLEWARE!r} below {AUTH_MIDDLEWARE!r} in MIDDLEWARE.",
+                id="django_ratelimits.E001",
+            )
+        ]
+    return []
+
+
+@register(TAG)
+def check_settings(**kwargs: Any) -> list[CheckMessage]:
+    try:
+        config = get_settings()
+    except ImproperlyConfigured as error:
+        problems = error.problems if isinstance(error, InvalidSettings) else (str(error),)
+        return [
+            Error(
+                problem,
+                hint=f"See docs/configuration.md for every key of {SETTING_NAME}.",
+                id="django_ratelimits.E002",
+            )
+            for problem in problems
+        ]
+    if isinstance(config.redis, RedisServer):
+        if not url_decodes_responses(config.redis):
+            return []  # the rest of a URL is checked by conf; reaching it is W002's business
+        problem = f"{SETTING_NAME}['REDIS'] URL asks for decode_responses"
+        hint = (
+            "Remove decode_responses from the URL's query: the engine reads bytes, and "
+            "redis-py decodes replies for any value there, even 'False'."
+        )
+    else:
+        try:
+            get_redis(config)  # makes the cache's client; does not touch the network
+            return []
+        except ImproperlyConfigured as error:
+            problem = str(error)
+        hint = (
+            f"Set {SETTING_NAME}['REDIS'] to the alias of a django-redis cache "
+            "or to a redis:// URL."
+        )
+    return [Error(problem, hint=hint, id="django_ratelimits.E003")]
+
+
+@register(TAG)
+def check_trusted_proxies(**kwargs: Any) -> list[CheckMessage]:
+    config = valid_settings()
+    if config is None:
+        return []
+    everything = [str(n) for n in config.trusted_proxies if n.prefixlen == 0]
+    if not everything:
+        return []
+    return [
+        Error(
+            f"{SETTING_NAME}['TRUSTED_PROXIES'] contains {', '.join(everything)}, which "
+            f"trusts every address: any client can choose its own address with "
+            f"{config.client_ip_header} and escape every limit.",
+            hint="List only the addresses or networks of your own proxies and load "
+            "balancers, e.g. ['10.0.0.0/8'] or ['127.0.0.1'].",
+            id="django_ratelimits.E004",
+        )
+    ]
+
+
+@register(TAG)
+def check_compat_settings(**kwargs: Any) -> list[CheckMessage]:
+    """E007: django-ratelimit settings that :mod:`django_ratelimits.compat` does not honour.
+
+    ``RATELIMIT_ENABLE``, ``RATELIMIT_FAIL_OPEN`` and ``RATELIMIT_EXCEPTION_CLASS``
+    are honoured. The others have a ``DJANGO_RATELIMITS`` equivalent that every
+    entry point uses; a value that already agrees with it is accepted.
+    """
+    config = valid_settings()
+    if config is None:
+        return []
+    found = []
+    for name, key, ours in (
+        ("RATELIMIT_IPV4_MASK", "IPV4_PREFIX", config.ipv4_prefix),
+        ("RATELIMIT_IPV6_MASK", "IPV6_PREFIX", config.ipv6_prefix),
+    ):
+        value = getattr(settings, name, None)
+        if value is not None and value != ours:
+            found.append((name, f"Set {SETTING_NAME}['{key}'] = {value!r} instead."))
+    if getattr(settings, "RATELIMIT_IP_META_KEY", None):
+        found.append(
+            (
+                "RATELIMIT_IP_META_KEY",
+                f"Clients are counted by REMOTE_ADDR, or by {SETTING_NAME}['CLIENT_IP_HEADER'] "
+                f"when the peer is one of {SETTING_NAME}['TRUSTED_PROXIES']: set those instead.",
+            )
+        )
+    view = getattr(settings, "RATELIMIT_VIEW", None)
+    if view is not None and view != config.response_view:
+        found.append(
+            (
+                "RATELIMIT_VIEW",
+                f"Set {SETTING_NAME}['RESPONSE_VIEW'] = {view!r} instead: RateLimitMiddleware "
+                "calls it as view(request, exception) for every refusal.",
+            )
+        )
+    return [
+        Error(
+            f"{name} is a django-ratelimit setting that django_ratelimits does not honour.",
+            hint=f"{hint} Then remove {name} (docs/migrating-from-django-ratelimit.md).",
+            id="django_ratelimits.E007",
+        )
+        for name, hint in found
+    ]

@@ -1,0 +1,49 @@
+"""What admin and the dashboard call each choice a policy offers, translatable.
+
+The values themselves are model-free (:mod:`django_ratelimits.policies.spec`,
+:class:`~django_ratelimits.engine.Algorithm`); the model's field choices and
+the dashboard's texts are built from these tables, so each label has one home.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final, TypeVar
+
+from django.utils.functional import Promise
+from django.utils.translation import gettext_lazy as _
+
+from django_ratelimits.engine import Algorithm
+from django_ratelimits.policies.spec import KeyKind, Mode
+
+__all__ = ["ALGORITHM_LABELS", "KEY_LABELS", "MODE_LABELS", "choices"]
+
+_Value = TypeVar("_Value", bound=str)
+
+ALGORITHM_LABELS: Final[Mapping[Algorithm, Promise]] = {
+    Algorithm.FIXED_WINDOW: _("Fixed window"),
+    Algorithm.SLIDING_WINDOW: _("Sliding window"),
+    Algorithm.SLIDING_WINDOW_COUNTER: _("Sliding window counter (approximate)"),
+    Algorithm.SLIDING_LOG: _("Sliding log"),
+    Algorithm.TOKEN_BUCKET: _("Token bucket"),
+    Algorithm.GCRA: _("GCRA (leaky bucket as a meter)"),
+}
+
+MODE_LABELS: Final[Mapping[Mode, Promise]] = {
+    Mode.ENFORCE: _("Enforce: deny requests over the limit"),
+    Mode.SHADOW: _("Shadow: count and record, never block"),
+}
+
+KEY_LABELS: Final[Mapping[KeyKind, Promise]] = {
+    KeyKind.IP: _("Client IP"),
+    KeyKind.USER: _("User (anonymous requests are not counted)"),
+    KeyKind.USER_OR_IP: _("User, or client IP when anonymous"),
+    KeyKind.IP_AND_USER: _("Client IP and user, as two identities"),
+    KeyKind.HEADER: _("A request header (e.g. an API key)"),
+    KeyKind.CALLABLE: _("A callable, by dotted path"),
+}
+
+
+def choices(labels: Mapping[_Value, Promise]) -> list[tuple[str, Promise]]:
+    """A model field's ``choices``: (stored value, label) in the table's order."""
+    return [(str(value), label) for value, label in labels.items()]
