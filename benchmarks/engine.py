@@ -8,7 +8,7 @@
 ``make bench`` (``python -m benchmarks``) runs it with the other parts and
 writes docs/benchmarks.md.
 
-It starts its own ``redis-server`` on loopback (``tests.redis_harness``) and,
+It starts its own ``redis-server`` on loopback (``devtools.redis_harness``) and,
 in one process and one run, measures:
 
 1. the floor: ``PING`` through redis-py (median and p99 of single calls);
@@ -45,9 +45,9 @@ from typing import Any
 import redis
 from redis.connection import Connection
 
+from devtools.redis_harness import RedisServer, temporary_workdir
 from django_ratelimits.engine import Algorithm, Check, Engine, Identity, KeySpace, Limit
 from django_ratelimits.rates import parse_rates
-from tests.redis_harness import RedisServer, temporary_workdir
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "benchmarks.md"
@@ -473,7 +473,7 @@ def notes(report: Report) -> str:
     rest = extra - redis_extra - client_extra
     return f"""## Engine: method
 
-- One `redis-server` on 127.0.0.1, started by the benchmark (`tests.redis_harness`),
+- One `redis-server` on 127.0.0.1, started by the benchmark (`devtools.redis_harness`),
   one redis-py client with one connection, all in one process and one run.
 - **PING**: `Redis.ping()`, the floor: one bare round trip through redis-py.
 - **1 x 1**: `Engine.check([Check(ip, [Limit("api", 10/s, algorithm)])])`, no metadata.

@@ -34,8 +34,8 @@ from pathlib import Path
 import redis
 
 from benchmarks.engine import ONE_RATE, SEED_000_RATES, _checks
+from devtools.redis_harness import find_binary, free_port, temporary_workdir
 from django_ratelimits.engine import Algorithm, Engine, KeySpace
-from tests.redis_harness import find_binary, free_port, temporary_workdir
 
 CALLS = 300
 IDENTITIES = 100  # checked in turn, so the counted checks find their keys there

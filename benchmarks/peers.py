@@ -27,7 +27,7 @@ from django.http import HttpRequest
 
 from benchmarks.engine import Scenario
 from benchmarks.timing import CELLS_HEAD, CELLS_RULE, cells, counting_client, interleave, ping
-from tests.redis_harness import RedisServer
+from devtools.redis_harness import RedisServer
 
 LIMIT = 10
 UNITS = {"s": "second", "h": "hour"}

@@ -34,7 +34,7 @@ from unittest import mock
 from benchmarks import site
 from benchmarks.engine import Scenario
 from benchmarks.timing import CELLS_HEAD, CELLS_RULE, cells, counting_client, interleave, ping
-from tests.redis_harness import RedisServer
+from devtools.redis_harness import RedisServer
 
 if TYPE_CHECKING:
     from django_ratelimits.engine import Check

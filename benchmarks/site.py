@@ -26,7 +26,7 @@ from django.utils.deprecation import MiddlewareMixin
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
 
-    from tests.redis_harness import RedisServer
+    from devtools.redis_harness import RedisServer
 
 SEED_000_RATES = "10/s, 120/m, 240/h"
 LIMITED = 5  # per minute and address, on /limited/: shows a server really limits

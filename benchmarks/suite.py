@@ -6,14 +6,14 @@
     python -m benchmarks --quick    # small, printed only (--output to write it too)
     python -m benchmarks --quick --parts peers request   # some parts only
 
-One ``redis-server`` on loopback (``tests.redis_harness``) serves every part:
+One ``redis-server`` on loopback (``devtools.redis_harness``) serves every part:
 
 * ``engine`` (:mod:`benchmarks.engine`): PING, one check per algorithm, seed
   000's 2 x 3, Redis CPU, memory per identity;
 * ``peers`` (:mod:`benchmarks.peers`): django-ratelimit, DRF, ``limits``;
 * ``request`` (:mod:`benchmarks.request`): whole-request overhead in Django;
 * ``server`` (:mod:`benchmarks.server`): gunicorn (sync, gthread) under load;
-* ``accuracy``: ``tests.accuracy``'s table (reference model, fake clock).
+* ``accuracy``: ``devtools.accuracy``'s table (reference model, fake clock).
 
 Django runs in this process with ``benchmarks.settings`` and a SQLite file in
 the run's temporary directory. Every timing part has its own PING row, and
@@ -34,8 +34,8 @@ from importlib.metadata import version
 from pathlib import Path
 
 from benchmarks import engine, peers, request, server, site
-from tests import accuracy
-from tests.redis_harness import RedisServer, temporary_workdir
+from devtools import accuracy
+from devtools.redis_harness import RedisServer, temporary_workdir
 
 DOC = engine.DOC
 PARTS = ("engine", "peers", "request", "server", "accuracy")
@@ -202,7 +202,7 @@ def document(result: Run) -> str:
         lines += [
             "## Accuracy",
             "",
-            f"`python -m tests.accuracy`: a limit of {accuracy.LIMIT} per"
+            f"`python -m devtools.accuracy`: a limit of {accuracy.LIMIT} per"
             f" {accuracy.WINDOW_US // 1_000_000} s on three traces (fake clock, the reference"
             " model that the property tests hold identical to the Redis scripts). For each"
             " algorithm: requests admitted, and in brackets how many more (or fewer) than"

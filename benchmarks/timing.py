@@ -16,7 +16,7 @@ from contextlib import AbstractContextManager
 import redis
 
 from benchmarks.engine import CountingConnection, Scenario, _run_round
-from tests.redis_harness import RedisServer
+from devtools.redis_harness import RedisServer
 
 Enter = Callable[[Scenario], AbstractContextManager[object]]
 

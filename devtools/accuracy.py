@@ -1,8 +1,8 @@
 """How far each algorithm strays from the exact sliding log, on three traces.
 
-``python -m tests.accuracy`` prints the table in docs/algorithms.md. It runs
+``python -m devtools.accuracy`` prints the table in docs/algorithms.md. It runs
 the reference model, which the property tests hold identical to the Redis
-scripts; ``tests/test_accuracy.py`` replays the same traces through Redis.
+scripts; ``tests/engine/test_accuracy.py`` replays the same traces through Redis.
 
 For a limit of L per window W, two figures per algorithm and trace:
 
@@ -16,8 +16,8 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 
+from devtools.reference import MODELS
 from django_ratelimits.engine import Algorithm
-from tests.reference import MODELS
 
 LIMIT = 100
 WINDOW_US = 60_000_000

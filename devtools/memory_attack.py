@@ -14,10 +14,10 @@ entries in the offender index. Then:
 
 Run from the repository root (starts its own redis-server)::
 
-    python -m tests.memory_attack --identities 1000000
-    python -m tests.memory_attack --footprint    # bytes per new identity, per denial
+    python -m devtools.memory_attack --identities 1000000
+    python -m devtools.memory_attack --footprint    # bytes per new identity, per denial
 
-``tests/test_memory.py`` runs the same attack with fewer identities.
+``tests/load/test_memory.py`` runs the same attack with fewer identities.
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ from functools import partial
 
 import redis
 
+from devtools.redis_harness import RedisServer, temporary_workdir
 from django_ratelimits.engine import Algorithm, Check, Engine, Identity, Limit
 from django_ratelimits.engine.offenders import OffenderReader
 from django_ratelimits.rates import Rate
-from tests.redis_harness import RedisServer, temporary_workdir
 
 LOGIN = Limit("login", Rate(1, 60), Algorithm.SLIDING_LOG)
 
@@ -164,7 +164,7 @@ def footprint(engine: Engine) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.memory_attack", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m devtools.memory_attack", description=__doc__)
     parser.add_argument("--identities", type=int, default=100_000)
     parser.add_argument("--clients", type=int, default=8, help="threads sending checks")
     parser.add_argument(

@@ -9,7 +9,7 @@ keys in Redis, ``used_memory`` growth, and that growth per request.
 
 Run from the repository root (starts its own redis-server)::
 
-    python -m tests.rotation_attack --requests 1000 --budget 50/h
+    python -m devtools.rotation_attack --requests 1000 --budget 50/h
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
+from devtools.redis_harness import RedisServer, temporary_workdir
 from django_ratelimits.engine import Algorithm, Check, Engine, Gate, Identity, Limit
 from django_ratelimits.rates import Rate, parse_rate
-from tests.redis_harness import RedisServer, temporary_workdir
 
 CLIENT = Identity("ip", "203.0.113.9")
 KEYS = Limit("keys", Rate(5, 3600), Algorithm.FIXED_WINDOW)
@@ -44,7 +44,7 @@ def attack(engine: Engine, requests: int, budget: Rate | None) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.rotation_attack", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m devtools.rotation_attack", description=__doc__)
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--budget", default="50/h", help="the identity budget, e.g. 50/h")
     args = parser.parse_args(argv)

@@ -163,7 +163,7 @@ def run(
     def count(*, policy: PolicySpec, shadow: bool, **kwargs: Any) -> None:
         (summary.shadow if shadow else summary.denied)[policy.name] += 1
 
-    uid = f"django_ratelimits.simulate.{id(summary)}"
+    uid = f"devtools.simulate.{id(summary)}"
     rate_limited.connect(count, weak=False, dispatch_uid=uid)
     muted = logging.root.manager.disable
     logging.disable(max(muted, logging.WARNING))  # every 429 is a django.request warning

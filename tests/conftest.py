@@ -3,13 +3,13 @@
 Contract (other test modules rely on these names):
 
 ``redis_standalone`` (session)
-    A :class:`tests.redis_harness.RedisServer`: ``.host``, ``.port``, ``.url``
+    A :class:`devtools.redis_harness.RedisServer`: ``.host``, ``.port``, ``.url``
     (``redis://127.0.0.1:PORT/0``), ``.binary`` (Path), ``.version`` (tuple of
     ints), ``.client(**kw)`` (a new ``redis.Redis``, bytes replies by default),
     ``.stop()`` / ``.start()`` (restarts on the same port), ``.log_path``.
 
 ``redis_cluster`` (session)
-    A :class:`tests.redis_harness.RedisClusterHarness` of three masters:
+    A :class:`devtools.redis_harness.RedisClusterHarness` of three masters:
     ``.nodes`` (list of ``(host, port)``), ``.url`` (first node),
     ``.client(**kw)`` (a new ``redis.cluster.RedisCluster``), ``.version``.
 
@@ -37,16 +37,16 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
-from django_ratelimits.testing import FakeClock
-from tests import redis_harness
-from tests.engine_helpers import EPOCH_US
-from tests.redis_harness import (
+from devtools import redis_harness
+from devtools.redis_harness import (
     RedisBinaryNotFound,
     RedisClusterHarness,
     RedisServer,
     RedisStartError,
     find_redis_server,
 )
+from django_ratelimits.testing import FakeClock
+from tests.engine_helpers import EPOCH_US
 
 _WORKDIR_KEY = pytest.StashKey[Path]()
 

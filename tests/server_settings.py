@@ -1,4 +1,4 @@
-"""Settings of the real gunicorn and uvicorn servers that ``tests/test_servers.py`` starts.
+"""Settings of the real gunicorn and uvicorn servers that ``tests/load/test_servers.py`` starts.
 
 The test settings, with what a server process needs instead: a file-based SQLite
 database (``RATELIMITS_SERVER_DB``, migrated by the test) that every worker

@@ -12,7 +12,7 @@ from django.urls import reverse
 
 from django_ratelimits.admin import describe
 from django_ratelimits.models import Policy, PolicyVersion
-from tests.test_models import INVALID
+from tests.policies.test_models import INVALID
 
 pytestmark = pytest.mark.django_db
 
@@ -220,9 +220,9 @@ def test_preview_of_each_key_and_algorithm() -> None:
     first = {
         ("header", "X-Api-Key", "token_bucket"): "10 requests per second per value of the "
         "X-Api-Key header (per client IP without it), token bucket with bursts up to the limit.",
-        ("callable", "tests.test_models.key_for_tests", "fixed_window"): "10 requests per "
-        "second per key that tests.test_models.key_for_tests returns (nothing counted when it "
-        "returns None), fixed window.",
+        ("callable", "tests.policies.test_models.key_for_tests", "fixed_window"): "10 requests per "
+        "second per key that tests.policies.test_models.key_for_tests returns (nothing counted "
+        "when it returns None), fixed window.",
         ("user", "", "sliding_log"): "10 requests per second per signed-in user (anonymous "
         "requests are not counted), sliding log.",
         ("ip_and_user", "", "sliding_window_counter"): "10 requests per second per client IP "

@@ -18,7 +18,7 @@ from django.contrib.auth.models import Permission, User
 from django_ratelimits.engine import Algorithm, Check, Identity, Limit, get_engine
 from django_ratelimits.rates import parse_rates
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 IMAGES = ROOT / ("docs/images" if os.environ.get("UPDATE_SCREENSHOTS") else "test-logs/screenshots")
 OFFENDERS = "/admin/django_ratelimits/policy/offenders/"
 LOGIN = [Limit("login", r, Algorithm.SLIDING_LOG) for r in parse_rates("2/m")]

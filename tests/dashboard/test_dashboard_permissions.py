@@ -11,7 +11,7 @@ from django.test import Client
 from django.urls import reverse
 
 from django_ratelimits.engine import Identity, get_engine
-from tests.test_dashboard import (
+from tests.dashboard.test_dashboard import (
     ACTION,
     ATTACKER,
     DETAIL,

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
+from devtools import accuracy
 from django_ratelimits.engine import Algorithm, Check, Identity, Limit
 from django_ratelimits.rates import Rate
 from django_ratelimits.testing import FakeClock
-from tests import accuracy
 from tests.engine_helpers import fresh_engine
 
 WORST_ALLOWED = {

@@ -15,11 +15,11 @@ from django_redis import get_redis_connection
 from redis.cluster import RedisCluster
 from redis.sentinel import SentinelConnectionPool
 
+from devtools.redis_harness import RedisClusterHarness, free_port
+from devtools.redis_harness import RedisServer as HarnessServer
 from django_ratelimits.conf import RateLimitSettings, RedisServer, get_settings
 from django_ratelimits.engine.connection import get_redis
 from django_ratelimits.exceptions import BackendError
-from tests.redis_harness import RedisClusterHarness, free_port
-from tests.redis_harness import RedisServer as HarnessServer
 
 LOCMEM = {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
 

@@ -12,11 +12,11 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from devtools.reference import ReferenceEngine
 from django_ratelimits.engine import Algorithm, Check, Gate, Identity, Limit
 from django_ratelimits.rates import Rate
 from django_ratelimits.testing import FakeClock
 from tests.engine_helpers import EPOCH_US, fresh_engine, outcomes
-from tests.reference import ReferenceEngine
 
 IDENTITIES = (Identity("ip", "203.0.113.9"), Identity("user", "42"))
 HYPOTHESIS = settings(

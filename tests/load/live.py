@@ -1,6 +1,6 @@
 """Real app servers (gunicorn, uvicorn) for the end-to-end tests, and traffic to send them.
 
-Used by ``tests/test_servers.py`` and the reliability tests (faults, cluster
+Used by ``tests/load/test_servers.py`` and the reliability tests (faults, cluster
 faults, soak). A site is prepared once (``prepare``: a SQLite file migrated
 and filled with policies by a subprocess), then served by any number of
 server processes (``serve``), each in its own process group so that the
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 WORKERS = 2  # gunicorn's worker processes in the reliability tests
 # The bounds a fault must keep on a quiet machine, in seconds. Each is widened by
 # SLOWDOWN times the slowest healthy request of the same run, so that a busy machine

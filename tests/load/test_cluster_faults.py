@@ -2,7 +2,7 @@
 
 A cluster of three masters with one replica each (``RedisClusterHarness(replicas=1)``)
 serves a real gunicorn (two workers, ``tests/fault_settings.py`` with
-``RATELIMITS_SERVER_CLUSTER=1``) and the policies of ``tests.live.POLICIES``.
+``RATELIMITS_SERVER_CLUSTER=1``) and the policies of ``tests.load.live.POLICIES``.
 Four clients keep sending requests whose identity lives in the slot the test
 moves or whose master it kills. Every answer must be a 200 or a fail-closed
 503, never a 500; afterwards the limits hold again, and a migration keeps the
@@ -22,9 +22,10 @@ from pathlib import Path
 import pytest
 import redis
 
+from devtools.redis_harness import RedisClusterHarness, RedisServer, free_port, node_id
 from django_ratelimits.conf import get_settings
 from django_ratelimits.engine import Identity, KeySpace
-from tests.live import (
+from tests.load.live import (
     POLICIES,
     TARGETS,
     WORKERS,
@@ -38,7 +39,6 @@ from tests.live import (
     prepare,
     serve,
 )
-from tests.redis_harness import RedisClusterHarness, RedisServer, free_port, node_id
 
 pytestmark = pytest.mark.slow
 

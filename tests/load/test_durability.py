@@ -3,7 +3,7 @@
 An edit made in admin is enforced, survives Redis going away and coming back
 empty, can even be made while Redis is down, and is what a new process loads.
 A Redis outage costs the counters (and offender records) and nothing else.
-A failed admin save keeping the user's input is in ``tests/test_hostile.py``.
+A failed admin save keeping the user's input is in ``tests/request/test_hostile.py``.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from devtools.redis_harness import RedisServer
 from django_ratelimits.models import Policy
 from django_ratelimits.policies import PolicyRegistry, get_registry
-from tests.redis_harness import RedisServer
-from tests.test_admin import change_url, form
+from tests.dashboard.test_admin import change_url, form
 
 pytestmark = pytest.mark.django_db
 

@@ -4,7 +4,7 @@ that promises never to admit more than its limit.
 Each run races all 64 threads on a new identity per algorithm, at one fixed fake
 instant (so no window moves and no token refills during the race): exactly the
 limit must pass in every run, on standalone Redis and on the cluster. The
-processes start each run together by wall-clock time; ``tests/test_engine_concurrency.py``
+processes start each run together by wall-clock time; ``tests/engine/test_engine_concurrency.py``
 is the quick version of this test (one run, fewer threads), which runs on every
 ``-m "not slow"`` pass.
 """

@@ -16,7 +16,7 @@ Each test prints what the clients saw (``-s`` is not needed) and then proves
 the limiter came back by itself: every worker decides again and ``tight``
 denies its sixth request.
 
-``pytest tests/test_faults.py -k sigkill`` runs one fault.
+``pytest tests/load/test_faults.py -k sigkill`` runs one fault.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.live import (
+from devtools.redis_harness import RedisServer, debug_command_args, free_port
+from tests.load.live import (
     POLICIES,
     TARGETS,
     WORKERS,
@@ -45,7 +46,6 @@ from tests.live import (
     prepare,
     serve,
 )
-from tests.redis_harness import RedisServer, debug_command_args, free_port
 
 pytestmark = pytest.mark.slow
 

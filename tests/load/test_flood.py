@@ -14,7 +14,7 @@ Redis is full. What happens next is Redis' ``maxmemory-policy``:
   ``manage.py ratelimits status`` say so.
 
 The site is ``tests/fault_settings.py`` (signals written to the server's output)
-with the reliability policies of ``tests/live.py``; ``tight`` (5/m per address)
+with the reliability policies of ``tests/load/live.py``; ``tight`` (5/m per address)
 records metadata, like a login form would. Each test has a gunicorn of its own,
 so that no circuit breaker carries over.
 """
@@ -32,7 +32,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.live import (
+from devtools.redis_harness import RedisServer, free_port
+from tests.load.live import (
     POLICIES,
     ROOT,
     TIGHT,
@@ -47,7 +48,6 @@ from tests.live import (
     prepare,
     serve,
 )
-from tests.redis_harness import RedisServer, free_port
 
 pytestmark = pytest.mark.slow
 

@@ -1,7 +1,7 @@
 """Memory under attack: many identities leave Redis memory bounded by TTLs and caps.
 
-``tests/memory_attack.py`` is the attack (every identity counted once and denied
-once, a metadata entry each); ``python -m tests.memory_attack --identities 1000000``
+``devtools/memory_attack.py`` is the attack (every identity counted once and denied
+once, a metadata entry each); ``python -m devtools.memory_attack --identities 1000000``
 is the full-size run whose figures docs/reliability.md quotes.
 """
 
@@ -13,10 +13,10 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from devtools.memory_attack import attack
+from devtools.redis_harness import RedisServer
 from django_ratelimits.engine import Algorithm, Engine, Limit
 from django_ratelimits.rates import Rate
-from tests.memory_attack import attack
-from tests.redis_harness import RedisServer
 
 pytestmark = pytest.mark.slow
 

@@ -15,7 +15,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.live import (
+from devtools.redis_harness import RedisServer, free_port
+from tests.load.live import (
     Reply,
     Site,
     access_statuses,
@@ -25,7 +26,6 @@ from tests.live import (
     prepare,
     serve,
 )
-from tests.redis_harness import RedisServer, free_port
 
 pytestmark = pytest.mark.slow
 

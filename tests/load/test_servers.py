@@ -25,7 +25,8 @@ from functools import partial
 
 import pytest
 
-from tests.live import (
+from devtools.redis_harness import RedisServer, free_port
+from tests.load.live import (
     SLOWDOWN,
     Reply,
     Site,
@@ -37,12 +38,11 @@ from tests.live import (
     serve,
     uvicorn,
 )
-from tests.redis_harness import RedisServer, free_port
 
 pytestmark = pytest.mark.slow
 
 # Seconds a request may take while Redis is down or hung, on a quiet machine; widened by
-# SLOWDOWN times the slowest healthy request of the same run (see tests.live).
+# SLOWDOWN times the slowest healthy request of the same run (see tests.load.live).
 OUTAGE_BOUND = 2.0
 LIMIT = 10
 RUNS, CLIENTS = 20, 16  # of the concurrency test

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from tests.live import Site, assert_no_server_error, gunicorn, new_source, prepare, serve
-from tests.redis_harness import RedisServer, free_port
+from devtools.redis_harness import RedisServer, free_port
+from tests.load.live import Site, assert_no_server_error, gunicorn, new_source, prepare, serve
 
 pytestmark = pytest.mark.slow
 

@@ -1,7 +1,7 @@
 """Soak: mixed traffic through gunicorn and uvicorn, Redis restarted twice.
 
 Six clients send allowed, denied, fail-closed, async and unmatched requests to
-both servers (``tests.live.POLICIES`` plus the views' own ``@ratelimit``
+both servers (``tests.load.live.POLICIES`` plus the views' own ``@ratelimit``
 policies) for ``RATELIMITS_SOAK_SECONDS`` (45 by default; the figures in
 docs/reliability.md come from a longer run). Redis is stopped for 1.5 s at one
 third and at two thirds of the run. At the end:
@@ -13,7 +13,7 @@ third and at two thirds of the run. At the end:
 * no connection leaked: Redis sees no more client connections at the end
   than after the warm-up (the restarts dropped every old one).
 
-``RATELIMITS_SOAK_SECONDS=600 pytest tests/test_soak.py`` soaks for ten minutes.
+``RATELIMITS_SOAK_SECONDS=600 pytest tests/load/test_soak.py`` soaks for ten minutes.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.live import (
+from devtools.redis_harness import RedisServer, free_port
+from tests.load.live import (
     POLICIES,
     TARGETS,
     WORKERS,
@@ -44,7 +45,6 @@ from tests.live import (
     serve,
     uvicorn,
 )
-from tests.redis_harness import RedisServer, free_port
 
 pytestmark = pytest.mark.slow
 

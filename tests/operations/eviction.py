@@ -1,5 +1,5 @@
 """Redis servers of a test's own, set to an eviction policy: for the checks, the
-``status`` command and the flood through gunicorn (``tests/test_flood.py``)."""
+``status`` command and the flood through gunicorn (``tests/load/test_flood.py``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.redis_harness import RedisServer
+from devtools.redis_harness import RedisServer
 
 
 @contextmanager

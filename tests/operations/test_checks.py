@@ -19,12 +19,12 @@ from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 from django.test import override_settings
 
+from devtools.redis_harness import RedisClusterHarness, RedisServer, free_port
 from django_ratelimits import checks
 from django_ratelimits.checks import REDIS_TAG, TAG
 from django_ratelimits.middleware import RateLimitMiddleware
 from django_ratelimits.models import Policy
-from tests.eviction import blind_url, redis_with
-from tests.redis_harness import RedisClusterHarness, RedisServer, free_port
+from tests.operations.eviction import blind_url, redis_with
 
 OURS = "django_ratelimits.middleware.RateLimitMiddleware"
 AUTH = "django.contrib.auth.middleware.AuthenticationMiddleware"
@@ -93,9 +93,9 @@ def test_middleware_before_authentication_is_an_error() -> None:
 
 
 def test_a_subclass_of_either_middleware_counts() -> None:
-    with with_middleware("tests.test_checks.SiteLimiter", AUTH):
+    with with_middleware("tests.operations.test_checks.SiteLimiter", AUTH):
         assert "django_ratelimits.E001" in ids()
-    with with_middleware(AUTH, "tests.test_checks.SiteLimiter"):
+    with with_middleware(AUTH, "tests.operations.test_checks.SiteLimiter"):
         assert "django_ratelimits.E001" not in ids()
 
 

@@ -9,13 +9,13 @@ import pytest
 from django.core.checks import CheckMessage, run_checks
 from django.test import Client, override_settings
 
+from devtools.redis_harness import free_port
 from django_ratelimits.checks import TAG
 from django_ratelimits.conf import InvalidSettings, get_settings
 from django_ratelimits.contrib.drf import PolicyThrottle
 from django_ratelimits.models import Policy
 from django_ratelimits.policies import get_registry
 from django_ratelimits.signals import backend_failed
-from tests.redis_harness import free_port
 
 DEAD_URL = f"redis://127.0.0.1:{free_port()}/0"
 
@@ -94,7 +94,9 @@ class DefaultThrottle(PolicyThrottle):
 
 
 TYPOS = {"ROOT_URLCONF": "tests.typo_urls", "DJANGO_RATELIMITS": {"REDIS": DEAD_URL}}
-DEFAULT_THROTTLE = {"DEFAULT_THROTTLE_CLASSES": ["tests.test_checks_bypass.DefaultThrottle"]}
+DEFAULT_THROTTLE = {
+    "DEFAULT_THROTTLE_CLASSES": ["tests.operations.test_checks_bypass.DefaultThrottle"]
+}
 
 
 @pytest.mark.django_db
@@ -104,7 +106,7 @@ def test_every_decorator_and_throttle_naming_a_missing_policy_is_an_error_in_one
         errors = found("E006")
     assert sorted(e.obj for e in errors) == [
         "django_ratelimits.contrib.drf.PolicyThrottle on tests.typo_urls.TypoApi",
-        "tests.test_checks_bypass.DefaultThrottle",
+        "tests.operations.test_checks_bypass.DefaultThrottle",
         "tests.typo_urls.ReportThrottle on tests.typo_urls.report",
         "tests.typo_urls.search",
     ]

@@ -17,17 +17,17 @@ from django.core.management import CommandError, call_command
 from django.test import override_settings
 from redis.cluster import RedisCluster
 
+from devtools.redis_harness import free_port
 from django_ratelimits.engine import Check, Engine, Identity, get_engine
 from django_ratelimits.engine.offenders import OffenderReader
 from django_ratelimits.management.commands import ratelimits
 from django_ratelimits.models import Policy
 from django_ratelimits.policies import current, get_registry
 from django_ratelimits.testing import FakeClock
-from tests.eviction import blind_url, redis_with
-from tests.redis_harness import free_port
+from tests.operations.eviction import blind_url, redis_with
 
 pytestmark = pytest.mark.django_db
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 OFFICE, ATTACKER = "198.51.100.10", "203.0.113.99"
 
 

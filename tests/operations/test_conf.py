@@ -15,7 +15,7 @@ from pytest_django import Settings
 from django_ratelimits.conf import DEFAULTS, RateLimitSettings, RedisServer, get_settings
 from django_ratelimits.rates import Rate
 
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
 
 def settings_from(value: object) -> RateLimitSettings:

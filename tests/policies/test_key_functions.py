@@ -19,8 +19,8 @@ from django_ratelimits.checks import TAG
 from django_ratelimits.decorators import ratelimit
 from django_ratelimits.models import Policy
 from django_ratelimits.policies import current
+from tests.dashboard.test_admin import add_url, form
 from tests.key_functions import CALLED, IMPORTED
-from tests.test_admin import add_url, form
 
 pytestmark = pytest.mark.django_db
 

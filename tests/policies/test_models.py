@@ -72,8 +72,16 @@ INVALID = [
     ({"key": "callable", "key_arg": "nodots"}, "key_arg", "Enter the dotted path"),
     ({"key": "callable", "key_arg": "tests.class.key"}, "key_arg", "Enter the dotted path"),
     ({"key": "callable", "key_arg": "tests.nowhere.key"}, "key_arg", "Cannot import"),
-    ({"key": "callable", "key_arg": "tests.test_models.missing"}, "key_arg", "Cannot import"),
-    ({"key": "callable", "key_arg": "tests.test_models.NOT_CALLABLE"}, "key_arg", "not callable"),
+    (
+        {"key": "callable", "key_arg": "tests.policies.test_models.missing"},
+        "key_arg",
+        "Cannot import",
+    ),
+    (
+        {"key": "callable", "key_arg": "tests.policies.test_models.NOT_CALLABLE"},
+        "key_arg",
+        "not callable",
+    ),
     ({"key": "ip", "key_arg": "X-Api-Key"}, "key_arg", "Leave this empty"),
     ({"key": "user", "key_arg": "a.b"}, "key_arg", "Leave this empty"),
     ({"identity_budget": "50 per hour"}, "identity_budget", "Enter one rate such as “50/h”"),
@@ -101,7 +109,7 @@ def test_clean_reports_every_bad_field_at_once() -> None:
 def test_valid_keys_and_bursts_pass() -> None:
     for fields in (
         {"key": "header", "key_arg": "X-Api-Key"},
-        {"key": "callable", "key_arg": "tests.test_models.key_for_tests"},
+        {"key": "callable", "key_arg": "tests.policies.test_models.key_for_tests"},
         {"algorithm": "token_bucket", "burst": 50, "rates": "10/s, 100/m"},
         {"algorithm": "gcra", "rates": "1/30d", "burst": 1000},
         {"path": r"^/api/v\d+/", "methods": "get,HEAD"},

@@ -32,7 +32,7 @@ from django_ratelimits.policies import PolicyRegistry, current, get_registry, li
 from django_ratelimits.rates import parse_rates
 from django_ratelimits.spec import Mode, PolicySpec
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class Clock:

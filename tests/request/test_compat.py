@@ -131,7 +131,7 @@ def test_callable_and_dotted_path_keys_get_the_group_and_request(limiter: Any) -
     assert [view(factory.get("/?tenant=a")) for _ in range(2)] == [False, True]
     assert view(factory.get("/?tenant=b")) is False
     assert seen == ["tenants"] * 3
-    dotted = view_with(key="tests.test_compat.tenant_key", rate="1/h")
+    dotted = view_with(key="tests.request.test_compat.tenant_key", rate="1/h")
     assert [dotted(factory.get("/?tenant=a")) for _ in range(2)] == [False, True]
 
 
@@ -286,11 +286,11 @@ def test_the_group_defaults_to_the_views_dotted_name(limiter: Any) -> None:
     counted(request)
     usage = get_usage(request, fn=counted, key="ip", rate="2/h")
     assert usage is not None and usage["count"] == 1
-    named = get_usage(request, group="tests.test_compat.counted", key="ip", rate="2/h")
+    named = get_usage(request, group="tests.request.test_compat.counted", key="ip", rate="2/h")
     assert named == usage
     assert (
         is_ratelimited(
-            request, group="tests.test_compat.counted", key="ip", rate="2/h", increment=True
+            request, group="tests.request.test_compat.counted", key="ip", rate="2/h", increment=True
         )
         is False
     )
@@ -329,7 +329,7 @@ def test_callable_dotted_tuple_and_none_rates(limiter: Any) -> None:
     assert [view(factory.get("/")) for _ in range(2)] == [False, True]
     assert [view(factory.get("/?vip=1")) for _ in range(3)] == [False] * 3
     assert seen == ["rated"] * 5
-    dotted = view_with(key="ip", rate="tests.test_compat.rate_for")
+    dotted = view_with(key="ip", rate="tests.request.test_compat.rate_for")
     assert [dotted(factory.get("/")) for _ in range(2)] == [False, True]
     as_tuple = view_with(key="ip", rate=(2, 60))
     assert [as_tuple(factory.get("/")) for _ in range(3)] == [False, False, True]

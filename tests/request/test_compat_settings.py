@@ -61,7 +61,7 @@ def test_ratelimit_enable_false_lets_every_request_through(compat_site: Client) 
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("setting", [Throttled, "tests.test_compat_settings.Throttled"])
+@pytest.mark.parametrize("setting", [Throttled, "tests.request.test_compat_settings.Throttled"])
 def test_ratelimit_exception_class_is_raised_over_the_limit(
     compat_site: Client, setting: object
 ) -> None:
@@ -80,7 +80,7 @@ def test_a_ratelimited_subclass_as_exception_class_still_gets_429_and_retry_afte
 
 
 # RATELIMIT_FAIL_OPEN through a request:
-# tests/test_compat.py::test_redis_down_fails_open_unless_ratelimit_fail_open_is_false
+# tests/request/test_compat.py::test_redis_down_fails_open_unless_ratelimit_fail_open_is_false
 
 
 # --------------------------------------------------------------------------- refused: E007
@@ -113,7 +113,7 @@ def test_settings_that_agree_with_django_ratelimits_pass() -> None:
         RATELIMIT_VIEW="tests.urls.custom_429",
         RATELIMIT_ENABLE=True,
         RATELIMIT_FAIL_OPEN=True,
-        RATELIMIT_EXCEPTION_CLASS="tests.test_compat_settings.Throttled",
+        RATELIMIT_EXCEPTION_CLASS="tests.request.test_compat_settings.Throttled",
     ):
         assert e007() == []
 

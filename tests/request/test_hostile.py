@@ -12,8 +12,8 @@
 * A 429 tells a client nothing about other clients or the key space.
 
 Rate strings and forwarding headers are fuzzed at the unit level in
-``tests/test_rates.py`` and ``tests/test_identity.py``; the dashboard's
-permissions and CSRF in ``tests/test_dashboard_permissions.py``.
+``tests/policies/test_rates.py`` and ``tests/request/test_identity.py``; the dashboard's
+permissions and CSRF in ``tests/dashboard/test_dashboard_permissions.py``.
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ from redis.cluster import RedisCluster
 from django_ratelimits.engine import Identity, get_engine
 from django_ratelimits.models import Policy
 from django_ratelimits.policies import get_registry
+from tests.dashboard.test_admin import add_url, field_row, form
+from tests.dashboard.test_dashboard import PAGE, detail_url
 from tests.engine_helpers import all_keys
-from tests.test_admin import add_url, field_row, form
-from tests.test_dashboard import PAGE, detail_url
 
 pytestmark = pytest.mark.django_db
 
@@ -93,7 +93,7 @@ def test_a_hostile_identity_is_limited_in_its_own_slot(
     if not Policy.objects.filter(name="who").exists():
         _policy(
             name="who", rates=f"{LIMIT}/m", path=r"^/api/", key="callable",
-            key_arg="tests.test_hostile.who",
+            key_arg="tests.request.test_hostile.who",
         )  # fmt: skip
     _flush(limiter)
     client = Client()

@@ -505,14 +505,14 @@ NOT_CALLABLE = "a string"
 
 
 def test_callable_kind() -> None:
-    policy = spec(KeyKind.CALLABLE, "tests.test_identity.key_from_query")
+    policy = spec(KeyKind.CALLABLE, "tests.request.test_identity.key_from_query")
     req = factory.get("/", {"key": "tenant-7"})
     assert identities(req, policy) == [Identity("key", "tenant-7")]
 
 
 @pytest.mark.parametrize("query", [{}, {"key": ""}])
 def test_callable_kind_none_or_empty_is_not_counted(query: dict[str, str]) -> None:
-    policy = spec(KeyKind.CALLABLE, "tests.test_identity.key_from_query")
+    policy = spec(KeyKind.CALLABLE, "tests.request.test_identity.key_from_query")
     assert identities(factory.get("/", query), policy) == []
 
 
@@ -526,14 +526,14 @@ def test_callable_is_imported_once(monkeypatch: pytest.MonkeyPatch) -> None:
         return real(path)
 
     monkeypatch.setattr(identity_module, "import_string", counting)
-    policy = spec(KeyKind.CALLABLE, "tests.test_identity.key_from_query")
+    policy = spec(KeyKind.CALLABLE, "tests.request.test_identity.key_from_query")
     for _ in range(3):
         identities(factory.get("/", {"key": "k"}), policy)
-    assert calls == ["tests.test_identity.key_from_query"]
+    assert calls == ["tests.request.test_identity.key_from_query"]
 
 
 @pytest.mark.parametrize(
-    "path", ["tests.test_identity.missing", "tests.test_identity.NOT_CALLABLE"]
+    "path", ["tests.request.test_identity.missing", "tests.request.test_identity.NOT_CALLABLE"]
 )
 def test_callable_that_cannot_be_loaded(path: str) -> None:
     with pytest.raises(ImproperlyConfigured, match="key function"):
@@ -542,18 +542,21 @@ def test_callable_that_cannot_be_loaded(path: str) -> None:
 
 def test_callable_returning_a_non_string() -> None:
     with pytest.raises(TypeError, match="must return a str or None, not int"):
-        identities(request(), spec(KeyKind.CALLABLE, "tests.test_identity.key_as_int"))
+        identities(request(), spec(KeyKind.CALLABLE, "tests.request.test_identity.key_as_int"))
 
 
 def test_every_key_kind_is_handled() -> None:
     for kind in KeyKind:
-        arg = {KeyKind.HEADER: "X-Api-Key", KeyKind.CALLABLE: "tests.test_identity.key_from_query"}
+        arg = {
+            KeyKind.HEADER: "X-Api-Key",
+            KeyKind.CALLABLE: "tests.request.test_identity.key_from_query",
+        }
         assert isinstance(identities(request(), spec(kind, arg.get(kind, ""))), list)
 
 
 # --------------------------------------------------------------------------- docs
 
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "client-ip.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "client-ip.md"
 
 
 def _doc_examples() -> list[tuple[str, str, str]]:

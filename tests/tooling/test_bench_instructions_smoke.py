@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from benchmarks import instructions
-from tests.redis_harness import find_binary
+from devtools.redis_harness import find_binary
 
 pytestmark = [
     pytest.mark.slow,

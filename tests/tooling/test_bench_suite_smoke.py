@@ -20,7 +20,7 @@ pytest.importorskip("limits", reason="the bench extra: pip install -e '.[bench]'
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PARTS = ["peers", "request", "server", "accuracy"]
 
 

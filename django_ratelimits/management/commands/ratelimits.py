@@ -34,6 +34,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException, RedisError, ResponseError
 
+from devtools.simulate import NoTargets
+from devtools.simulate import run as simulate
 from django_ratelimits.breaker import breaker
 from django_ratelimits.conf import get_settings
 from django_ratelimits.dashboard.services import identity_report, user_names
@@ -44,8 +46,6 @@ from django_ratelimits.engine.offenders import Offender, OffenderReader
 from django_ratelimits.exceptions import BackendError
 from django_ratelimits.identity import UNKNOWN, group, parse_address
 from django_ratelimits.policies import current
-from django_ratelimits.simulate import NoTargets
-from django_ratelimits.simulate import run as simulate
 from django_ratelimits.spec import PolicySpec
 
 Data = dict[str, Any]
