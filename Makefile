@@ -73,7 +73,7 @@ bench: venv
 # Redis runs in the background for as long as runserver does (Ctrl-C stops both). It starts
 # first, so that migrate's system checks find it. The site runs with demo_settings:
 # the base settings plus RateLimitMiddleware and the shop app, which seeds example policies.
-# Before serving, DEMO_TRAFFIC seconds of simulated traffic (manage.py ratelimits simulate)
+# Before serving, DEMO_TRAFFIC seconds of simulated traffic (python -m devtools.simulate)
 # give the offender dashboard something to show; DEMO_TRAFFIC=0 skips it.
 demo: venv
 	@echo "demo: redis-server: $$($(PY) -m devtools.redis_harness --print-binary)"
@@ -86,7 +86,7 @@ demo: venv
 	  DEMO_URL=http://$(DEMO_ADDR) $(PY) -m demo_project.ensure_admin || exit 1; \
 	  if [ "$(DEMO_TRAFFIC)" != 0 ]; then \
 	    echo "demo: $(DEMO_TRAFFIC) s of simulated traffic, so the offender dashboard has rows"; \
-	    $(PY) manage.py ratelimits simulate --seconds $(DEMO_TRAFFIC) || \
+	    $(PY) -m devtools.simulate --seconds $(DEMO_TRAFFIC) || \
 	      echo "demo: the simulated traffic failed (see above); starting the site anyway" >&2; \
 	  fi; \
 	  echo "demo: http://$(DEMO_ADDR)/ lists the endpoints and how to push them past their limits"; \

@@ -18,6 +18,10 @@ Contract (other test modules rely on these names):
     primary. A test that takes it runs once per topology; tell them apart with
     ``isinstance(client, redis.cluster.RedisCluster)``.
 
+``site_redis`` (function, on ``redis_client``)
+    The site wired to that clean Redis (``tests.urls``, ``RateLimitMiddleware``);
+    yields the same client. ``frozen_clock`` stops its engine's clock.
+
 Servers live in one temporary directory for the session. When the session
 had failures their logs are copied to ``test-logs/`` in the repository root;
 otherwise the directory is deleted.
@@ -157,11 +161,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 @pytest.fixture
-def limiter(
+def site_redis(
     redis_client: redis.Redis | RedisCluster, request: pytest.FixtureRequest, db: None
 ) -> Iterator[redis.Redis | RedisCluster]:
-    """The app wired to a clean Redis (standalone, then cluster), ``tests.urls`` and
-    ``RateLimitMiddleware``. Yields the Redis client, to look at what was written."""
+    """The site wired to a clean Redis (standalone, then cluster): ``tests.urls`` behind
+    ``RateLimitMiddleware``, the registry refreshed, the breaker closed. Yields the client
+    of that Redis, to look at what the requests wrote. (Called ``limiter`` until issue
+    10, although it never was one.)"""
     from django.conf import settings
     from django.test import override_settings
 
@@ -185,12 +191,13 @@ def limiter(
 
 
 @pytest.fixture
-def frozen_clock(limiter: object, monkeypatch: pytest.MonkeyPatch) -> FakeClock:
-    """The ``limiter``'s engine on a :class:`~django_ratelimits.testing.FakeClock` stopped
-    at the start of an hour (``EPOCH_US``): time moves only when the test advances it, so
-    a fixed window cannot end between its requests, however slow the machine.
+def frozen_clock(site_redis: object, monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    """The engine of the ``site_redis`` site on a
+    :class:`~django_ratelimits.testing.FakeClock` stopped at the start of an hour
+    (``EPOCH_US``): time moves only when the test advances it, so a fixed window cannot
+    end between its requests, however slow the machine.
 
-    The engine is the one the settings of the ``limiter`` fixture build; a test that
+    The engine is the one the settings of the ``site_redis`` fixture build; a test that
     overrides ``DJANGO_RATELIMITS`` gets another engine, on Redis' clock."""
     from django_ratelimits.engine import get_engine
 

@@ -3,8 +3,8 @@
 :func:`run` sends requests with Django's test ``Client`` through the configured
 URLconf: the middleware, the ``@ratelimit`` decorators and the enabled
 policies decide them exactly as they decide real requests (only the socket is
-skipped), against the configured Redis. ``manage.py ratelimits simulate`` and
-``make demo`` call it.
+skipped), against the configured Redis. ``python -m devtools.simulate`` (see
+:mod:`devtools.simulate.__main__`) and ``make demo`` call it.
 
 The targets are the routes an enabled policy applies to: routes without
 converters that a policy's path pattern matches (GET if it applies to GET,
@@ -23,8 +23,9 @@ admin login are left alone. The cast (addresses from the documentation ranges):
 Rounds of :data:`ROUND_SECONDS` pace the traffic so that per-second limits see
 steady rates; a run stops after ``seconds`` or ``requests``, whichever comes
 first. Log records below ERROR are muted while it runs (each 429 would be a
-``django.request`` warning). Users ``sim-*`` are created the first time (active, with no usable
-password). It is meant for demos and staging sites, not production.
+``django.request`` warning). The users of the cast (:data:`USERS`, all named
+``sim-*``) are created in the site's database the first time (active, with no
+usable password); :attr:`Summary.created_users` names the ones a run created.
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ CAST = (
     Visitor("regular", "192.0.2.10", (None,), 1),
     Visitor("regular", "192.0.2.11", ("sim-regular",), 1),
 )
+USERS = tuple(dict.fromkeys(u for v in CAST for u in v.users if u is not None))
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,7 @@ class Summary:
     shadow: Counter[str] = field(default_factory=Counter)  # by policy, shadow (not refused)
     sent: Counter[str] = field(default_factory=Counter)  # by visitor
     limited: Counter[str] = field(default_factory=Counter)  # 429s by visitor
+    created_users: list[str] = field(default_factory=list)  # user names this run created
 
     @property
     def requests(self) -> int:
@@ -110,6 +113,7 @@ class Summary:
             "seconds": round(self.seconds, 3),
             "requests": self.requests,
             "limited": self.statuses[429],
+            "created_users": self.created_users,
             "statuses": {str(code): n for code, n in sorted(self.statuses.items())},
             "denials": dict(self.denied.most_common()),
             "shadow_denials": dict(self.shadow.most_common()),
@@ -135,6 +139,7 @@ class Summary:
                 f"targets: {', '.join(map(str, self.targets))}",
                 f"denials by policy: {counts(self.denied)}",
                 f"shadow denials (not refused): {counts(self.shadow)}",
+                f"users created: {', '.join(self.created_users) or 'none (they existed)'}",
                 "by visitor:",
                 *(
                     f"  {name:<{width}}  {n:>5} requests  {self.limited[name]:>5} limited"
@@ -156,8 +161,12 @@ def run(
         )
     gets = [t for t in found if t.method == "GET"] or found
     posts = [t for t in found if t.method == "POST"]
-    clients = [(f"{v.role} {v.address}", v, _client(v.address, u)) for v in cast for u in v.users]
     summary = Summary(tuple(found))
+    clients = [
+        (f"{v.role} {v.address}", v, _client(v.address, u, summary.created_users))
+        for v in cast
+        for u in v.users
+    ]
     rng = random.Random(seed)
 
     def count(*, policy: PolicySpec, shadow: bool, **kwargs: Any) -> None:
@@ -230,7 +239,7 @@ def _literal(pattern: Any) -> str | None:
     return None if _REGEX_SPECIAL.intersection(text) else text
 
 
-def _client(address: str, username: str | None) -> Client:
+def _client(address: str, username: str | None, created_users: list[str]) -> Client:
     client = Client(REMOTE_ADDR=address, HTTP_HOST=_host(), raise_request_exception=False)
     if username is not None:
         model = get_user_model()
@@ -239,6 +248,7 @@ def _client(address: str, username: str | None) -> Client:
         if created:
             user.set_unusable_password()
             user.save()
+            created_users.append(username)
         client.force_login(user)
     return client
 

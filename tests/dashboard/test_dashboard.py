@@ -127,8 +127,8 @@ def remaining(identity: Identity, policy: str) -> list[int]:
 
 
 @pytest.fixture
-def board(limiter: Any, django_user_model: Any, admin_client: Client) -> dict[str, Any]:
-    return {"users": scripted(django_user_model), "client": admin_client, "redis": limiter}
+def board(site_redis: Any, django_user_model: Any, admin_client: Client) -> dict[str, Any]:
+    return {"users": scripted(django_user_model), "client": admin_client, "redis": site_redis}
 
 
 # --------------------------------------------------------------------------- the list
@@ -279,7 +279,7 @@ def test_sort_order(board: dict[str, Any], django_user_model: Any) -> None:
     assert data(client, order="last")["offenders"][0]["ident"] == f"ip:{ATTACKER}"
 
 
-def test_pagination(limiter: Any, admin_client: Client) -> None:
+def test_pagination(site_redis: Any, admin_client: Client) -> None:
     policies()
     for n in range(30):
         assert hit("/api/other", f"203.0.113.{n}", times=3)[-1] == 429
@@ -341,7 +341,9 @@ def test_the_detail_of_a_user_lists_its_ips(board: dict[str, Any]) -> None:
     assert quotas == ["hello"]  # "other" counts IPs only
 
 
-def test_the_detail_shows_a_bounded_part_of_a_long_list(limiter: Any, admin_client: Client) -> None:
+def test_the_detail_shows_a_bounded_part_of_a_long_list(
+    site_redis: Any, admin_client: Client
+) -> None:
     from django.conf import settings
 
     limit = Limit("wide", parse_rates("1000/m")[0])
@@ -453,7 +455,7 @@ def test_the_confirmation_page_says_what_will_happen(board: dict[str, Any]) -> N
 
 
 @pytest.fixture
-def redis_down(limiter: Any) -> Any:
+def redis_down(site_redis: Any) -> Any:
     with override_settings(
         DJANGO_RATELIMITS={"REDIS": "redis://127.0.0.1:1/0", "SOCKET_CONNECT_TIMEOUT": 0.2}
     ):
@@ -481,7 +483,9 @@ def test_redis_down_shows_an_error_not_a_500(redis_down: None, admin_client: Cli
 # --------------------------------------------------------------------------- admin wiring
 
 
-def test_linked_from_the_app_index_and_the_policy_list(limiter: Any, admin_client: Client) -> None:
+def test_linked_from_the_app_index_and_the_policy_list(
+    site_redis: Any, admin_client: Client
+) -> None:
     for url in (
         reverse("admin:app_list", args=["django_ratelimits"]),
         reverse("admin:django_ratelimits_policy_changelist"),

@@ -66,7 +66,7 @@ def idents(page: Any) -> set[str]:
 
 
 @pytest.mark.parametrize("redis_client", ["standalone"], indirect=True)
-def test_staff_find_reset_and_lose_an_offender(limiter: Any, page: Any) -> None:
+def test_staff_find_reset_and_lose_an_offender(site_redis: Any, page: Any) -> None:
     User.objects.create_superuser("boss", password="pw")
     traffic()
     log_in(page, "boss")
@@ -104,7 +104,7 @@ def test_staff_find_reset_and_lose_an_offender(limiter: Any, page: Any) -> None:
 
 
 @pytest.mark.parametrize("redis_client", ["standalone"], indirect=True)
-def test_the_dashboard_fits_a_phone(limiter: Any, browser: Any, live_server: Any) -> None:
+def test_the_dashboard_fits_a_phone(site_redis: Any, browser: Any, live_server: Any) -> None:
     User.objects.create_superuser("boss", password="pw")
     traffic()
     IMAGES.mkdir(parents=True, exist_ok=True)
@@ -120,7 +120,7 @@ def test_the_dashboard_fits_a_phone(limiter: Any, browser: Any, live_server: Any
 
 
 @pytest.mark.parametrize("redis_client", ["standalone"], indirect=True)
-def test_people_without_the_permission_cannot_reach_it(limiter: Any, page: Any) -> None:
+def test_people_without_the_permission_cannot_reach_it(site_redis: Any, page: Any) -> None:
     traffic()
     User.objects.create_user("visitor", password="pw")
     helper = User.objects.create_user("helper", password="pw", is_staff=True)

@@ -49,7 +49,7 @@ def reads() -> list[str]:
 
 
 @pytest.fixture
-def offender(limiter: Any) -> Identity:
+def offender(site_redis: Any) -> Identity:
     """An IP over the "other" policy, and nothing blocked."""
     policies()
     assert hit("/api/other", ATTACKER, times=3)[-1] == 429

@@ -89,12 +89,12 @@ def victim_record_after_attack(engine: Engine, attackers: list[Identity]) -> obj
 
 
 @pytest.fixture
-def small_index(limiter: Any) -> Iterator[Any]:
+def small_index(site_redis: Any) -> Iterator[Any]:
     """The limiter's Redis with an offender index of 640 entries: 10 per shard."""
     with override_settings(
         DJANGO_RATELIMITS={**settings.DJANGO_RATELIMITS, "OFFENDER_INDEX_MAX": 640}
     ):
-        yield limiter
+        yield site_redis
 
 
 def test_identities_chosen_to_share_the_victims_shard_no_longer_evict_its_record(
@@ -121,7 +121,7 @@ def test_identities_chosen_to_share_the_victims_shard_no_longer_evict_its_record
 
 @pytest.mark.django_db
 def test_the_dashboard_and_the_command_find_what_requests_wrote_under_a_custom_secret(
-    limiter: Any, admin_client: Client
+    site_redis: Any, admin_client: Client
 ) -> None:
     with override_settings(
         DJANGO_RATELIMITS={**settings.DJANGO_RATELIMITS, "SHARD_SECRET": SECRET}
@@ -133,7 +133,7 @@ def test_the_dashboard_and_the_command_find_what_requests_wrote_under_a_custom_s
         keys = get_engine().keys
         assert keys.secret == get_settings().shard_key
         # Written where the secret places it, which is not where no secret would.
-        assert limiter.exists(keys.of(VICTIM).record)
+        assert site_redis.exists(keys.of(VICTIM).record)
         assert keys.of(VICTIM).tag != KeySpace(keys.prefix, keys.shards).of(VICTIM).tag
 
         page = admin_client.get(reverse("admin:django_ratelimits_offenders_json")).json()

@@ -34,7 +34,7 @@ def _edit(admin_client: Client, policy: Policy, rates: str) -> None:
 
 @pytest.mark.parametrize("redis_client", ["standalone"], indirect=True)
 def test_a_redis_outage_loses_counters_never_policies(
-    limiter: Any, redis_standalone: RedisServer, admin_client: Client
+    site_redis: Any, redis_standalone: RedisServer, admin_client: Client
 ) -> None:
     policy = Policy.objects.create(name="api", rates="3/m", path="^/api/", algorithm="sliding_log")
     _edit(admin_client, policy, "2/m")

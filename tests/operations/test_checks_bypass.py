@@ -68,7 +68,7 @@ def test_a_url_without_decoding_passes() -> None:
 @pytest.mark.django_db
 @pytest.mark.parametrize("redis_client", ["standalone"], indirect=True)
 def test_a_decoding_url_fails_requests_open_or_closed_never_500(
-    limiter: Any, redis_standalone: Any
+    site_redis: Any, redis_standalone: Any
 ) -> None:
     Policy.objects.create(name="open", rates="1/h", path=r"^/api/hello")
     Policy.objects.create(name="closed", rates="100/h", path=r"^/api/other", fail_closed=True)
@@ -143,7 +143,7 @@ def test_an_unreadable_policy_table_is_a_warning_not_a_crash() -> None:
 @pytest.mark.django_db
 @pytest.mark.parametrize("redis_client", ["standalone"], indirect=True)
 def test_an_unknown_name_is_logged_once_however_many_requests_use_it(
-    limiter: Any, caplog: pytest.LogCaptureFixture
+    site_redis: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     from django.conf import settings
 

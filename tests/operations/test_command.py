@@ -47,7 +47,7 @@ def policy(**fields: Any) -> None:
 
 
 @pytest.fixture
-def engine(limiter: Any, monkeypatch: pytest.MonkeyPatch) -> Engine:
+def engine(site_redis: Any, monkeypatch: pytest.MonkeyPatch) -> Engine:
     """The command's engine, on a fake clock: the offender index takes at most one
     update a second per identity, so :func:`scripted` spaces its requests."""
     configured = get_engine()
@@ -253,46 +253,6 @@ def test_status_describes_redis_and_the_index(engine: Engine) -> None:
     assert "circuit breaker: closed" in text
 
 
-# --------------------------------------------------------------------------- simulate
-
-
-# Runs end by their number of requests, not by time, and the limits are per hour (the
-# views' own per minute): what is limited is the same however fast the machine sends.
-ENDLESS = ("--seconds", "3600")
-
-
-def test_simulate_sends_traffic_through_the_site(limiter: Any) -> None:
-    policy(name="api", rates="5/h", path="^/api/", key="ip_and_user", record_metadata=True)
-    data = run_json("simulate", "--requests", "160", *ENDLESS)
-    assert data["requests"] == 160 and 0 < data["limited"] < data["requests"]
-    assert data["denials"]["api"] > 0
-    targets = {(t["method"], t["path"]): t["policies"] for t in data["targets"]}
-    assert targets[("GET", "/api/hello")] == ["api"]
-    assert targets[("POST", "/login")] == ["t-login"]
-    assert not any(path.startswith("/admin/") and path != "/admin/login/" for _, path in targets)
-    visitors = {v["visitor"]: v for v in data["visitors"]}
-    assert visitors["regular 192.0.2.10"]["limited"] < visitors["attacker 203.0.113.66"]["limited"]
-
-    office = OffenderReader(get_engine()).detail(Identity("ip", "198.51.100.10"))
-    assert office.offender is not None and office.offender.by_policy["api"] > 0
-    sim_users = User.objects.filter(username__startswith="sim-office-")
-    assert {who for who, _ in office.behind()} == {f"user:{u.pk}" for u in sim_users}
-    assert len(sim_users) == 6
-
-    assert run_json("simulate", "--requests", "30", *ENDLESS)["requests"] == 30
-    text = run("simulate", "--requests", "10", *ENDLESS)
-    assert text.startswith("10 requests in ") and "by visitor:" in text
-    assert run_json("simulate", "--seconds", "0.3")["seconds"] >= 0.3  # stops by time too
-
-
-def test_simulate_needs_a_limited_route(limiter: Any) -> None:
-    with (
-        override_settings(ROOT_URLCONF="demo_project.urls"),
-        pytest.raises(CommandError, match="no route of this site is limited"),
-    ):
-        run("simulate", "--seconds", "1")
-
-
 # --------------------------------------------------------------------------- errors
 
 
@@ -305,7 +265,6 @@ def test_simulate_needs_a_limited_route(limiter: Any) -> None:
         (["block", "ip:192.0.2.1", "--for", "2y"], "is not a duration"),
         (["block", "ip:192.0.2.1"], "--for"),
         (["offenders", "--limit", "-1"], "is not a number"),
-        (["simulate", "--seconds", "nan"], "is not a number of seconds"),
         (["reset", "ip:192.0.2.1", "--policy", "nope"], "no enabled policy is named 'nope'"),
         (["nonsense"], "invalid choice"),
     ],
@@ -322,7 +281,6 @@ ACTIONS = [
     ["block", "ip:192.0.2.1", "--for", "1h"],
     ["lift", "ip:192.0.2.1"],
     ["status"],
-    ["simulate", "--seconds", "1"],
 ]
 
 

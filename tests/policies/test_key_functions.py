@@ -70,7 +70,7 @@ def test_without_key_functions_admin_says_where_to_list_them(admin_client: Clien
     assert "This site allows no key functions" in error and "KEY_FUNCTIONS" in error
 
 
-def test_a_listed_key_function_counts_requests(limiter: Any, admin_client: Client) -> None:
+def test_a_listed_key_function_counts_requests(site_redis: Any, admin_client: Client) -> None:
     with override_settings(
         DJANGO_RATELIMITS={**settings.DJANGO_RATELIMITS, "KEY_FUNCTIONS": [TENANT]}
     ):
@@ -103,7 +103,7 @@ def test_rows_with_unlisted_key_functions_fail_the_check_one_error_each() -> Non
 
 
 def test_a_row_with_an_unlisted_key_function_counts_by_ip_and_never_calls_it(
-    limiter: Any, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    site_redis: Any, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(identity, "_reported", set())  # logged once per process
     with override_settings(

@@ -66,14 +66,14 @@ def counted(request: HttpRequest) -> HttpResponse:
 # --------------------------------------------------------------------------- keys
 
 
-def test_ip_key_counts_each_address_exactly(limiter: Any) -> None:
+def test_ip_key_counts_each_address_exactly(site_redis: Any) -> None:
     view = view_with(key="ip", rate="3/h")
     first = [view(factory.get("/", REMOTE_ADDR="203.0.113.1")) for _ in range(5)]
     assert first == [False, False, False, True, True]
     assert view(factory.get("/", REMOTE_ADDR="203.0.113.2")) is False
 
 
-def test_user_key_counts_per_user_and_anonymous_users_share_one_count(limiter: Any) -> None:
+def test_user_key_counts_per_user_and_anonymous_users_share_one_count(site_redis: Any) -> None:
     view = view_with(key="user", rate="2/h")
     alice, bob = User.objects.create_user("alice"), User.objects.create_user("bob")
     assert [view(as_user(factory.get("/"), alice)) for _ in range(3)] == [False, False, True]
@@ -85,7 +85,7 @@ def test_user_key_counts_per_user_and_anonymous_users_share_one_count(limiter: A
     assert anonymous == [False, False, True]
 
 
-def test_user_or_ip_key(limiter: Any) -> None:
+def test_user_or_ip_key(site_redis: Any) -> None:
     view = view_with(key="user_or_ip", rate="1/h")
     alice = User.objects.create_user("alice")
     assert view(as_user(factory.get("/", REMOTE_ADDR="203.0.113.1"), alice)) is False
@@ -97,7 +97,7 @@ def test_user_or_ip_key(limiter: Any) -> None:
 
 
 def test_header_key_reads_the_meta_entry_and_a_missing_header_is_one_count(
-    limiter: Any,
+    site_redis: Any,
 ) -> None:
     view = view_with(key="header:x-api-key", rate="2/h")
     keyed = [view(factory.get("/", HTTP_X_API_KEY="k1")) for _ in range(3)]
@@ -110,7 +110,7 @@ def test_header_key_reads_the_meta_entry_and_a_missing_header_is_one_count(
     ]
 
 
-def test_get_and_post_keys(limiter: Any) -> None:
+def test_get_and_post_keys(site_redis: Any) -> None:
     by_query = view_with(key="get:q", rate="1/h")
     assert [by_query(factory.get("/?q=a")) for _ in range(2)] == [False, True]
     assert by_query(factory.get("/?q=b")) is False
@@ -120,7 +120,7 @@ def test_get_and_post_keys(limiter: Any) -> None:
     assert by_form(factory.post("/", {"username": "bea"})) is False
 
 
-def test_callable_and_dotted_path_keys_get_the_group_and_request(limiter: Any) -> None:
+def test_callable_and_dotted_path_keys_get_the_group_and_request(site_redis: Any) -> None:
     seen: list[str] = []
 
     def key(group: str, request: HttpRequest) -> str:
@@ -135,10 +135,10 @@ def test_callable_and_dotted_path_keys_get_the_group_and_request(limiter: Any) -
     assert [dotted(factory.get("/?tenant=a")) for _ in range(2)] == [False, True]
 
 
-def test_hostile_key_values_never_reach_redis_raw(limiter: Any) -> None:
+def test_hostile_key_values_never_reach_redis_raw(site_redis: Any) -> None:
     view = view_with(group="my group {x}", key="header:x-api-key", rate="1/h")
     assert view(factory.get("/", HTTP_X_API_KEY="a b\n{c}" * 500)) is False
-    keys = [k.decode() for k in limiter.scan_iter(match="*")]
+    keys = [k.decode() for k in site_redis.scan_iter(match="*")]
     assert (
         keys
         and not any(char in key for key in keys for char in " \n")
@@ -149,7 +149,7 @@ def test_hostile_key_values_never_reach_redis_raw(limiter: Any) -> None:
 # --------------------------------------------------------------------------- methods
 
 
-def test_only_the_given_methods_are_counted_or_limited(limiter: Any) -> None:
+def test_only_the_given_methods_are_counted_or_limited(site_redis: Any) -> None:
     view = view_with(key="ip", rate="2/h", method="POST")
     assert [view(factory.get("/")) for _ in range(4)] == [False] * 4
     assert [view(factory.post("/")) for _ in range(3)] == [False, False, True]
@@ -170,7 +170,7 @@ def test_only_the_given_methods_are_counted_or_limited(limiter: Any) -> None:
     assert ratelimit.ALL is ALL and ratelimit.UNSAFE is UNSAFE  # type: ignore[attr-defined]
 
 
-def test_stacked_decorators_on_different_methods_count_apart(limiter: Any) -> None:
+def test_stacked_decorators_on_different_methods_count_apart(site_redis: Any) -> None:
     @ratelimit(key="ip", rate="1/h", method="GET", block=False)
     @ratelimit(key="ip", rate="1/h", method="POST", block=False)
     def view(request: HttpRequest) -> bool:
@@ -183,7 +183,7 @@ def test_stacked_decorators_on_different_methods_count_apart(limiter: Any) -> No
 # --------------------------------------------------------------------------- blocking
 
 
-def test_block_raises_ratelimited_a_permission_denied(limiter: Any) -> None:
+def test_block_raises_ratelimited_a_permission_denied(site_redis: Any) -> None:
     assert issubclass(Ratelimited, PermissionDenied)
     request = factory.get("/", REMOTE_ADDR="203.0.113.9")
     assert counted(request).status_code == 200
@@ -195,7 +195,7 @@ def test_block_raises_ratelimited_a_permission_denied(limiter: Any) -> None:
     assert str(Ratelimited("custom message")) == "custom message"
 
 
-def test_limited_stays_true_once_any_decorator_limited(limiter: Any) -> None:
+def test_limited_stays_true_once_any_decorator_limited(site_redis: Any) -> None:
     @ratelimit(group="loose", key="ip", rate="10/h", block=False)
     @ratelimit(group="tight", key="ip", rate="1/h", block=False)
     def view(request: HttpRequest) -> bool:
@@ -205,7 +205,7 @@ def test_limited_stays_true_once_any_decorator_limited(limiter: Any) -> None:
     assert view(factory.get("/")) is True  # "tight" limited, then "loose" allowed
 
 
-def test_the_middleware_answers_429_and_without_it_django_answers_403(limiter: Any) -> None:
+def test_the_middleware_answers_429_and_without_it_django_answers_403(site_redis: Any) -> None:
     with override_settings(ROOT_URLCONF="tests.compat_urls"):
         client = Client()
         responses = [client.get("/compat/ip") for _ in range(3)]
@@ -221,7 +221,7 @@ def test_the_middleware_answers_429_and_without_it_django_answers_403(limiter: A
             assert Client().get("/compat/ip").status_code == 403
 
 
-def test_class_based_view_with_method_decorator(limiter: Any) -> None:
+def test_class_based_view_with_method_decorator(site_redis: Any) -> None:
     with override_settings(ROOT_URLCONF="tests.compat_urls"):
         client = Client()
         assert [client.get("/compat/cbv").status_code for _ in range(3)] == [200] * 3
@@ -238,7 +238,7 @@ def test_class_based_view_with_method_decorator(limiter: Any) -> None:
     assert usage is not None and usage["count"] == 2
 
 
-def test_async_views(limiter: Any) -> None:
+def test_async_views(site_redis: Any) -> None:
     @ratelimit(key="ip", rate="1/h")
     async def view(request: HttpRequest) -> HttpResponse:
         return HttpResponse("async")
@@ -254,7 +254,7 @@ def test_async_views(limiter: Any) -> None:
 # --------------------------------------------------------------------------- functions
 
 
-def test_is_ratelimited_counts_only_with_increment(limiter: Any) -> None:
+def test_is_ratelimited_counts_only_with_increment(site_redis: Any) -> None:
     options: dict[str, Any] = {"group": "fn", "key": "ip", "rate": "2/h"}
     request = factory.get("/")
     assert [is_ratelimited(request, **options) for _ in range(3)] == [False] * 3
@@ -271,7 +271,7 @@ def test_is_ratelimited_counts_only_with_increment(limiter: Any) -> None:
     assert not hasattr(request, "limited")  # only the decorator sets it
 
 
-def test_get_usage_with_increment_reports_the_count_after_this_request(limiter: Any) -> None:
+def test_get_usage_with_increment_reports_the_count_after_this_request(site_redis: Any) -> None:
     options: dict[str, Any] = {"group": "fn", "key": "ip", "rate": "2/h", "increment": True}
     counts = [get_usage(factory.get("/"), **options) for _ in range(3)]
     assert [(u["count"], u["should_limit"]) for u in counts if u] == [
@@ -281,7 +281,7 @@ def test_get_usage_with_increment_reports_the_count_after_this_request(limiter: 
     ]
 
 
-def test_the_group_defaults_to_the_views_dotted_name(limiter: Any) -> None:
+def test_the_group_defaults_to_the_views_dotted_name(site_redis: Any) -> None:
     request = factory.get("/")
     counted(request)
     usage = get_usage(request, fn=counted, key="ip", rate="2/h")
@@ -299,11 +299,11 @@ def test_the_group_defaults_to_the_views_dotted_name(limiter: Any) -> None:
 
 
 def test_windows_are_fixed_and_aligned_to_the_epoch(
-    limiter: Any, monkeypatch: pytest.MonkeyPatch
+    site_redis: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     hour = 3_600_000_000
     clock = FakeClock(start_us=(480_000 * hour) + 1000 * 1_000_000)
-    monkeypatch.setattr(compat, "get_engine", lambda: Engine(limiter, clock=clock))
+    monkeypatch.setattr(compat, "get_engine", lambda: Engine(site_redis, clock=clock))
     options: dict[str, Any] = {"group": "fw", "key": "ip", "rate": "2/h", "increment": True}
     first = get_usage(factory.get("/"), **options)
     assert first == {"count": 1, "limit": 2, "should_limit": False, "time_left": 2600}
@@ -318,7 +318,7 @@ def test_windows_are_fixed_and_aligned_to_the_epoch(
 # --------------------------------------------------------------------------- rates
 
 
-def test_callable_dotted_tuple_and_none_rates(limiter: Any) -> None:
+def test_callable_dotted_tuple_and_none_rates(site_redis: Any) -> None:
     seen: list[str] = []
 
     def rate(group: str, request: HttpRequest) -> str | None:
@@ -338,13 +338,13 @@ def test_callable_dotted_tuple_and_none_rates(limiter: Any) -> None:
     assert get_usage(factory.get("/"), group="x", key="ip", rate=None) is None
 
 
-def test_rate_multipliers_and_unit_names(limiter: Any) -> None:
+def test_rate_multipliers_and_unit_names(site_redis: Any) -> None:
     for rate, period in [("5/10m", 600), ("5/h", 3600), ("5/2d", 172_800), ("5/day", 86_400)]:
         usage = get_usage(factory.get("/"), group=rate, key="ip", rate=rate, increment=True)
         assert usage is not None and 1 <= usage["time_left"] <= period, rate
 
 
-def test_a_zero_limit_is_always_limited(limiter: Any) -> None:
+def test_a_zero_limit_is_always_limited(site_redis: Any) -> None:
     view = view_with(key="ip", rate="0/s")
     assert view(factory.get("/")) is True
     usage = get_usage(factory.get("/"), group="zero", key="ip", rate="0/m")
@@ -369,7 +369,7 @@ def test_a_zero_limit_is_always_limited(limiter: Any) -> None:
         ({"group": "g", "rate": "1/60d", "key": "ip"}, "period"),
     ],
 )
-def test_configuration_errors(limiter: Any, options: dict[str, Any], message: str) -> None:
+def test_configuration_errors(site_redis: Any, options: dict[str, Any], message: str) -> None:
     with pytest.raises(ImproperlyConfigured, match=message):
         get_usage(factory.get("/"), **options)
 
@@ -377,7 +377,7 @@ def test_configuration_errors(limiter: Any, options: dict[str, Any], message: st
 # --------------------------------------------------------------------------- the rest
 
 
-def test_a_denial_sends_rate_limited_with_the_group_as_policy(limiter: Any) -> None:
+def test_a_denial_sends_rate_limited_with_the_group_as_policy(site_redis: Any) -> None:
     seen: list[Any] = []
     rate_limited.connect(lambda **kw: seen.append(kw), weak=False, dispatch_uid="t-compat")
     try:
@@ -392,7 +392,7 @@ def test_a_denial_sends_rate_limited_with_the_group_as_policy(limiter: Any) -> N
     assert seen[0]["shadow"] is False
 
 
-def test_disabled_limiting_limits_nothing(limiter: Any) -> None:
+def test_disabled_limiting_limits_nothing(site_redis: Any) -> None:
     from django.conf import settings
 
     options: dict[str, Any] = {"group": "off", "key": "ip", "rate": "0/m", "increment": True}
@@ -404,7 +404,7 @@ def test_disabled_limiting_limits_nothing(limiter: Any) -> None:
     assert get_usage(factory.get("/"), **options) is not None
 
 
-def test_redis_down_fails_open_unless_ratelimit_fail_open_is_false(limiter: Any) -> None:
+def test_redis_down_fails_open_unless_ratelimit_fail_open_is_false(site_redis: Any) -> None:
     options: dict[str, Any] = {"group": "down", "key": "ip", "rate": "1/h", "increment": True}
     with override_settings(DJANGO_RATELIMITS=DEAD):
         assert get_usage(factory.get("/"), **options) is None
@@ -425,10 +425,10 @@ def test_redis_down_fails_open_unless_ratelimit_fail_open_is_false(limiter: Any)
 
 
 @pytest.mark.parametrize("redis_client", ["standalone"], indirect=True)
-def test_one_decision_is_one_round_trip(limiter: Any) -> None:
+def test_one_decision_is_one_round_trip(site_redis: Any) -> None:
     request = factory.get("/")
     counted(request)
-    before = check_calls(limiter)
+    before = check_calls(site_redis)
     counted(request)
     get_usage(request, fn=counted, key="ip", rate="2/h")
-    assert check_calls(limiter) - before == 2
+    assert check_calls(site_redis) - before == 2

@@ -28,9 +28,9 @@ class SlowDown(Ratelimited):
 
 
 @pytest.fixture
-def compat_site(limiter: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Client]:
+def compat_site(site_redis: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Client]:
     """``tests.compat_urls`` (``/compat/ip`` allows 2 an hour) on an engine whose clock stands."""
-    engine = Engine(limiter, clock=FakeClock())
+    engine = Engine(site_redis, clock=FakeClock())
     monkeypatch.setattr(compat, "get_engine", lambda: engine)
     monkeypatch.setattr(limiter_module, "get_engine", lambda: engine)
     with override_settings(ROOT_URLCONF="tests.compat_urls"):

@@ -27,9 +27,9 @@ DEAD = {"REDIS": "redis://127.0.0.1:1/0", "SOCKET_CONNECT_TIMEOUT": 0.2}
 
 
 @pytest.fixture
-def api(limiter: Any) -> Iterator[Any]:
+def api(site_redis: Any) -> Iterator[Any]:
     with override_settings(ROOT_URLCONF="tests.compat_urls"):
-        yield limiter
+        yield site_redis
 
 
 def policy(**fields: Any) -> Policy:

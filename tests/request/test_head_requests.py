@@ -24,9 +24,9 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def frozen(limiter: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def frozen(site_redis: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """``tests.head_urls`` behind the middleware, on an engine whose clock never moves."""
-    engine = Engine(limiter, clock=FakeClock())
+    engine = Engine(site_redis, clock=FakeClock())
     monkeypatch.setattr(limiter_module, "get_engine", lambda: engine)
     monkeypatch.setattr(compat, "get_engine", lambda: engine)
     with override_settings(ROOT_URLCONF="tests.head_urls"):

@@ -87,7 +87,7 @@ _hostile = st.one_of(
 @settings(max_examples=30, deadline=None, suppress_health_check=FIXTURES)
 @given(value=_hostile)
 def test_a_hostile_identity_is_limited_in_its_own_slot(
-    limiter: redis.Redis | RedisCluster, admin_client: Client, value: str
+    site_redis: redis.Redis | RedisCluster, admin_client: Client, value: str
 ) -> None:
     assume(value != VICTIM)
     if not Policy.objects.filter(name="who").exists():
@@ -95,7 +95,7 @@ def test_a_hostile_identity_is_limited_in_its_own_slot(
             name="who", rates=f"{LIMIT}/m", path=r"^/api/", key="callable",
             key_arg="tests.request.test_hostile.who",
         )  # fmt: skip
-    _flush(limiter)
+    _flush(site_redis)
     client = Client()
     assert client.get("/api/hello", headers={"X-Who": VICTIM}).status_code == 200
     statuses = [
@@ -107,7 +107,7 @@ def test_a_hostile_identity_is_limited_in_its_own_slot(
     keys = get_engine().keys
     owners = [Identity("key", VICTIM), Identity("key", value), Identity("ip", "127.0.0.1")]
     slots = {redis.cluster.key_slot(keys.of(who).tag.encode()) for who in owners}
-    assert {redis.cluster.key_slot(k) for k in all_keys(limiter)} <= slots
+    assert {redis.cluster.key_slot(k) for k in all_keys(site_redis)} <= slots
     # The victim's quota is untouched: one used before, one now.
     assert _remaining(client.get("/api/hello", headers={"X-Who": VICTIM})) == LIMIT - 2
     # The dashboard lists the hostile offender and opens its page.
@@ -164,7 +164,7 @@ def test_a_failed_save_shows_the_error_and_keeps_the_input(admin_client: Client)
 # --------------------------------------------------------------------------- spoofing
 
 
-def test_ipv6_addresses_rotating_inside_one_64_share_a_limit(limiter: Any) -> None:
+def test_ipv6_addresses_rotating_inside_one_64_share_a_limit(site_redis: Any) -> None:
     _policy(name="api", rates=f"{LIMIT}/m", path=r"^/api/", algorithm="sliding_log")
     rotating = [
         "2001:db8:1:2::1",
@@ -177,14 +177,14 @@ def test_ipv6_addresses_rotating_inside_one_64_share_a_limit(limiter: Any) -> No
     assert Client(REMOTE_ADDR="2001:db8:1:3::1").get("/api/hello").status_code == 200
 
 
-def test_an_ipv4_mapped_address_is_the_ipv4_client(limiter: Any) -> None:
+def test_an_ipv4_mapped_address_is_the_ipv4_client(site_redis: Any) -> None:
     _policy(name="api", rates=f"{LIMIT}/m", path=r"^/api/", algorithm="sliding_log")
     for address in ["203.0.113.9", "::ffff:203.0.113.9", "203.0.113.9"]:
         assert Client(REMOTE_ADDR=address).get("/api/hello").status_code == 200
     assert Client(REMOTE_ADDR="::ffff:203.0.113.9").get("/api/hello").status_code == 429
 
 
-def test_a_429_discloses_nothing_about_others_or_the_key_space(limiter: Any) -> None:
+def test_a_429_discloses_nothing_about_others_or_the_key_space(site_redis: Any) -> None:
     redis_setting = _redis_setting()
     with override_settings(DJANGO_RATELIMITS={"REDIS": redis_setting, "KEY_PREFIX": "k3ysp4ce"}):
         _policy(name="api", rates="1/m", path=r"^/api/", key="ip_and_user")

@@ -25,7 +25,7 @@ def policy(**fields: Any) -> Policy:
     return row
 
 
-def test_a_path_policy_is_enforced_exactly_at_the_limit(limiter: Any) -> None:
+def test_a_path_policy_is_enforced_exactly_at_the_limit(site_redis: Any) -> None:
     policy(name="api", rates="3/m", path=r"^/api/", algorithm="sliding_log")
     client = Client()
     statuses = [client.get("/api/hello").status_code for _ in range(5)]
@@ -50,14 +50,14 @@ def test_headers_describe_the_decision(frozen_clock: FakeClock) -> None:
     assert denied["RateLimit"] == '"api";r=0;t=40'
 
 
-def test_several_rates_are_named_per_period(limiter: Any) -> None:
+def test_several_rates_are_named_per_period(site_redis: Any) -> None:
     policy(name="api", rates="10/s, 100/h", path=r"^/api/")
     response = Client().get("/api/hello")
     assert response["RateLimit-Policy"] == '"api-1s";q=10;w=1, "api-3600s";q=100;w=3600'
     assert response["RateLimit"].startswith('"api-1s";r=9;')
 
 
-def test_json_clients_get_problem_details_and_browsers_a_page(limiter: Any) -> None:
+def test_json_clients_get_problem_details_and_browsers_a_page(site_redis: Any) -> None:
     policy(name="api", rates="1/m", path=r"^/api/")
     client = Client()
     client.get("/api/hello")
@@ -73,20 +73,20 @@ def test_json_clients_get_problem_details_and_browsers_a_page(limiter: Any) -> N
 
 
 @pytest.mark.parametrize("redis_client", ["standalone"], indirect=True)
-def test_several_matching_policies_cost_one_round_trip(limiter: Any) -> None:
+def test_several_matching_policies_cost_one_round_trip(site_redis: Any) -> None:
     policy(name="api", rates="10/s, 120/m, 240/h", path=r"^/api/", key="ip_and_user")
     policy(name="api-burst", rates="5/s", path=r"^/api/hello", algorithm="gcra")
     policy(name="everything", rates="1000/h", path=r"^/", algorithm="fixed_window")
     client = Client()
     client.get("/api/hello")
-    before = check_calls(limiter)
+    before = check_calls(site_redis)
     response = client.get("/api/hello")
-    after = check_calls(limiter)
+    after = check_calls(site_redis)
     assert response.status_code == 200
     assert after - before == 1
 
 
-def test_shadow_mode_counts_and_records_but_never_blocks(limiter: Any) -> None:
+def test_shadow_mode_counts_and_records_but_never_blocks(site_redis: Any) -> None:
     policy(name="watch", rates="1/m", path=r"^/api/", mode="shadow", record_metadata=True)
     seen: list[Any] = []
     rate_limited.connect(lambda **kw: seen.append(kw), weak=False, dispatch_uid="t-shadow")
@@ -99,7 +99,7 @@ def test_shadow_mode_counts_and_records_but_never_blocks(limiter: Any) -> None:
     assert "RateLimit" not in Client().get("/api/hello")
 
 
-def test_staff_and_allow_listed_networks_are_exempt(limiter: Any) -> None:
+def test_staff_and_allow_listed_networks_are_exempt(site_redis: Any) -> None:
     policy(name="api", rates="1/m", path=r"^/api/", exempt_staff=True, allow_cidrs="10.1.0.0/16")
     staff = User.objects.create_user("staff", password="pw", is_staff=True)
     client = Client()
@@ -111,7 +111,7 @@ def test_staff_and_allow_listed_networks_are_exempt(limiter: Any) -> None:
     assert [other.get("/api/hello").status_code for _ in range(2)] == [200, 429]
 
 
-def test_an_allow_listed_single_ipv6_address_is_exempt_inside_its_64(limiter: Any) -> None:
+def test_an_allow_listed_single_ipv6_address_is_exempt_inside_its_64(site_redis: Any) -> None:
     policy(name="api", rates="1/m", path=r"^/api/", allow_cidrs="2001:db8::7/128")
     listed = Client(REMOTE_ADDR="2001:db8::7")
     assert [listed.get("/api/hello").status_code for _ in range(3)] == [200] * 3
@@ -119,7 +119,7 @@ def test_an_allow_listed_single_ipv6_address_is_exempt_inside_its_64(limiter: An
     assert [neighbour.get("/api/hello").status_code for _ in range(2)] == [200, 429]
 
 
-def test_forwarded_for_is_ignored_unless_from_a_trusted_proxy(limiter: Any) -> None:
+def test_forwarded_for_is_ignored_unless_from_a_trusted_proxy(site_redis: Any) -> None:
     policy(name="api", rates="1/m", path=r"^/api/")
     spoofer = Client(REMOTE_ADDR="198.51.100.1")
     assert spoofer.get("/api/hello", headers={"X-Forwarded-For": "1.2.3.4"}).status_code == 200
@@ -138,13 +138,13 @@ def _redis_setting() -> object:
     return settings.DJANGO_RATELIMITS["REDIS"]
 
 
-def test_decorated_view_through_the_middleware(limiter: Any) -> None:
+def test_decorated_view_through_the_middleware(site_redis: Any) -> None:
     client = Client()
     assert [client.post("/login").status_code for _ in range(4)] == [200, 200, 200, 429]
     assert client.get("/login").status_code == 200  # only POST is limited
 
 
-def test_decorator_defaults_create_the_row_and_work_without_middleware(limiter: Any) -> None:
+def test_decorator_defaults_create_the_row_and_work_without_middleware(site_redis: Any) -> None:
     @ratelimit("t-fresh", rate="2/h", key="ip", methods=["POST"], algorithm="gcra")
     def view(request: HttpRequest) -> HttpResponse:
         return HttpResponse("ok")
@@ -158,7 +158,7 @@ def test_decorator_defaults_create_the_row_and_work_without_middleware(limiter: 
     assert view(factory.get("/anything")).status_code == 200
 
 
-def test_the_database_row_wins_over_code_defaults(limiter: Any) -> None:
+def test_the_database_row_wins_over_code_defaults(site_redis: Any) -> None:
     Policy.objects.create(name="t-login", rates="1/m", methods="POST")
     get_registry().refresh()
     client = Client()
@@ -168,13 +168,13 @@ def test_the_database_row_wins_over_code_defaults(limiter: Any) -> None:
     assert client.post("/login").status_code == 200
 
 
-def test_block_false_lets_the_view_decide(limiter: Any) -> None:
+def test_block_false_lets_the_view_decide(site_redis: Any) -> None:
     client = Client()
     assert client.get("/soft").json() == {"limited": False}
     assert client.get("/soft").json() == {"limited": True}
 
 
-def test_class_based_views_count_per_user(limiter: Any) -> None:
+def test_class_based_views_count_per_user(site_redis: Any) -> None:
     alice = Client()
     alice.force_login(User.objects.create_user("alice"))
     bob = Client()
@@ -183,13 +183,13 @@ def test_class_based_views_count_per_user(limiter: Any) -> None:
     assert bob.get("/cbv").status_code == 200
 
 
-def test_raising_rate_limited_answers_429(limiter: Any) -> None:
+def test_raising_rate_limited_answers_429(site_redis: Any) -> None:
     response = Client().get("/raise")
     assert response.status_code == 429
     assert response["Retry-After"] == "7"
 
 
-def test_async_views_through_the_async_stack(limiter: Any) -> None:
+def test_async_views_through_the_async_stack(site_redis: Any) -> None:
     import asyncio
 
     from django.test import AsyncClient
@@ -201,7 +201,7 @@ def test_async_views_through_the_async_stack(limiter: Any) -> None:
     assert asyncio.run(run()) == [200, 200, 429]
 
 
-def test_redis_down_fails_open_or_closed_and_the_breaker_opens(limiter: Any) -> None:
+def test_redis_down_fails_open_or_closed_and_the_breaker_opens(site_redis: Any) -> None:
     dead = {
         "REDIS": "redis://127.0.0.1:1/0",
         "SOCKET_CONNECT_TIMEOUT": 0.2,
@@ -231,7 +231,7 @@ def _config(**extra: object) -> dict[str, object]:
     return {"REDIS": _redis_setting(), **extra}
 
 
-def test_response_view_renders_the_body_and_headers_are_kept(limiter: Any) -> None:
+def test_response_view_renders_the_body_and_headers_are_kept(site_redis: Any) -> None:
     policy(name="api", rates="1/m", path=r"^/api/")
     with override_settings(DJANGO_RATELIMITS=_config(RESPONSE_VIEW="tests.urls.custom_429")):
         client = Client()
@@ -243,7 +243,7 @@ def test_response_view_renders_the_body_and_headers_are_kept(limiter: Any) -> No
     assert denied["RateLimit"].startswith('"api";r=0;')
 
 
-def test_headers_on_allowed_responses_can_be_turned_off(limiter: Any) -> None:
+def test_headers_on_allowed_responses_can_be_turned_off(site_redis: Any) -> None:
     policy(name="api", rates="2/m", path=r"^/api/")
     with override_settings(DJANGO_RATELIMITS=_config(HEADERS_ON_ALLOWED=False)):
         client = Client()
@@ -254,8 +254,8 @@ def test_headers_on_allowed_responses_can_be_turned_off(limiter: Any) -> None:
     assert denied.status_code == 429 and "RateLimit" in denied
 
 
-def test_the_master_switch_turns_checks_off_without_touching_redis(limiter: Any) -> None:
+def test_the_master_switch_turns_checks_off_without_touching_redis(site_redis: Any) -> None:
     policy(name="api", rates="1/m", path=r"^/api/")
     with override_settings(DJANGO_RATELIMITS=_config(ENABLED=False)):
         assert [Client().get("/api/hello").status_code for _ in range(3)] == [200] * 3
-    assert all_keys(limiter) == []
+    assert all_keys(site_redis) == []

@@ -10,7 +10,6 @@
     manage.py ratelimits allow user:42 --for 30m
     manage.py ratelimits lift ip:203.0.113.7
     manage.py ratelimits status
-    manage.py ratelimits simulate [--seconds 10] [--requests 5000]
 
 Every subcommand takes ``--json`` for machine-readable output. An identity is
 ``kind:value`` as the dashboard shows it; an ``ip:`` value is grouped the way
@@ -34,8 +33,6 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException, RedisError, ResponseError
 
-from devtools.simulate import NoTargets
-from devtools.simulate import run as simulate
 from django_ratelimits.breaker import breaker
 from django_ratelimits.conf import get_settings
 from django_ratelimits.dashboard.services import identity_report, user_names
@@ -57,7 +54,7 @@ _MAX_OVERRIDE = 365 * 86_400
 
 
 class Command(BaseCommand):
-    help = "Offenders, actions on them, Redis status and demo traffic, from the terminal."
+    help = "Offenders, actions on them and Redis status, from the terminal."
     requires_system_checks: list[str] = []  # `status` is the diagnosis; `check` runs them
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -105,9 +102,6 @@ class Command(BaseCommand):
             )
         add("lift", "end a block or allow-listing").add_argument("ident")
         add("status", "Redis, the key space, the policies and the offender index")
-        traffic = add("simulate", "send demo traffic through this site's rate-limited URLs")
-        traffic.add_argument("--seconds", type=_seconds, default=10.0, help="at most (default 10)")
-        traffic.add_argument("--requests", type=_count, default=5000, help="at most (default 5000)")
 
     def handle(self, *args: Any, **options: Any) -> None:
         subcommand: Callable[[dict[str, Any]], Report] = SUBCOMMANDS[options["subcommand"]]
@@ -140,16 +134,6 @@ def _count(text: str) -> int:
     if not text.isdigit() or int(text) > 100_000:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number from 0 to 100000")
     return int(text)
-
-
-def _seconds(text: str) -> float:
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = 0.0
-    if not 0 < seconds <= 3600:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds from 0 to 3600")
-    return seconds
 
 
 def parse_identity(text: str) -> Identity:
@@ -376,15 +360,6 @@ def status(options: dict[str, Any]) -> Report:
     return data, text
 
 
-def run_simulation(options: dict[str, Any]) -> Report:
-    get_engine().now_us()  # an unreachable Redis stops here, not after a run of fail-open traffic
-    try:
-        summary = simulate(seconds=options["seconds"], requests=options["requests"])
-    except NoTargets as exc:
-        raise CommandError(str(exc)) from exc
-    return summary.as_dict(), summary.report()
-
-
 SUBCOMMANDS: dict[str, Callable[[dict[str, Any]], Report]] = {
     "offenders": offenders,
     "show": show,
@@ -393,7 +368,6 @@ SUBCOMMANDS: dict[str, Callable[[dict[str, Any]], Report]] = {
     "allow": _overriding("allow"),
     "lift": lift,
     "status": status,
-    "simulate": run_simulation,
 }
 
 
