@@ -139,15 +139,15 @@ def run(server: RedisServer, offenders: int, repeat: int) -> str:
 
 
 def _django(server: RedisServer) -> None:
-    """Django with the test settings, pointed at the benchmark's Redis, its database migrated."""
-    os.environ["DJANGO_SETTINGS_MODULE"] = "tests.settings"
+    """Django with ``benchmarks.dashboard_settings``, pointed at the benchmark's Redis, its
+    database migrated."""
+    os.environ["DJANGO_SETTINGS_MODULE"] = "benchmarks.dashboard_settings"
     import django
     from django.core.management import call_command
     from django.test.utils import override_settings
 
     django.setup()
     override_settings(
-        ROOT_URLCONF="tests.urls",
         DJANGO_RATELIMITS={
             "REDIS": {"URL": server.url, "OPTIONS": {"connection_class": CountingConnection}},
             "KEY_PREFIX": "bench",

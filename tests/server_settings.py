@@ -16,7 +16,8 @@ from collections.abc import Callable
 from django.http import HttpRequest, HttpResponse
 
 from tests.settings import *  # noqa: F403
-from tests.settings import MIDDLEWARE, SERVER_LOGGING
+from devtools.server_logging import SERVER_LOGGING
+from tests.settings import MIDDLEWARE
 
 DATABASES = {
     "default": {"ENGINE": "django.db.backends.sqlite3", "NAME": os.environ["RATELIMITS_SERVER_DB"]}

@@ -39,17 +39,5 @@ DJANGO_RATELIMITS: dict[str, object] = {
 }
 # Django's default logging; the demo's console handler would only add noise.
 LOGGING: dict[str, object] = {"version": 1, "disable_existing_loggers": False}
-# What the server processes that tests and benchmarks start log, on stderr (the
-# tests keep it in a file per server): server errors and the limiter's warnings.
-SERVER_LOGGING: dict[str, object] = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "handlers": {"stderr": {"class": "logging.StreamHandler"}},
-    "loggers": {
-        "django": {"handlers": ["stderr"], "level": "ERROR"},
-        "django_ratelimits": {"handlers": ["stderr"], "level": "WARNING"},
-    },
-}
-
 # Fast hashing: the tests create users, they do not test password storage.
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
