@@ -31,8 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks import site
-from benchmarks.engine import Scenario
-from benchmarks.timing import counting_client, interleave, ping
+from benchmarks.kit import Scenario, counting_client, interleave, ping
 from devtools.redis_harness import RedisServer, free_port
 
 ROOT = Path(__file__).resolve().parent.parent

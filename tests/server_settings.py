@@ -15,8 +15,8 @@ from collections.abc import Callable
 
 from django.http import HttpRequest, HttpResponse
 
-from tests.settings import *  # noqa: F403
 from devtools.server_logging import SERVER_LOGGING
+from tests.settings import *  # noqa: F403
 from tests.settings import MIDDLEWARE
 
 DATABASES = {
