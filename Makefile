@@ -95,6 +95,6 @@ demo: venv
 # ---------------------------------------------------------------- housekeeping
 
 clean:
-	rm -rf $(VENV) .venv-newest build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache \
+	rm -rf $(VENV) .venv-newest .venv-lowest build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache \
 	  .hypothesis test-logs .redis-demo demo_project/db.sqlite3
 	find . -path ./.git -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
