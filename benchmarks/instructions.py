@@ -33,9 +33,9 @@ from pathlib import Path
 
 import redis
 
-from benchmarks.engine import ONE_RATE, SEED_000_RATES, _checks
+from benchmarks.kit import ONE_RATE, SEED_000_RATES, request_checks
+from devtools.redis_harness import find_binary, free_port, temporary_workdir
 from django_ratelimits.engine import Algorithm, Engine, KeySpace
-from tests.redis_harness import find_binary, free_port, temporary_workdir
 
 CALLS = 300
 IDENTITIES = 100  # checked in turn, so the counted checks find their keys there
@@ -106,7 +106,9 @@ def rows(binary: str, quick: bool = False) -> list[tuple[str, int]]:
             for two in (False, True):
                 for algorithm in algorithms:
                     rates = SEED_000_RATES if two else ONE_RATE
-                    requests = _checks(algorithm, rates, identities, two, f"{algorithm.code}{two}")
+                    requests = request_checks(
+                        algorithm, rates, identities, two, f"{algorithm.code}{two}"
+                    )
                     name = f"{algorithm.value}, {'2 x 3 + metadata' if two else '1 x 1'}"
                     out.append((name, counted.measure(lambda i, r=requests: engine.check(r[i]))))
             return out

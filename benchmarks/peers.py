@@ -25,9 +25,16 @@ from dataclasses import dataclass, field
 import redis
 from django.http import HttpRequest
 
-from benchmarks.engine import Scenario
-from benchmarks.timing import CELLS_HEAD, CELLS_RULE, cells, counting_client, interleave, ping
-from tests.redis_harness import RedisServer
+from benchmarks.kit import (
+    CELLS_HEAD,
+    CELLS_RULE,
+    Scenario,
+    cells,
+    counting_client,
+    interleave,
+    ping,
+)
+from devtools.redis_harness import RedisServer
 
 LIMIT = 10
 UNITS = {"s": "second", "h": "hour"}

@@ -32,9 +32,17 @@ from typing import TYPE_CHECKING
 from unittest import mock
 
 from benchmarks import site
-from benchmarks.engine import Scenario
-from benchmarks.timing import CELLS_HEAD, CELLS_RULE, cells, counting_client, interleave, ping
-from tests.redis_harness import RedisServer
+from benchmarks.kit import (
+    CELLS_HEAD,
+    CELLS_RULE,
+    Scenario,
+    cells,
+    counting_client,
+    interleave,
+    met,
+    ping,
+)
+from devtools.redis_harness import RedisServer
 
 if TYPE_CHECKING:
     from django_ratelimits.engine import Check
@@ -271,10 +279,6 @@ def run(server: RedisServer, quick: bool = False) -> Report:
     return report
 
 
-def _met(ok: bool) -> str:
-    return "met" if ok else "**missed**"
-
-
 def targets(report: Report) -> list[tuple[str, str, str]]:
     """(target, measured, met or missed) of issue 5's request targets."""
     ping_us = report.floor.median_us
@@ -284,12 +288,12 @@ def targets(report: Report) -> list[tuple[str, str, str]]:
         (
             f"overhead, {HEADLINE} policies, 6 limits matching ≤ {TARGET_OVERHEAD}x PING",
             f"{headline:.0f} µs = {headline / ping_us:.2f}x PING",
-            _met(headline / ping_us <= TARGET_OVERHEAD),
+            met(headline / ping_us <= TARGET_OVERHEAD),
         ),
         (
             f"1 → 1,000 policies adds < {TARGET_GROWTH:.0%} to the overhead",
             f"{growth:+.1%} (paths never cached: {cold:+.1%})",
-            _met(growth < TARGET_GROWTH and cold < TARGET_GROWTH),
+            met(growth < TARGET_GROWTH and cold < TARGET_GROWTH),
         ),
     ]
 

@@ -31,9 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks import site
-from benchmarks.engine import Scenario
-from benchmarks.timing import counting_client, interleave, ping
-from tests.redis_harness import RedisServer, free_port
+from benchmarks.kit import Scenario, counting_client, interleave, ping
+from devtools.redis_harness import RedisServer, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVER_RATES = "100000/s, 1000000/m, 1000000/h"

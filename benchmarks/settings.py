@@ -22,7 +22,7 @@ import os
 
 from demo_project.settings import *  # noqa: F403
 from demo_project.settings import MIDDLEWARE as BASE_MIDDLEWARE
-from tests.settings import SERVER_LOGGING
+from devtools.server_logging import SERVER_LOGGING
 
 SECRET_KEY = "django-ratelimits-benchmarks-only-not-secret"
 DEBUG = False

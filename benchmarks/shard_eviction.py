@@ -5,7 +5,7 @@ the oldest past that, so the victim goes once that many later denials land in
 its shard. With unkeyed placement an attacker picks exactly that many
 addresses offline; with the keyed placement of ``get_engine()`` the attacker
 cannot tell which addresses land there and must have about the whole index
-denied. Placement only: ``tests/test_shard_secret.py`` shows the trimming on
+denied. Placement only: ``tests/engine/test_shard_secret.py`` shows the trimming on
 Redis. ::
 
     .venv/bin/python -m benchmarks.shard_eviction 640 200

@@ -3,7 +3,7 @@
 :func:`setup` configures Django in this process with ``benchmarks.settings``
 (SQLite in ``workdir``, the benchmark's Redis), migrates, and makes every
 redis-py connection the limiter and the cache open count its writes
-(:class:`benchmarks.engine.CountingConnection`). :func:`environment` is the
+(:class:`benchmarks.kit.CountingConnection`). :func:`environment` is the
 same configuration for a server process.
 
 :func:`policy_rows` is the policy set of the request and server benchmarks:
@@ -26,7 +26,7 @@ from django.utils.deprecation import MiddlewareMixin
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
 
-    from tests.redis_harness import RedisServer
+    from devtools.redis_harness import RedisServer
 
 SEED_000_RATES = "10/s, 120/m, 240/h"
 LIMITED = 5  # per minute and address, on /limited/: shows a server really limits
@@ -50,7 +50,7 @@ def setup(server: RedisServer, workdir: Path) -> None:
     from django.core.management import call_command
     from django.test.utils import override_settings
 
-    from benchmarks.engine import CountingConnection
+    from benchmarks.kit import CountingConnection
 
     django.setup()
     cache = settings.CACHES["default"]

@@ -6,14 +6,14 @@
     python -m benchmarks --quick    # small, printed only (--output to write it too)
     python -m benchmarks --quick --parts peers request   # some parts only
 
-One ``redis-server`` on loopback (``tests.redis_harness``) serves every part:
+One ``redis-server`` on loopback (``devtools.redis_harness``) serves every part:
 
 * ``engine`` (:mod:`benchmarks.engine`): PING, one check per algorithm, seed
   000's 2 x 3, Redis CPU, memory per identity;
 * ``peers`` (:mod:`benchmarks.peers`): django-ratelimit, DRF, ``limits``;
 * ``request`` (:mod:`benchmarks.request`): whole-request overhead in Django;
 * ``server`` (:mod:`benchmarks.server`): gunicorn (sync, gthread) under load;
-* ``accuracy``: ``tests.accuracy``'s table (reference model, fake clock).
+* ``accuracy``: ``devtools.accuracy``'s table (reference model, fake clock).
 
 Django runs in this process with ``benchmarks.settings`` and a SQLite file in
 the run's temporary directory. Every timing part has its own PING row, and
@@ -34,8 +34,9 @@ from importlib.metadata import version
 from pathlib import Path
 
 from benchmarks import engine, peers, request, server, site
-from tests import accuracy
-from tests.redis_harness import RedisServer, temporary_workdir
+from benchmarks.kit import cpu, met
+from devtools import accuracy
+from devtools.redis_harness import RedisServer, temporary_workdir
 
 DOC = engine.DOC
 PARTS = ("engine", "peers", "request", "server", "accuracy")
@@ -105,7 +106,7 @@ def _run(redis_server: RedisServer, workdir: Path, parts: Sequence[str], quick: 
 
 
 def _machine() -> str:
-    return f"{engine.cpu()}, {platform.platform()}"
+    return f"{cpu()}, {platform.platform()}"
 
 
 def _versions() -> str:
@@ -120,10 +121,6 @@ def _pings(result: Run) -> str:
         "server": result.server and result.server.floor,
     }
     return ", ".join(f"{part} {s.median_us:.0f} µs" for part, s in floors.items() if s)
-
-
-def _met(ok: bool) -> str:
-    return "met" if ok else "**missed**"
 
 
 def targets(result: Run) -> list[tuple[str, str, str]]:
@@ -143,7 +140,7 @@ def targets(result: Run) -> list[tuple[str, str, str]]:
                 f"{default.algorithm and default.algorithm.value} {default.median_us / floor:.2f}x"
                 f" (best: {best.name.split(',')[0]} {best.median_us / floor:.2f}x);"
                 f" round trips {', '.join(f'{t:g}' for t in sorted(trips))}",
-                _met(best.median_us / floor <= engine.TARGET_RATIO and trips == {1}),
+                met(best.median_us / floor <= engine.TARGET_RATIO and trips == {1}),
             )
         )
         rows.append(
@@ -151,7 +148,7 @@ def targets(result: Run) -> list[tuple[str, str, str]]:
                 f"Redis CPU per 2 x 3 check < {engine.TARGET_REDIS_US:.0f} µs",
                 f"sliding_window {default.redis_us or 0:.0f} µs"
                 f" (least: {cheapest.name.split(',')[0]} {cheapest.redis_us or 0:.0f} µs)",
-                _met((cheapest.redis_us or 0) < engine.TARGET_REDIS_US),
+                met((cheapest.redis_us or 0) < engine.TARGET_REDIS_US),
             )
         )
         o1 = [m for m in report.memory if m[0] != engine.Algorithm.SLIDING_LOG.value]
@@ -160,7 +157,7 @@ def targets(result: Run) -> list[tuple[str, str, str]]:
             (
                 f"memory per identity, O(1) algorithms < {engine.TARGET_BYTES_PER_RATE} B per rate",
                 f"at most {largest} B",
-                _met(largest < engine.TARGET_BYTES_PER_RATE),
+                met(largest < engine.TARGET_BYTES_PER_RATE),
             )
         )
     if result.request is not None:
@@ -202,7 +199,7 @@ def document(result: Run) -> str:
         lines += [
             "## Accuracy",
             "",
-            f"`python -m tests.accuracy`: a limit of {accuracy.LIMIT} per"
+            f"`python -m devtools.accuracy`: a limit of {accuracy.LIMIT} per"
             f" {accuracy.WINDOW_US // 1_000_000} s on three traces (fake clock, the reference"
             " model that the property tests hold identical to the Redis scripts). For each"
             " algorithm: requests admitted, and in brackets how many more (or fewer) than"

@@ -3,13 +3,13 @@
 Contract (other test modules rely on these names):
 
 ``redis_standalone`` (session)
-    A :class:`tests.redis_harness.RedisServer`: ``.host``, ``.port``, ``.url``
+    A :class:`devtools.redis_harness.RedisServer`: ``.host``, ``.port``, ``.url``
     (``redis://127.0.0.1:PORT/0``), ``.binary`` (Path), ``.version`` (tuple of
     ints), ``.client(**kw)`` (a new ``redis.Redis``, bytes replies by default),
     ``.stop()`` / ``.start()`` (restarts on the same port), ``.log_path``.
 
 ``redis_cluster`` (session)
-    A :class:`tests.redis_harness.RedisClusterHarness` of three masters:
+    A :class:`devtools.redis_harness.RedisClusterHarness` of three masters:
     ``.nodes`` (list of ``(host, port)``), ``.url`` (first node),
     ``.client(**kw)`` (a new ``redis.cluster.RedisCluster``), ``.version``.
 
@@ -17,6 +17,10 @@ Contract (other test modules rely on these names):
     A fresh client of that topology, after FLUSHALL and SCRIPT FLUSH on every
     primary. A test that takes it runs once per topology; tell them apart with
     ``isinstance(client, redis.cluster.RedisCluster)``.
+
+``site_redis`` (function, on ``redis_client``)
+    The site wired to that clean Redis (``tests.urls``, ``RateLimitMiddleware``);
+    yields the same client. ``frozen_clock`` stops its engine's clock.
 
 Servers live in one temporary directory for the session. When the session
 had failures their logs are copied to ``test-logs/`` in the repository root;
@@ -37,16 +41,16 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
-from django_ratelimits.testing import FakeClock
-from tests import redis_harness
-from tests.engine_helpers import EPOCH_US
-from tests.redis_harness import (
+from devtools import redis_harness
+from devtools.redis_harness import (
     RedisBinaryNotFound,
     RedisClusterHarness,
     RedisServer,
     RedisStartError,
     find_redis_server,
 )
+from django_ratelimits.testing import FakeClock
+from tests.engine_helpers import EPOCH_US
 
 _WORKDIR_KEY = pytest.StashKey[Path]()
 
@@ -157,11 +161,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 @pytest.fixture
-def limiter(
+def site_redis(
     redis_client: redis.Redis | RedisCluster, request: pytest.FixtureRequest, db: None
 ) -> Iterator[redis.Redis | RedisCluster]:
-    """The app wired to a clean Redis (standalone, then cluster), ``tests.urls`` and
-    ``RateLimitMiddleware``. Yields the Redis client, to look at what was written."""
+    """The site wired to a clean Redis (standalone, then cluster): ``tests.urls`` behind
+    ``RateLimitMiddleware``, the registry refreshed, the breaker closed. Yields the client
+    of that Redis, to look at what the requests wrote. (Called ``limiter`` until issue
+    10, although it never was one.)"""
     from django.conf import settings
     from django.test import override_settings
 
@@ -185,12 +191,13 @@ def limiter(
 
 
 @pytest.fixture
-def frozen_clock(limiter: object, monkeypatch: pytest.MonkeyPatch) -> FakeClock:
-    """The ``limiter``'s engine on a :class:`~django_ratelimits.testing.FakeClock` stopped
-    at the start of an hour (``EPOCH_US``): time moves only when the test advances it, so
-    a fixed window cannot end between its requests, however slow the machine.
+def frozen_clock(site_redis: object, monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    """The engine of the ``site_redis`` site on a
+    :class:`~django_ratelimits.testing.FakeClock` stopped at the start of an hour
+    (``EPOCH_US``): time moves only when the test advances it, so a fixed window cannot
+    end between its requests, however slow the machine.
 
-    The engine is the one the settings of the ``limiter`` fixture build; a test that
+    The engine is the one the settings of the ``site_redis`` fixture build; a test that
     overrides ``DJANGO_RATELIMITS`` gets another engine, on Redis' clock."""
     from django_ratelimits.engine import get_engine
 

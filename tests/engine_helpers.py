@@ -48,7 +48,7 @@ def all_keys(client: Redis | RedisCluster) -> list[bytes]:
 
 
 def outcomes(decision: object) -> list[tuple[Identity, bool, int, int, int]]:
-    """Who decided each limit, and how (as :class:`tests.reference.ReferenceEngine` answers)."""
+    """Who decided each limit, and how (as :class:`devtools.reference.ReferenceEngine` answers)."""
     return [
         (r.identity, r.allowed, r.remaining, r.retry_after_us, r.reset_after_us)
         for r in decision.results  # type: ignore[attr-defined]

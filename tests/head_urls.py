@@ -1,4 +1,5 @@
-"""Views limited to GET by every entry point, for the HEAD tests (tests/test_head_requests.py)."""
+"""Views limited to GET by every entry point, for the HEAD tests
+(tests/request/test_head_requests.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Settings of the real gunicorn and uvicorn servers that ``tests/test_servers.py`` starts.
+"""Settings of the real gunicorn and uvicorn servers that ``tests/load/test_servers.py`` starts.
 
 The test settings, with what a server process needs instead: a file-based SQLite
 database (``RATELIMITS_SERVER_DB``, migrated by the test) that every worker
@@ -15,8 +15,9 @@ from collections.abc import Callable
 
 from django.http import HttpRequest, HttpResponse
 
+from devtools.server_logging import SERVER_LOGGING
 from tests.settings import *  # noqa: F403
-from tests.settings import MIDDLEWARE, SERVER_LOGGING
+from tests.settings import MIDDLEWARE
 
 DATABASES = {
     "default": {"ENGINE": "django.db.backends.sqlite3", "NAME": os.environ["RATELIMITS_SERVER_DB"]}

@@ -26,30 +26,18 @@ DJANGO_RATELIMITS: dict[str, object] = {
     # The key functions the tests' policies name, as a project lists its own; some
     # are missing or not callable on purpose, for the tests of those errors.
     "KEY_FUNCTIONS": [
-        "tests.test_identity.key_from_query",
-        "tests.test_identity.key_as_int",
-        "tests.test_identity.missing",
-        "tests.test_identity.NOT_CALLABLE",
-        "tests.test_models.key_for_tests",
-        "tests.test_models.missing",
-        "tests.test_models.NOT_CALLABLE",
+        "tests.request.test_identity.key_from_query",
+        "tests.request.test_identity.key_as_int",
+        "tests.request.test_identity.missing",
+        "tests.request.test_identity.NOT_CALLABLE",
+        "tests.policies.test_models.key_for_tests",
+        "tests.policies.test_models.missing",
+        "tests.policies.test_models.NOT_CALLABLE",
         "tests.nowhere.key",
-        "tests.test_hostile.who",
+        "tests.request.test_hostile.who",
     ],
 }
 # Django's default logging; the demo's console handler would only add noise.
 LOGGING: dict[str, object] = {"version": 1, "disable_existing_loggers": False}
-# What the server processes that tests and benchmarks start log, on stderr (the
-# tests keep it in a file per server): server errors and the limiter's warnings.
-SERVER_LOGGING: dict[str, object] = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "handlers": {"stderr": {"class": "logging.StreamHandler"}},
-    "loggers": {
-        "django": {"handlers": ["stderr"], "level": "ERROR"},
-        "django_ratelimits": {"handlers": ["stderr"], "level": "WARNING"},
-    },
-}
-
 # Fast hashing: the tests create users, they do not test password storage.
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -1,4 +1,5 @@
-"""Views naming policies, some of which do not exist (check E006: tests/test_checks_bypass.py)."""
+"""Views naming policies, some of which do not exist (check E006:
+tests/operations/test_checks_bypass.py)."""
 
 from __future__ import annotations
 

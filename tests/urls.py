@@ -50,7 +50,7 @@ urlpatterns = [
     path("soft", soft),
     path("cbv", ClassView.as_view()),
     path("raise", raises),
-    # Word characters and hyphens ending in one: what tests/test_redos_server.py sends.
+    # Word characters and hyphens ending in one: what tests/load/test_redos_server.py sends.
     re_path(r"^[\w-]+-$", hello),
 ]
 

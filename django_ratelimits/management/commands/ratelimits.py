@@ -10,7 +10,6 @@
     manage.py ratelimits allow user:42 --for 30m
     manage.py ratelimits lift ip:203.0.113.7
     manage.py ratelimits status
-    manage.py ratelimits simulate [--seconds 10] [--requests 5000]
 
 Every subcommand takes ``--json`` for machine-readable output. An identity is
 ``kind:value`` as the dashboard shows it; an ``ip:`` value is grouped the way
@@ -59,8 +58,6 @@ from django_ratelimits.management.output import (
 from django_ratelimits.offenders import Offenders, Query, UnknownPolicy, parse_identity, user_names
 from django_ratelimits.offenders.text import parse_span, span
 from django_ratelimits.policies import current
-from django_ratelimits.simulate import NoTargets
-from django_ratelimits.simulate import run as simulate
 
 Report = tuple[Data, str]
 
@@ -114,9 +111,6 @@ class Command(BaseCommand):
             )
         add("lift", "end a block or allow-listing").add_argument("ident")
         add("status", "Redis, the key space, the policies and the offender index")
-        traffic = add("simulate", "send demo traffic through this site's rate-limited URLs")
-        traffic.add_argument("--seconds", type=_seconds, default=10.0, help="at most (default 10)")
-        traffic.add_argument("--requests", type=_count, default=5000, help="at most (default 5000)")
 
     def handle(self, *args: Any, **options: Any) -> None:
         subcommand: Callable[[dict[str, Any]], Report] = SUBCOMMANDS[options["subcommand"]]
@@ -153,16 +147,6 @@ def _count(text: str) -> int:
     if not text.isdigit() or int(text) > 100_000:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number from 0 to 100000")
     return int(text)
-
-
-def _seconds(text: str) -> float:
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = 0.0
-    if not 0 < seconds <= 3600:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds from 0 to 3600")
-    return seconds
 
 
 def _identity(text: str) -> Identity:
@@ -317,15 +301,6 @@ def status(options: dict[str, Any]) -> Report:
     return data, text
 
 
-def run_simulation(options: dict[str, Any]) -> Report:
-    get_engine().now_us()  # an unreachable Redis stops here, not after a run of fail-open traffic
-    try:
-        summary = simulate(seconds=options["seconds"], requests=options["requests"])
-    except NoTargets as exc:
-        raise CommandError(str(exc)) from exc
-    return summary.as_dict(), summary.report()
-
-
 SUBCOMMANDS: dict[str, Callable[[dict[str, Any]], Report]] = {
     "offenders": offenders,
     "show": show,
@@ -334,7 +309,6 @@ SUBCOMMANDS: dict[str, Callable[[dict[str, Any]], Report]] = {
     "allow": _overriding("allow"),
     "lift": lift,
     "status": status,
-    "simulate": run_simulation,
 }
 
 

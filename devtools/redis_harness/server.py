@@ -1,0 +1,264 @@
+"""One real ``redis-server`` process on a free loopback port, and a temporary directory.
+
+Every server binds 127.0.0.1, keeps its log (``redis.log``) in its own working
+directory, and gets SIGTERM if the process that started it dies (Linux). Servers still
+running when this process exits are stopped (:func:`stop_all`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from devtools.redis_harness.binaries import find_redis_server, parse_version
+
+HOST = "127.0.0.1"
+START_TIMEOUT = 15.0  # seconds until a new server must answer PING
+STOP_TIMEOUT = 5.0  # seconds between SIGTERM and SIGKILL
+
+
+def no_retry() -> Retry:
+    """For probes: one attempt, so a refused connection is reported at once."""
+    return Retry(NoBackoff(), 0)
+
+
+class RedisStartError(RuntimeError):
+    """A redis-server process did not come up."""
+
+
+# --------------------------------------------------------------------------- ports
+
+
+def _can_bind(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((HOST, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(*, with_bus: bool = False) -> int:
+    """A free loopback port (and port + 10000 for a cluster bus when ``with_bus``).
+
+    Ports are drawn from 20000-29999, below the kernel's usual ephemeral range,
+    so that outgoing connections do not take them between the check and the bind.
+    A start that still loses the race is retried by :class:`RedisServer`.
+    """
+    for _ in range(200):
+        port = random.randint(20000, 29999)
+        if _can_bind(port) and (not with_bus or _can_bind(port + 10000)):
+            return port
+    raise RuntimeError("could not find a free port on 127.0.0.1")
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def _set_parent_death_signal() -> None:  # pragma: no cover - runs in the child
+    """Linux: let the server get SIGTERM if the test process dies without cleaning up."""
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
+_LIVE: set[RedisServer] = set()
+
+
+@atexit.register
+def stop_all() -> None:
+    """Stop every server this process started and has not stopped yet."""
+    for server in list(_LIVE):
+        server.stop()
+
+
+class RedisServer:
+    """One ``redis-server`` process on 127.0.0.1.
+
+    ``port=None`` picks a free port (kept across :meth:`stop` / :meth:`start`,
+    so a restart comes back at the same address). ``workdir`` holds the log
+    (``redis.log``) and, for a cluster node, ``nodes.conf``.
+    """
+
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        binary: Path | None = None,
+        port: int | None = None,
+        extra_args: Sequence[str] = (),
+        cluster_bus: bool = False,
+        name: str = "redis",
+    ) -> None:
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.binary = binary or find_redis_server()
+        self.host = HOST
+        self._fixed_port = port is not None
+        self.port = port if port is not None else free_port(with_bus=cluster_bus)
+        self.extra_args = list(extra_args)
+        self.cluster_bus = cluster_bus
+        self.name = name
+        self.log_path = self.workdir / "redis.log"
+        self.process: subprocess.Popen[bytes] | None = None
+        self._version: tuple[int, ...] | None = None
+
+    def __repr__(self) -> str:
+        state = "running" if self.is_running() else "stopped"
+        return f"<RedisServer {self.name} {self.host}:{self.port} {state}>"
+
+    # -- addresses and clients
+
+    @property
+    def url(self) -> str:
+        return f"redis://{self.host}:{self.port}/0"
+
+    def client(self, **kwargs: Any) -> redis.Redis:
+        """A new ``redis.Redis`` for this server (bytes replies unless told otherwise)."""
+        kwargs.setdefault("socket_timeout", 5)
+        kwargs.setdefault("socket_connect_timeout", 5)
+        return redis.Redis(host=self.host, port=self.port, **kwargs)
+
+    @property
+    def version(self) -> tuple[int, ...]:
+        if self._version is None:
+            with self.client(decode_responses=True) as conn:
+                info = conn.info("server")
+            self._version = parse_version(str(info["redis_version"]))
+        return self._version
+
+    # -- life cycle
+
+    def command_line(self) -> list[str]:
+        return [
+            str(self.binary),
+            "--port", str(self.port),
+            "--bind", self.host,
+            "--save", "",
+            "--appendonly", "no",
+            "--daemonize", "no",
+            "--dir", str(self.workdir),
+            "--logfile", str(self.log_path),
+            *self.extra_args,
+        ]  # fmt: skip
+
+    def is_running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def start(self, timeout: float = START_TIMEOUT) -> RedisServer:
+        """Start the process and return once it answers PING."""
+        if self.is_running():
+            return self
+        for attempt in range(5):
+            self._spawn()
+            try:
+                self._wait_for_ping(timeout)
+            except RedisStartError:
+                self._kill()
+                if not self._fixed_port and attempt < 4 and self._port_taken_in_log():
+                    self.port = free_port(with_bus=self.cluster_bus)
+                    continue
+                raise
+            _LIVE.add(self)
+            return self
+        raise AssertionError("unreachable")
+
+    def stop(self, timeout: float = STOP_TIMEOUT) -> None:
+        """SIGTERM, then SIGKILL if the process is still there after ``timeout``."""
+        _LIVE.discard(self)
+        proc = self.process
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.process = None
+
+    def _spawn(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            log.write(f"--- harness: starting {' '.join(self.command_line())}\n".encode())
+        preexec = _set_parent_death_signal if sys.platform.startswith("linux") else None
+        # Until redis opens its --logfile, anything it prints goes to the same file.
+        with open(self.log_path, "ab") as early_output:
+            self.process = subprocess.Popen(
+                self.command_line(),
+                stdin=subprocess.DEVNULL,
+                stdout=early_output,
+                stderr=subprocess.STDOUT,
+                cwd=self.workdir,
+                preexec_fn=preexec,
+            )
+
+    def _kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self.process = None
+
+    def _wait_for_ping(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        assert self.process is not None
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RedisStartError(
+                    f"{self.binary} exited with code {self.process.returncode} while "
+                    f"starting on port {self.port}.\n{self.log_tail()}"
+                )
+            try:
+                with self.client(
+                    socket_timeout=0.5, socket_connect_timeout=0.5, retry=no_retry()
+                ) as conn:
+                    if conn.ping():
+                        return
+            except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError):
+                pass
+            time.sleep(0.05)
+        raise RedisStartError(
+            f"{self.binary} did not answer PING on port {self.port} within {timeout:.0f}s.\n"
+            f"{self.log_tail()}"
+        )
+
+    def _port_taken_in_log(self) -> bool:
+        return "Address already in use" in self.log_tail(100)
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return f"(no log at {self.log_path})"
+        tail = "\n".join(text.splitlines()[-lines:])
+        return f"last lines of {self.log_path}:\n{tail}"
+
+
+# --------------------------------------------------------------------------- temp dirs
+
+
+@contextlib.contextmanager
+def temporary_workdir(prefix: str = "ratelimits-redis-") -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,1 @@
+"""Dashboard tests: admin pages, the offender dashboard (also in Chromium), its permissions."""

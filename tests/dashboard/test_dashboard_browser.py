@@ -1,0 +1,138 @@
+"""The offender dashboard in real headless Chromium, as staff use it.
+
+Screenshots of the page and of an identity's detail go to test-logs/screenshots/;
+with ``UPDATE_SCREENSHOTS=1`` they replace the ones in docs/images/ that the
+README shows.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Permission, User
+
+from django_ratelimits.engine import Algorithm, Check, Identity, Limit, get_engine
+from django_ratelimits.rates import parse_rates
+
+ROOT = Path(__file__).resolve().parents[2]
+IMAGES = ROOT / ("docs/images" if os.environ.get("UPDATE_SCREENSHOTS") else "test-logs/screenshots")
+OFFENDERS = "/admin/django_ratelimits/policy/offenders/"
+LOGIN = [Limit("login", r, Algorithm.SLIDING_LOG) for r in parse_rates("2/m")]
+API = [Limit("api", r, Algorithm.SLIDING_WINDOW) for r in parse_rates("5/m")]
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+def traffic() -> None:
+    """An office IP shared by three users, two attackers, one quiet client."""
+    engine = get_engine()
+    for n in range(9):
+        user = ("alice", "bob", "carol")[n % 3]
+        engine.check(
+            [
+                Check(Identity("ip", "203.0.113.5"), LOGIN, metadata=f"user:{user}|POST /login"),
+                Check(Identity("user", user), LOGIN, metadata="ip:203.0.113.5|POST /login"),
+            ]
+        )
+    for ip in ("198.51.100.7", "198.51.100.8"):
+        for _ in range(8):
+            engine.check([Check(Identity("ip", ip), LOGIN + API, metadata="user:-|GET /api/")])
+    engine.check([Check(Identity("ip", "192.0.2.1"), API)])
+
+
+@pytest.fixture
+def page(browser: Any, live_server: Any) -> Iterator[Any]:
+    IMAGES.mkdir(parents=True, exist_ok=True)
+    context = browser.new_context(viewport={"width": 1280, "height": 860})
+    tab = context.new_page()
+    tab.base = live_server.url
+    yield tab
+    context.close()
+
+
+def log_in(page: Any, username: str, password: str = "pw") -> None:
+    page.goto(f"{page.base}/admin/login/?next={OFFENDERS}")
+    page.fill("#id_username", username)
+    page.fill("#id_password", password)
+    page.click("input[type=submit]")
+
+
+def idents(page: Any) -> set[str]:
+    return {row.get_attribute("data-ident") for row in page.query_selector_all("tr.offender")}
+
+
+@pytest.mark.parametrize("redis_client", ["standalone"], indirect=True)
+def test_staff_find_reset_and_lose_an_offender(site_redis: Any, page: Any) -> None:
+    User.objects.create_superuser("boss", password="pw")
+    traffic()
+    log_in(page, "boss")
+    page.wait_for_selector("#offenders-table")
+    assert idents(page) == {
+        "ip:203.0.113.5",
+        "user:alice",
+        "user:bob",
+        "user:carol",
+        "ip:198.51.100.7",
+        "ip:198.51.100.8",
+    }
+    page.screenshot(path=str(IMAGES / "dashboard.png"), full_page=True)
+
+    page.fill("#id_ip", "198.51.100.0/24")
+    page.click("#offender-filters-apply")
+    page.wait_for_load_state()
+    assert idents(page) == {"ip:198.51.100.7", "ip:198.51.100.8"}
+
+    page.goto(f"{page.base}{OFFENDERS}")
+    page.click('tr.offender[data-ident="ip:203.0.113.5"] a.rl-detail-link')
+    page.wait_for_selector("#offender-summary")
+    behind = page.inner_text("#offender-behind")
+    assert "alice" in behind and "bob" in behind and "carol" in behind
+    page.screenshot(path=str(IMAGES / "identity.png"), full_page=True)
+
+    page.click("#action-reset button[type=submit]")
+    page.wait_for_selector("#confirm-yes")
+    page.click("#confirm-yes")
+    page.wait_for_load_state()
+    page.goto(f"{page.base}{OFFENDERS}")
+    page.wait_for_selector("#offenders-table")
+    assert "ip:203.0.113.5" not in idents(page)
+    assert "ip:198.51.100.7" in idents(page)
+
+
+@pytest.mark.parametrize("redis_client", ["standalone"], indirect=True)
+def test_the_dashboard_fits_a_phone(site_redis: Any, browser: Any, live_server: Any) -> None:
+    User.objects.create_superuser("boss", password="pw")
+    traffic()
+    IMAGES.mkdir(parents=True, exist_ok=True)
+    context = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True)
+    phone = context.new_page()
+    phone.base = live_server.url
+    log_in(phone, "boss")
+    phone.wait_for_selector("#offenders-table")
+    width = phone.evaluate("document.documentElement.scrollWidth")
+    phone.screenshot(path=str(IMAGES / "dashboard-phone.png"), full_page=True)
+    context.close()
+    assert width <= 400, "the page scrolls sideways on a phone"
+
+
+@pytest.mark.parametrize("redis_client", ["standalone"], indirect=True)
+def test_people_without_the_permission_cannot_reach_it(site_redis: Any, page: Any) -> None:
+    traffic()
+    User.objects.create_user("visitor", password="pw")
+    helper = User.objects.create_user("helper", password="pw", is_staff=True)
+    helper.user_permissions.add(Permission.objects.get(codename="view_policy"))
+
+    log_in(page, "visitor")
+    assert page.url.startswith(f"{page.base}/admin/login/")
+    assert "203.0.113.5" not in page.content()
+
+    log_in(page, "helper")
+    response = page.goto(f"{page.base}{OFFENDERS}")
+    assert response.status == 403
+    assert "203.0.113.5" not in page.content()
+    json_response = page.goto(f"{page.base}{OFFENDERS}json/")
+    assert json_response.status == 403

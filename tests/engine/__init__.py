@@ -1,0 +1,1 @@
+"""Engine tests: the Lua scripts, keys, connection, breaker and reader against real Redis."""

@@ -1,0 +1,1 @@
+"""Faults and load: real servers (gunicorn, uvicorn), Redis outages, soak, flood, exactness."""

@@ -1,0 +1,1 @@
+"""Operations tests: the management command, the system checks, the settings."""

@@ -1,0 +1,398 @@
+"""System checks: each one fires on its mistake, stays quiet otherwise, and hints at the fix."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.core.checks import CheckMessage, run_checks
+from django.core.checks.registry import registry
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
+from django.test import override_settings
+
+from devtools.redis_harness import RedisClusterHarness, RedisServer, free_port
+from django_ratelimits import checks, identity
+from django_ratelimits.checks import REDIS_TAG, TAG
+from django_ratelimits.middleware import RateLimitMiddleware
+from django_ratelimits.models import Policy
+from tests.operations.eviction import blind_url, redis_with
+
+OURS = "django_ratelimits.middleware.RateLimitMiddleware"
+AUTH = "django.contrib.auth.middleware.AuthenticationMiddleware"
+SESSION = "django.contrib.sessions.middleware.SessionMiddleware"
+PING_THREAD = "django_ratelimits-check-redis"  # the thread that asks Redis, left waiting
+DEAD_URL = f"redis://127.0.0.1:{free_port()}/0"
+
+
+class SiteLimiter(RateLimitMiddleware):
+    """A project's own subclass: the checks must recognise it."""
+
+
+def messages(tags: list[str] | None = None) -> list[CheckMessage]:
+    return run_checks(tags=tags or [TAG])
+
+
+def ids(tags: list[str] | None = None) -> list[str]:
+    return [m.id or "" for m in messages(tags)]
+
+
+def with_middleware(*entries: str) -> Any:
+    return override_settings(MIDDLEWARE=[SESSION, *entries])
+
+
+def django_redis_cache(url: str, **options: object) -> dict[str, object]:
+    # django-redis keeps one pool per LOCATION for the process, whatever the OPTIONS:
+    # a test that sets OPTIONS uses a LOCATION of its own.
+    return {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": url, "OPTIONS": options}
+
+
+# --------------------------------------------------------------------------- registration
+
+
+def test_the_checks_are_registered_under_their_tags() -> None:
+    assert registry.tag_exists(TAG)
+    assert registry.tag_exists(REDIS_TAG)
+    assert "django_ratelimits.W002" not in ids([TAG])
+
+
+def test_every_message_has_a_hint_and_an_id_of_the_app() -> None:
+    with (
+        with_middleware(OURS, AUTH),
+        override_settings(DJANGO_RATELIMITS={"REDIS": "nope"}),
+    ):
+        found = messages()
+    assert found
+    for message in found:
+        assert message.id and message.id.startswith("django_ratelimits.")
+        assert message.hint
+
+
+# --------------------------------------------------------------------------- middleware
+
+
+def test_middleware_after_authentication_passes() -> None:
+    with with_middleware(AUTH, OURS), override_settings(DJANGO_RATELIMITS={"REDIS": DEAD_URL}):
+        assert ids() == []
+
+
+def test_middleware_before_authentication_is_an_error() -> None:
+    with with_middleware(OURS, AUTH), override_settings(DJANGO_RATELIMITS={"REDIS": DEAD_URL}):
+        found = messages()
+    assert [m.id for m in found] == ["django_ratelimits.E001"]
+    assert found[0].is_serious()
+    assert "see no user" in found[0].msg
+
+
+def test_a_subclass_of_either_middleware_counts() -> None:
+    with with_middleware("tests.operations.test_checks.SiteLimiter", AUTH):
+        assert "django_ratelimits.E001" in ids()
+    with with_middleware(AUTH, "tests.operations.test_checks.SiteLimiter"):
+        assert "django_ratelimits.E001" not in ids()
+
+
+def test_a_broken_middleware_entry_is_left_to_django() -> None:
+    with with_middleware("no.such.Middleware", AUTH, OURS):
+        assert "django_ratelimits.E001" not in ids()
+
+
+def test_without_authentication_middleware_the_order_is_not_judged() -> None:
+    with with_middleware(OURS):
+        found = ids()
+    assert "django_ratelimits.E001" not in found
+    assert "django_ratelimits.W001" not in found
+
+
+def test_a_missing_middleware_is_a_warning() -> None:
+    with with_middleware(AUTH):
+        found = [m for m in messages() if m.id == "django_ratelimits.W001"]
+    assert len(found) == 1
+    assert not found[0].is_serious()
+    assert "SILENCED_SYSTEM_CHECKS" in (found[0].hint or "")
+
+
+def test_manage_py_check_fails_on_an_error() -> None:
+    with with_middleware(OURS, AUTH), pytest.raises(SystemCheckError, match="E001"):
+        call_command("check", tags=[TAG])
+
+
+# --------------------------------------------------------------------------- settings
+
+
+def test_invalid_settings_are_an_error_with_conf_s_message() -> None:
+    with with_middleware(AUTH, OURS), override_settings(DJANGO_RATELIMITS={"REDSI": DEAD_URL}):
+        found = messages([TAG, REDIS_TAG])
+    assert [m.id for m in found] == ["django_ratelimits.E002"]
+    assert "unknown key 'REDSI'" in found[0].msg
+    assert "did you mean 'REDIS'" in found[0].msg
+
+
+@pytest.mark.parametrize(
+    "value",
+    [{"SOCKET_TIMEOUT": 0}, {"TRUSTED_PROXIES": "10.0.0.0/8"}, {"REDIS": "ftp://x"}, "redis://"],
+)
+def test_every_invalid_value_is_reported_not_raised(value: object) -> None:
+    with override_settings(DJANGO_RATELIMITS=value):
+        assert "django_ratelimits.E002" in ids([TAG, REDIS_TAG])
+
+
+def test_an_unknown_cache_alias_is_an_error() -> None:
+    with override_settings(DJANGO_RATELIMITS={"REDIS": "ratelimits"}):
+        found = [m for m in messages() if m.id == "django_ratelimits.E003"]
+    assert len(found) == 1
+    assert "names no cache in CACHES" in found[0].msg
+
+
+def test_a_cache_that_is_not_django_redis_is_an_error() -> None:
+    # The test settings' default cache is local memory.
+    with override_settings(DJANGO_RATELIMITS={"REDIS": "default"}):
+        assert "django_ratelimits.E003" in ids()
+    with override_settings(DJANGO_RATELIMITS={}):
+        assert "django_ratelimits.E003" in ids()
+
+
+def test_a_django_redis_cache_passes_without_touching_the_network() -> None:
+    caches = {"default": django_redis_cache(DEAD_URL)}
+    with override_settings(CACHES=caches, DJANGO_RATELIMITS={"REDIS": "default"}):
+        assert "django_ratelimits.E003" not in ids()
+    with override_settings(CACHES=caches, DJANGO_RATELIMITS={}):
+        assert "django_ratelimits.E003" not in ids()
+
+
+def test_a_decoding_cache_client_is_an_error() -> None:
+    pool = {"CONNECTION_POOL_KWARGS": {"decode_responses": True}}
+    caches = {"default": django_redis_cache(DEAD_URL.replace("/0", "/9"), **pool)}
+    with override_settings(CACHES=caches, DJANGO_RATELIMITS={"REDIS": "default"}):
+        found = [m for m in messages() if m.id == "django_ratelimits.E003"]
+    assert len(found) == 1
+    assert "decode_responses" in found[0].msg
+
+
+@pytest.mark.parametrize("everything", ["0.0.0.0/0", "::/0"])
+def test_trusting_every_address_is_an_error(everything: str) -> None:
+    config = {"REDIS": DEAD_URL, "TRUSTED_PROXIES": ["10.0.0.0/8", everything]}
+    with override_settings(DJANGO_RATELIMITS=config):
+        found = [m for m in messages() if m.id == "django_ratelimits.E004"]
+    assert len(found) == 1
+    assert everything in found[0].msg
+    assert "X-Forwarded-For" in found[0].msg
+
+
+def test_ordinary_proxy_networks_pass() -> None:
+    config = {"REDIS": DEAD_URL, "TRUSTED_PROXIES": ["10.0.0.0/8", "127.0.0.1", "fc00::/7"]}
+    with override_settings(DJANGO_RATELIMITS=config):
+        assert "django_ratelimits.E004" not in ids()
+
+
+# --------------------------------------------------------------------------- Redis
+
+
+def test_a_reachable_redis_passes(redis_standalone: RedisServer) -> None:
+    if not redis_standalone.is_running():
+        redis_standalone.start()
+    with override_settings(DJANGO_RATELIMITS={"REDIS": redis_standalone.url}):
+        assert ids([REDIS_TAG]) == []
+    caches = {"default": django_redis_cache(redis_standalone.url)}
+    with override_settings(CACHES=caches, DJANGO_RATELIMITS={"REDIS": "default"}):
+        assert ids([REDIS_TAG]) == []
+
+
+def test_an_unreachable_redis_is_a_warning_not_an_error() -> None:
+    with override_settings(DJANGO_RATELIMITS={"REDIS": DEAD_URL}):
+        found = messages([REDIS_TAG])
+    assert [m.id for m in found] == ["django_ratelimits.W002"]
+    assert not found[0].is_serious()
+    # The refusal itself, not the PING timeout: the check did not wait for the timeout.
+    assert "ConnectionError" in found[0].msg and "fail open" in found[0].msg
+
+
+@pytest.fixture
+def silent_server() -> Iterator[str]:
+    """A port that accepts connections and never answers: a hung Redis."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        yield f"redis://127.0.0.1:{listener.getsockname()[1]}/0"
+
+
+def test_a_hung_redis_costs_the_check_at_most_half_a_second(silent_server: str) -> None:
+    # A cache without timeouts would wait forever; the check does not.
+    caches = {"default": django_redis_cache(silent_server)}
+    before = set(threading.enumerate())
+    with override_settings(CACHES=caches, DJANGO_RATELIMITS={"REDIS": "default"}):
+        started = time.monotonic()
+        found = messages([REDIS_TAG])
+        elapsed = time.monotonic() - started
+    pinging = [t for t in set(threading.enumerate()) - before if t.name == PING_THREAD]
+    assert [m.id for m in found] == ["django_ratelimits.W002"]
+    assert f"within {checks.PING_TIMEOUT} s" in found[0].msg
+    # It waited PING_TIMEOUT, then left the PING waiting: no upper bound on the time is
+    # asserted (a busy machine may be late to wake the check), the PING still waiting is.
+    assert elapsed >= checks.PING_TIMEOUT
+    assert len(pinging) == 1 and pinging[0].is_alive()
+
+
+def test_an_unreachable_cluster_is_a_warning() -> None:
+    with override_settings(DJANGO_RATELIMITS={"REDIS": {"URL": DEAD_URL, "CLUSTER": True}}):
+        found = messages([TAG, REDIS_TAG])
+    assert "django_ratelimits.W002" in [m.id for m in found]
+    assert not any(m.is_serious() for m in found if m.id != "django_ratelimits.W001")
+
+
+def test_a_reachable_cluster_passes(redis_cluster: RedisClusterHarness) -> None:
+    redis_cluster.ensure_running()
+    with override_settings(
+        DJANGO_RATELIMITS={"REDIS": {"URL": redis_cluster.url, "CLUSTER": True}}
+    ):
+        assert ids([REDIS_TAG]) == []
+
+
+def test_a_disabled_limiter_does_not_ping() -> None:
+    with override_settings(DJANGO_RATELIMITS={"REDIS": DEAD_URL, "ENABLED": False}):
+        assert ids([REDIS_TAG]) == []
+
+
+# --------------------------------------------------------------------------- runtime hint
+
+
+@pytest.fixture
+def fresh_hint(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> Any:
+    monkeypatch.setattr(identity, "_peer_settled", False)
+    caplog.set_level(logging.WARNING, logger="django_ratelimits")
+    return caplog
+
+
+def address(text: str) -> Any:
+    return ipaddress.ip_address(text)
+
+
+def hints(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "TRUSTED_PROXIES" in r.getMessage()]
+
+
+@pytest.mark.parametrize(
+    "peer", ["10.0.0.5", "127.0.0.1", "192.168.1.2", "100.64.0.1", "::1", "fd00::1"]
+)
+def test_a_private_peer_without_trusted_proxies_is_logged_once(fresh_hint: Any, peer: str) -> None:
+    identity.warn_if_behind_proxy(address(peer), ())
+    identity.warn_if_behind_proxy(address(peer), ())
+    identity.warn_if_behind_proxy(address("10.9.9.9"), ())
+    logged = hints(fresh_hint)
+    assert len(logged) == 1
+    assert str(address(peer)) in logged[0]
+
+
+def test_a_public_peer_settles_it_for_good(fresh_hint: Any) -> None:
+    identity.warn_if_behind_proxy(address("8.8.8.8"), ())
+    identity.warn_if_behind_proxy(address("10.0.0.5"), ())
+    assert hints(fresh_hint) == []
+
+
+def test_nothing_is_logged_when_proxies_are_trusted(fresh_hint: Any) -> None:
+    trusted = (ipaddress.ip_network("10.0.0.0/8"),)
+    identity.warn_if_behind_proxy(address("10.0.0.5"), trusted)
+    assert hints(fresh_hint) == []
+    assert identity._peer_settled is False  # the settings may change; still watching
+
+
+def test_nothing_is_logged_in_debug(fresh_hint: Any) -> None:
+    assert not settings.DEBUG
+    with override_settings(DEBUG=True):
+        identity.warn_if_behind_proxy(address("127.0.0.1"), ())
+    assert hints(fresh_hint) == []
+
+
+# --------------------------------------------------------------------------- eviction (W003)
+
+
+def deploy_ids(url: str) -> list[str]:
+    with override_settings(DJANGO_RATELIMITS={"REDIS": url}):
+        found = run_checks(tags=[REDIS_TAG], include_deployment_checks=True)
+    return [m.id or "" for m in found]
+
+
+def test_a_redis_that_refuses_writes_when_full_is_a_deploy_warning(tmp_path: Path) -> None:
+    with (
+        redis_with(tmp_path, "noeviction") as server,
+        override_settings(DJANGO_RATELIMITS={"REDIS": server.url}),
+    ):
+        found = run_checks(tags=[REDIS_TAG], include_deployment_checks=True)
+        assert ids([REDIS_TAG]) == []  # only with --deploy
+    assert [m.id for m in found] == ["django_ratelimits.W003"]
+    assert "noeviction" in found[0].msg and "fail open" in found[0].msg
+    assert server.url.split("//")[1].rstrip("/0") in found[0].msg
+    assert "allkeys-lru" in (found[0].hint or "")
+
+
+@pytest.mark.parametrize("policy", ["allkeys-lru", "volatile-lru", "volatile-ttl"])
+def test_an_eviction_policy_that_makes_room_passes_the_deploy_check(
+    tmp_path: Path, policy: str
+) -> None:
+    with redis_with(tmp_path, policy) as server:
+        assert deploy_ids(server.url) == []
+
+
+def test_noeviction_without_a_maxmemory_is_not_a_write_failure(tmp_path: Path) -> None:
+    with redis_with(tmp_path, "noeviction", maxmemory="0") as server:
+        assert deploy_ids(server.url) == []
+
+
+def test_an_eviction_policy_that_cannot_be_read_is_said_without_failing(tmp_path: Path) -> None:
+    with (
+        redis_with(tmp_path, "noeviction") as server,
+        override_settings(DJANGO_RATELIMITS={"REDIS": blind_url(server)}),
+    ):
+        found = run_checks(tags=[REDIS_TAG], include_deployment_checks=True)
+    assert [m.id for m in found] == ["django_ratelimits.W003"]
+    assert found[0].msg.startswith("Could not read Redis' maxmemory-policy")
+    assert "NoPermissionError" in found[0].msg
+
+
+def test_the_eviction_check_leaves_an_unreachable_redis_to_w002() -> None:
+    assert deploy_ids(DEAD_URL) == ["django_ratelimits.W002"]
+
+
+def test_the_eviction_check_reads_every_master_of_a_cluster(
+    redis_cluster: RedisClusterHarness,
+) -> None:
+    redis_cluster.ensure_running()
+    first = redis_cluster.node_clients()[0]
+    first.config_set("maxmemory", "100mb")
+    try:
+        with override_settings(
+            DJANGO_RATELIMITS={"REDIS": {"URL": redis_cluster.url, "CLUSTER": True}}
+        ):
+            found = run_checks(tags=[REDIS_TAG], include_deployment_checks=True)
+    finally:
+        first.config_set("maxmemory", "0")
+    assert [m.id for m in found] == ["django_ratelimits.W003"]
+    assert f"{redis_cluster.nodes[0][0]}:{redis_cluster.nodes[0][1]}" in found[0].msg
+
+
+# --------------------------------------------------------------------------- path patterns
+
+
+@pytest.mark.django_db
+def test_each_row_whose_pattern_re2_refuses_is_an_error_naming_it() -> None:
+    # Rows saved before patterns were matched by RE2: update() skips validation as they did.
+    for name in ("backref", "lookahead", "fine", "no-path"):
+        Policy.objects.create(name=name, rates="10/s")
+    Policy.objects.filter(name="backref").update(path=r"^/(\w+)/\1")
+    Policy.objects.filter(name="lookahead").update(path="^/(?!admin)", enabled=False)
+    Policy.objects.filter(name="fine").update(path=r"^/(\w+-?)*$")
+    found = run_checks(tags=[TAG], databases=["default"])
+    errors = {m.obj: m.msg for m in found if m.id == "django_ratelimits.E005"}
+    assert sorted(errors) == ["policy 'backref'", "policy 'lookahead'"]
+    assert "invalid escape sequence: \\1" in errors["policy 'backref'"]
+    assert "invalid perl operator: (?!" in errors["policy 'lookahead'"]
+    assert all(m.hint for m in found)
+    # A plain "manage.py check" reads the policies' own database too.
+    assert ids().count("django_ratelimits.E005") == 2

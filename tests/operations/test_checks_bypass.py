@@ -1,0 +1,163 @@
+"""Misconfigurations that would turn limiting off quietly are system check errors, all at once
+(issue #9, findings 2, 7, 8 and 9); the request path never answers 500 because of them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.core.checks import CheckMessage, run_checks
+from django.test import Client, override_settings
+
+from devtools.redis_harness import free_port
+from django_ratelimits.checks import TAG
+from django_ratelimits.conf import InvalidSettings, get_settings
+from django_ratelimits.contrib.drf import PolicyThrottle
+from django_ratelimits.models import Policy
+from django_ratelimits.policies import get_registry
+from django_ratelimits.signals import backend_failed
+
+DEAD_URL = f"redis://127.0.0.1:{free_port()}/0"
+
+
+def found(check_id: str) -> list[CheckMessage]:
+    return [m for m in run_checks(tags=[TAG]) if m.id == f"django_ratelimits.{check_id}"]
+
+
+# --------------------------------------------------------------------------- E002: every problem
+
+
+def test_three_invalid_settings_are_three_errors_in_one_run() -> None:
+    bad = {"SOCKET_TIMEOUT": 0, "TRUSTED_PROXIES": "10.0.0.0/8", "KEY_PREFIX": "a b", "SHRDS": 2}
+    with override_settings(DJANGO_RATELIMITS={"REDIS": DEAD_URL, **bad}):
+        errors = found("E002")
+        with pytest.raises(InvalidSettings) as raised:
+            get_settings()
+    assert len(errors) == 4 and all(e.is_serious() for e in errors)
+    for key in ["SHRDS", "TRUSTED_PROXIES", "SOCKET_TIMEOUT", "KEY_PREFIX"]:
+        assert [e for e in errors if f"'{key}'" in e.msg], key
+    assert raised.value.problems == tuple(e.msg for e in errors)
+
+
+def test_a_bad_redis_value_does_not_hide_the_other_problems() -> None:
+    with override_settings(DJANGO_RATELIMITS={"REDIS": "ftp://x", "SHARDS": 0}):
+        messages = [m.msg for m in found("E002")]
+    assert len(messages) == 2
+    assert "REDIS" in messages[0] and "SHARDS" in messages[1]
+
+
+# --------------------------------------------------------------------------- E003: decoding URL
+
+
+@pytest.mark.parametrize("value", ["True", "1", "False"])
+@pytest.mark.parametrize("cluster", [False, True])
+def test_a_url_asking_for_decoded_replies_is_an_error(value: str, cluster: bool) -> None:
+    url = f"{DEAD_URL}?decode_responses={value}"  # redis-py decodes for any value, even False
+    with override_settings(DJANGO_RATELIMITS={"REDIS": {"URL": url, "CLUSTER": cluster}}):
+        errors = found("E003")
+    assert len(errors) == 1
+    assert "decode_responses" in errors[0].msg
+    assert "even 'False'" in (errors[0].hint or "")
+
+
+def test_a_url_without_decoding_passes() -> None:
+    with override_settings(DJANGO_RATELIMITS={"REDIS": f"{DEAD_URL}?health_check_interval=5"}):
+        assert found("E003") == []
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("redis_client", ["standalone"], indirect=True)
+def test_a_decoding_url_fails_requests_open_or_closed_never_500(
+    site_redis: Any, redis_standalone: Any
+) -> None:
+    Policy.objects.create(name="open", rates="1/h", path=r"^/api/hello")
+    Policy.objects.create(name="closed", rates="100/h", path=r"^/api/other", fail_closed=True)
+    get_registry().refresh()
+    failures: list[Any] = []
+    backend_failed.connect(lambda **kw: failures.append(kw), weak=False, dispatch_uid="t-decode")
+    url = f"{redis_standalone.url}?decode_responses=True"
+    try:
+        with override_settings(DJANGO_RATELIMITS={"REDIS": url}):
+            client = Client()
+            assert [client.get("/api/hello").status_code for _ in range(3)] == [200] * 3
+            assert client.get("/api/other").status_code == 503
+    finally:
+        backend_failed.disconnect(dispatch_uid="t-decode")
+    assert failures and "decode_responses" in str(failures[0]["error"])
+
+
+# --------------------------------------------------------------------------- E006: unknown names
+
+
+class DefaultThrottle(PolicyThrottle):
+    policy = "typo-default"
+
+
+TYPOS = {"ROOT_URLCONF": "tests.typo_urls", "DJANGO_RATELIMITS": {"REDIS": DEAD_URL}}
+DEFAULT_THROTTLE = {
+    "DEFAULT_THROTTLE_CLASSES": ["tests.operations.test_checks_bypass.DefaultThrottle"]
+}
+
+
+@pytest.mark.django_db
+def test_every_decorator_and_throttle_naming_a_missing_policy_is_an_error_in_one_run() -> None:
+    Policy.objects.create(name="kept-in-admin", rates="1/m", enabled=False)
+    with override_settings(**TYPOS, REST_FRAMEWORK=DEFAULT_THROTTLE):
+        errors = found("E006")
+    assert sorted(e.obj for e in errors) == [
+        "django_ratelimits.contrib.drf.PolicyThrottle on tests.typo_urls.TypoApi",
+        "tests.operations.test_checks_bypass.DefaultThrottle",
+        "tests.typo_urls.ReportThrottle on tests.typo_urls.report",
+        "tests.typo_urls.search",
+    ]
+    assert all(e.is_serious() and "limits nothing" in e.msg for e in errors)
+    assert "'serach'" in next(e.msg for e in errors if e.obj == "tests.typo_urls.search")
+
+
+@pytest.mark.django_db
+def test_manage_py_check_fails_naming_the_typo() -> None:
+    from django.core.management import call_command
+    from django.core.management.base import SystemCheckError
+
+    with override_settings(**TYPOS), pytest.raises(SystemCheckError) as raised:
+        call_command("check", tags=[TAG])
+    assert "'serach'" in str(raised.value) and "'kept-in-admin'" in str(raised.value)
+
+
+@pytest.mark.django_db
+def test_names_that_exist_in_code_or_in_the_table_pass() -> None:
+    for name in ("serach", "kept-in-admin", "typo-api", "typo-report"):
+        Policy.objects.create(name=name, rates="1/m")
+    with override_settings(**TYPOS):
+        assert found("E006") == []
+
+
+def test_an_unreadable_policy_table_is_a_warning_not_a_crash() -> None:
+    # No django_db mark: pytest-django refuses every query, as a missing database would.
+    with override_settings(**TYPOS):
+        warnings = found("W004")
+    assert len(warnings) == 1 and not warnings[0].is_serious()
+    assert "serach" in warnings[0].msg and "migrate" in (warnings[0].hint or "")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("redis_client", ["standalone"], indirect=True)
+def test_an_unknown_name_is_logged_once_however_many_requests_use_it(
+    site_redis: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    from django.conf import settings
+
+    from django_ratelimits import decide as limiter_module
+
+    limiter_module._reported.clear()
+    config = {**settings.DJANGO_RATELIMITS, "POLICY_REFRESH": 3600}
+    with (
+        override_settings(ROOT_URLCONF="tests.typo_urls", DJANGO_RATELIMITS=config),
+        caplog.at_level("ERROR", logger="django_ratelimits"),
+    ):
+        client = Client()
+        assert [client.get("/nested/search").status_code for _ in range(20)] == [200] * 20
+        assert client.get("/api").status_code == 200
+    logged = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len([m for m in logged if "'serach'" in m]) == 1
+    assert len([m for m in logged if "'typo-api'" in m]) == 1

@@ -1,0 +1,344 @@
+"""``manage.py ratelimits``: output (text and JSON), actions, errors; on both topologies."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.core.management import CommandError, call_command
+from django.test import override_settings
+from redis.cluster import RedisCluster
+
+from devtools.redis_harness import free_port
+from django_ratelimits.engine import Check, Engine, Identity, get_engine
+from django_ratelimits.engine.controls import Controls
+from django_ratelimits.engine.offenders import OffenderReader
+from django_ratelimits.management.commands import ratelimits
+from django_ratelimits.models import Policy
+from django_ratelimits.policies import current, get_registry
+from django_ratelimits.testing import FakeClock
+from tests.operations.eviction import blind_url, redis_with
+
+pytestmark = pytest.mark.django_db
+ROOT = Path(__file__).resolve().parents[2]
+OFFICE, ATTACKER = "198.51.100.10", "203.0.113.99"
+
+
+def run(*args: str) -> str:
+    out = io.StringIO()
+    call_command("ratelimits", *args, stdout=out)
+    return out.getvalue()
+
+
+def run_json(*args: str) -> Any:
+    return json.loads(run(*args, "--json"))
+
+
+def policy(**fields: Any) -> None:
+    Policy.objects.create(**fields)
+    get_registry().refresh()
+
+
+@pytest.fixture
+def engine(site_redis: Any, monkeypatch: pytest.MonkeyPatch) -> Engine:
+    """The command's engine, on a fake clock: the offender index takes at most one
+    update a second per identity, so :func:`scripted` spaces its requests."""
+    configured = get_engine()
+    engine = Engine(configured.client, keys=configured.keys, clock=FakeClock())
+    monkeypatch.setattr(ratelimits, "get_engine", lambda: engine)
+    return engine
+
+
+def scripted(engine: Engine) -> tuple[User, User]:
+    """Alice and Bob behind one office address, and an anonymous attacker."""
+    assert isinstance(engine.clock, FakeClock)
+    alice, bob = User.objects.create_user("alice"), User.objects.create_user("bob")
+    policy(name="login", rates="2/m", algorithm="sliding_log", key="ip", record_metadata=True)
+    policy(name="api", rates="3/m", algorithm="fixed_window", key="ip_and_user", path="^/api/")
+    login, api = current().get("login"), current().get("api")
+    assert login is not None and api is not None
+    for n in range(6):
+        user = alice if n % 2 else bob
+        engine.check(
+            [
+                Check(Identity("ip", OFFICE), login.limits, f"user:{user.pk}|POST /login"),
+                Check(Identity("user", str(user.pk)), login.limits, f"ip:{OFFICE}|POST /login"),
+            ]
+        )
+        engine.clock.advance(1.5)
+    for _ in range(10):
+        engine.check([Check(Identity("ip", ATTACKER), login.limits + api.limits, "user:-|x")])
+        engine.clock.advance(1.5)
+    return alice, bob
+
+
+# --------------------------------------------------------------------------- offenders
+
+
+def test_offenders_lists_the_denied_identities(engine: Engine) -> None:
+    alice, bob = scripted(engine)
+    data = run_json("offenders", "--period", "5m")
+    got = {row["identity"]: (row["denials"], row["by_policy"]) for row in data["offenders"]}
+    assert got == {
+        f"ip:{OFFICE}": (4, {"login": 4}),
+        f"ip:{ATTACKER}": (8, {"login": 8}),
+        f"user:{alice.pk}": (1, {"login": 1}),
+        f"user:{bob.pk}": (1, {"login": 1}),
+    }
+    assert data["total"] == 4 and data["period"] == 300
+    assert all(row["override"] is None for row in data["offenders"])
+    assert data["usernames"] == {f"user:{alice.pk}": "alice", f"user:{bob.pk}": "bob"}
+
+    text = run("offenders", "--period", "5m")
+    assert text.startswith("4 identities denied in the last 5m; rows 1-4, by last denial:\n")
+    assert text.splitlines()[1].split()[:3] == ["identity", "denials", "by"]
+    attacker = next(line for line in text.splitlines() if ATTACKER in line)
+    assert attacker.split()[1:4] == ["8", "login", "8"] and "s ago" in attacker
+    assert f"user:{alice.pk} (alice)" in text
+
+
+def test_offenders_sort_filter_and_paginate(engine: Engine) -> None:
+    alice, bob = scripted(engine)
+    by_count = run_json("offenders", "--order", "denials", "--limit", "2")["offenders"]
+    assert [row["identity"] for row in by_count] == [f"ip:{ATTACKER}", f"ip:{OFFICE}"]
+    users = run_json("offenders", "--kind", "user")["offenders"]
+    assert {row["identity"] for row in users} == {f"user:{alice.pk}", f"user:{bob.pk}"}
+    assert run_json("offenders", "--policy", "api")["offenders"] == []
+    assert "none to show" in run("offenders", "--policy", "api")
+    first = run_json("offenders", "--limit", "3")["offenders"]
+    rest = run_json("offenders", "--offset", "3", "--limit", "3")["offenders"]
+    assert len(first) == 3 and len(rest) == 1
+    assert not {r["ident"] for r in first} & {r["ident"] for r in rest}
+
+
+def test_offenders_show_blocks_in_force(engine: Engine) -> None:
+    scripted(engine)
+    Controls(engine).block(Identity("ip", ATTACKER), 3600)
+    rows = {row["identity"]: row for row in run_json("offenders")["offenders"]}
+    override = rows[f"ip:{ATTACKER}"]["override"]
+    # Seconds left round up, from the page's time in whole milliseconds.
+    assert override["mode"] == "blocked" and 3590 <= override["seconds_left"] <= 3601
+    assert rows[f"ip:{OFFICE}"]["override"] is None
+    line = next(line for line in run("offenders").splitlines() if ATTACKER in line)
+    assert "blocked, " in line and line.endswith(" left")
+
+
+# --------------------------------------------------------------------------- show
+
+
+def declared_ip() -> dict[tuple[str, str], int]:
+    """The full quota of every other policy counting addresses: the ones ``tests.urls``
+    (and any URLconf an earlier test imported) declare with ``@ratelimit(rate=...)``."""
+    return {
+        (spec.name, str(rate)): rate.limit
+        for spec in get_registry().counting("ip")
+        if spec.name not in ("login", "api")
+        for rate in spec.rates
+    }
+
+
+def test_show_tells_who_was_behind_an_address_and_the_quota_left(engine: Engine) -> None:
+    alice, bob = scripted(engine)
+    data = run_json("show", f"ip:{OFFICE}")
+    assert data["identity"] == f"ip:{OFFICE}"
+    assert data["offender"]["denials"] == 4 and data["offender"]["by_policy"] == {"login": 4}
+    assert sorted((b["who"], b["hits"]) for b in data["behind"]) == sorted(
+        [(f"user:{alice.pk}", 3), (f"user:{bob.pk}", 3)]
+    )
+    assert data["hits_recorded"] == 6 and len(data["hits"]) == 6
+    assert [h["allowed"] for h in reversed(data["hits"])] == [True, True] + [False] * 4
+    assert data["override"] is None
+    quota = {(q["policy"], q["rate"]): q["remaining"] for q in data["quota"]}
+    # Beside this test's policies, tests.urls declares t-* ones on every identity kind.
+    assert ("t-login", "3/m") in declared_ip()
+    assert quota == {("login", "2/m"): 0, ("api", "3/m"): 3} | declared_ip()
+
+    text = run("show", f"ip:{OFFICE}", "--hits", "2")
+    assert "denials:  4 (login 4)" in text
+    assert f"user:{alice.pk} (alice) x3" in text and f"user:{bob.pk} (bob) x3" in text
+    assert "login 2/m (sliding_log): 0 of 2" in text
+    assert "newest hits (2 of 6):" in text and "POST /login" in text
+
+
+def test_show_of_an_identity_never_denied(engine: Engine) -> None:
+    scripted(engine)
+    data = run_json("show", "user:nobody")
+    assert data["offender"] is None and data["hits"] == [] and data["behind"] == []
+    assert [(q["policy"], q["remaining"]) for q in data["quota"]] == [("api", 3), ("t-cbv", 2)]
+    text = run("show", "user:nobody")
+    assert "none recorded" in text and "nobody recorded" in text
+
+
+# --------------------------------------------------------------------------- actions
+
+
+def test_reset_clears_counters_and_forget_drops_the_record(engine: Engine) -> None:
+    scripted(engine)
+    ip = Identity("ip", ATTACKER)
+    login = current().get("login")
+    assert login is not None
+    assert engine.peek([Check(ip, login.limits)]).results[0].remaining == 0
+
+    assert run("reset", f"ip:{ATTACKER}", "--policy", "login") == (
+        f"ip:{ATTACKER}: counters reset under login.\n"
+    )
+    assert engine.peek([Check(ip, login.limits)]).results[0].remaining == 2
+    assert f"ip:{ATTACKER}" in {o.label for o in OffenderReader(engine).page().offenders}
+
+    data = run_json("reset", f"ip:{ATTACKER}", "--forget")
+    assert data == {
+        "action": "reset",
+        "identity": f"ip:{ATTACKER}",
+        "policies": ["api", "login", *sorted({name for name, _ in declared_ip()})],
+        "forget": True,
+    }
+    assert f"ip:{ATTACKER}" not in {o.label for o in OffenderReader(engine).page().offenders}
+    assert OffenderReader(engine).detail(ip).hits == ()
+
+
+def test_block_allow_and_lift(engine: Engine) -> None:
+    scripted(engine)
+    login = current().get("login")
+    assert login is not None
+    ip = Identity("ip", "192.0.2.1")
+
+    assert "ip:192.0.2.1: blocked for 1h;" in run("block", "ip:192.0.2.1", "--for", "1h")
+    mode, left = Controls(engine).override(ip) or ("", 0)
+    assert mode == "blocked" and 3590 <= left <= 3600
+    assert not engine.check([Check(ip, login.limits)]).allowed
+
+    data = run_json("allow", "ip:192.0.2.1", "--for", "30m")
+    assert data == {"action": "allow", "identity": "ip:192.0.2.1", "seconds": 1800}
+    assert all(engine.check([Check(ip, login.limits)]).allowed for _ in range(5))
+
+    lifted = run_json("lift", "ip:192.0.2.1")["lifted"]
+    assert lifted["mode"] == "allowed" and lifted["seconds_left"] <= 1800
+    assert Controls(engine).override(ip) is None
+    assert "no block or allow-listing was in force" in run("lift", "ip:192.0.2.1")
+
+
+def test_an_address_means_the_group_the_limiter_counts(engine: Engine) -> None:
+    run("block", "ip:2001:db8:1:2::7", "--for", "5m")
+    assert Controls(engine).override(Identity("ip", "2001:db8:1:2::/64")) is not None
+    assert run_json("lift", "ip:2001:db8:1:2::/64")["identity"] == "ip:2001:db8:1:2::/64"
+    with override_settings(DJANGO_RATELIMITS={**settings.DJANGO_RATELIMITS, "IPV4_PREFIX": 24}):
+        assert run_json("show", "ip:192.0.2.77")["identity"] == "ip:192.0.2.0/24"
+
+
+# --------------------------------------------------------------------------- status
+
+
+def test_status_describes_redis_and_the_index(engine: Engine) -> None:
+    scripted(engine)
+    data = run_json("status")
+    cluster = isinstance(engine.client, RedisCluster)
+    assert data["redis"]["topology"] == ("cluster" if cluster else "standalone")
+    nodes = data["redis"]["nodes"]
+    assert len(nodes) == (3 if cluster else 1)
+    assert all(n["version"][0].isdigit() and n["ping_ms"] >= 0 for n in nodes)
+    assert data["key_prefix"] == "rl" and data["shards"] == 64
+    assert data["offenders_indexed"] == 4
+    assert data["policies"] == len(current().all()) >= 2
+    assert data["breaker_open"] is False
+    text = run("status")
+    assert text.startswith("Redis: reachable, ")
+    assert "offender index: 4 identities (all shards)" in text
+    assert "circuit breaker: closed" in text
+
+
+# --------------------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["show", "nonsense"], "is not an identity: write kind:value"),
+        (["show", "IP:192.0.2.1"], "identity kind 'IP'"),
+        (["block", "ip:not-an-address", "--for", "1h"], "is not an IP address or network"),
+        (["block", "ip:192.0.2.1", "--for", "2y"], "is not a duration"),
+        (["block", "ip:192.0.2.1"], "--for"),
+        (["offenders", "--limit", "-1"], "is not a number"),
+        (["reset", "ip:192.0.2.1", "--policy", "nope"], "no enabled policy is named 'nope'"),
+        (["nonsense"], "invalid choice"),
+    ],
+)
+def test_bad_arguments_are_clear_errors(args: list[str], message: str) -> None:
+    with pytest.raises(CommandError, match=message):
+        run(*args)
+
+
+ACTIONS = [
+    ["offenders"],
+    ["show", "ip:192.0.2.1"],
+    ["reset", "ip:192.0.2.1"],
+    ["block", "ip:192.0.2.1", "--for", "1h"],
+    ["lift", "ip:192.0.2.1"],
+    ["status"],
+]
+
+
+@pytest.mark.parametrize("args", ACTIONS, ids=lambda args: args[0])
+def test_an_unreachable_redis_is_a_clear_error(args: list[str]) -> None:
+    with (
+        override_settings(DJANGO_RATELIMITS={"REDIS": f"redis://127.0.0.1:{free_port()}/0"}),
+        pytest.raises(CommandError, match=r"^Redis failed: .*(refused|connecting)"),
+    ):
+        run(*args)
+
+
+def test_on_the_command_line_a_failure_is_one_line_and_exit_status_1(tmp_path: Path) -> None:
+    (tmp_path / "unreachable_settings.py").write_text(
+        "from tests.settings import *  # noqa: F403\n"
+        f"DJANGO_RATELIMITS = {{'REDIS': 'redis://127.0.0.1:{free_port()}/0'}}\n"
+    )
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "unreachable_settings",
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]),
+    }
+    done = subprocess.run(
+        [sys.executable, "manage.py", "ratelimits", "status"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert done.stdout == ""
+    assert done.stderr.startswith("CommandError: Redis failed: ")
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_status_reports_what_a_full_redis_does(tmp_path: Path) -> None:
+    with (
+        redis_with(tmp_path, "noeviction", maxmemory="2mb") as server,
+        override_settings(DJANGO_RATELIMITS={"REDIS": server.url}),
+    ):
+        (memory,) = run_json("status")["memory"]
+        assert memory["maxmemory_policy"] == "noeviction" and memory["maxmemory"] == 2 << 20
+        assert memory["fails_writes"] is True and memory["error"] is None
+        verdict = "when full, writes fail and limits fail open: use allkeys-lru"
+        assert f"maxmemory-policy noeviction ({verdict})" in run("status")
+        with server.client() as client:
+            client.config_set("maxmemory-policy", "allkeys-lru")
+        assert "maxmemory-policy allkeys-lru (recommended)" in run("status")
+
+
+def test_status_says_when_the_eviction_policy_cannot_be_read(tmp_path: Path) -> None:
+    with (
+        redis_with(tmp_path, "noeviction") as server,
+        override_settings(DJANGO_RATELIMITS={"REDIS": blind_url(server)}),
+    ):
+        (memory,) = run_json("status")["memory"]
+        text = run("status")
+    assert memory["maxmemory_policy"] is None and "NoPermissionError" in memory["error"]
+    assert "maxmemory-policy could not be read (INFO: NoPermissionError" in text

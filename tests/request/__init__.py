@@ -1,0 +1,2 @@
+"""Request-path tests: middleware, decorators, DRF, the compatibility layer, identities,
+hostile input."""

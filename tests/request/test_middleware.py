@@ -1,0 +1,261 @@
+"""The whole request path through Django's test client, against real Redis."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.http import HttpRequest, HttpResponse
+from django.test import Client, RequestFactory, override_settings
+
+from django_ratelimits.decorators import ratelimit
+from django_ratelimits.models import Policy
+from django_ratelimits.policies import get_registry
+from django_ratelimits.signals import backend_failed, rate_limited
+from django_ratelimits.testing import FakeClock
+from tests.engine_helpers import all_keys, check_calls
+
+pytestmark = pytest.mark.django_db
+
+
+def policy(**fields: Any) -> Policy:
+    row = Policy.objects.create(**fields)
+    get_registry().refresh()
+    return row
+
+
+def test_a_path_policy_is_enforced_exactly_at_the_limit(site_redis: Any) -> None:
+    policy(name="api", rates="3/m", path=r"^/api/", algorithm="sliding_log")
+    client = Client()
+    statuses = [client.get("/api/hello").status_code for _ in range(5)]
+    assert statuses == [200, 200, 200, 429, 429]
+    # Another path under the same policy shares its quota; paths outside it do not.
+    assert client.get("/api/other").status_code == 429
+    assert client.get("/soft").status_code == 200
+
+
+def test_headers_describe_the_decision(frozen_clock: FakeClock) -> None:
+    # A fixed window on the fake clock: on Redis' clock a minute could end between the requests.
+    policy(name="api", rates="2/m", path=r"^/api/", algorithm="fixed_window")
+    client = Client()
+    first = client.get("/api/hello")
+    assert first["RateLimit-Policy"] == '"api";q=2;w=60'
+    assert first["RateLimit"] == '"api";r=1;t=60'
+    frozen_clock.advance(20)
+    client.get("/api/hello")
+    denied = client.get("/api/hello")
+    assert denied.status_code == 429
+    assert denied["Retry-After"] == "40"  # the rest of the minute
+    assert denied["RateLimit"] == '"api";r=0;t=40'
+
+
+def test_several_rates_are_named_per_period(site_redis: Any) -> None:
+    policy(name="api", rates="10/s, 100/h", path=r"^/api/")
+    response = Client().get("/api/hello")
+    assert response["RateLimit-Policy"] == '"api-1s";q=10;w=1, "api-3600s";q=100;w=3600'
+    assert response["RateLimit"].startswith('"api-1s";r=9;')
+
+
+def test_json_clients_get_problem_details_and_browsers_a_page(site_redis: Any) -> None:
+    policy(name="api", rates="1/m", path=r"^/api/")
+    client = Client()
+    client.get("/api/hello")
+    problem = client.get("/api/hello", headers={"Accept": "application/json"})
+    assert problem.status_code == 429
+    assert problem["Content-Type"] == "application/problem+json"
+    body = problem.json()
+    assert body["status"] == 429 and body["title"] == "Too Many Requests"
+    assert "rl:" not in problem.content.decode() and "{s" not in problem.content.decode()
+    page = client.get("/api/hello", headers={"Accept": "text/html"})
+    assert page.status_code == 429
+    assert b"<h1>429 Too Many Requests</h1>" in page.content
+
+
+@pytest.mark.parametrize("redis_client", ["standalone"], indirect=True)
+def test_several_matching_policies_cost_one_round_trip(site_redis: Any) -> None:
+    policy(name="api", rates="10/s, 120/m, 240/h", path=r"^/api/", key="ip_and_user")
+    policy(name="api-burst", rates="5/s", path=r"^/api/hello", algorithm="gcra")
+    policy(name="everything", rates="1000/h", path=r"^/", algorithm="fixed_window")
+    client = Client()
+    client.get("/api/hello")
+    before = check_calls(site_redis)
+    response = client.get("/api/hello")
+    after = check_calls(site_redis)
+    assert response.status_code == 200
+    assert after - before == 1
+
+
+def test_shadow_mode_counts_and_records_but_never_blocks(site_redis: Any) -> None:
+    policy(name="watch", rates="1/m", path=r"^/api/", mode="shadow", record_metadata=True)
+    seen: list[Any] = []
+    rate_limited.connect(lambda **kw: seen.append(kw), weak=False, dispatch_uid="t-shadow")
+    try:
+        statuses = [Client().get("/api/hello").status_code for _ in range(4)]
+    finally:
+        rate_limited.disconnect(dispatch_uid="t-shadow")
+    assert statuses == [200] * 4
+    assert [s["shadow"] for s in seen] == [True] * 3
+    assert "RateLimit" not in Client().get("/api/hello")
+
+
+def test_staff_and_allow_listed_networks_are_exempt(site_redis: Any) -> None:
+    policy(name="api", rates="1/m", path=r"^/api/", exempt_staff=True, allow_cidrs="10.1.0.0/16")
+    staff = User.objects.create_user("staff", password="pw", is_staff=True)
+    client = Client()
+    client.force_login(staff)
+    assert [client.get("/api/hello").status_code for _ in range(3)] == [200] * 3
+    allowed = Client(REMOTE_ADDR="10.1.2.3")
+    assert [allowed.get("/api/hello").status_code for _ in range(3)] == [200] * 3
+    other = Client(REMOTE_ADDR="10.2.0.1")
+    assert [other.get("/api/hello").status_code for _ in range(2)] == [200, 429]
+
+
+def test_an_allow_listed_single_ipv6_address_is_exempt_inside_its_64(site_redis: Any) -> None:
+    policy(name="api", rates="1/m", path=r"^/api/", allow_cidrs="2001:db8::7/128")
+    listed = Client(REMOTE_ADDR="2001:db8::7")
+    assert [listed.get("/api/hello").status_code for _ in range(3)] == [200] * 3
+    neighbour = Client(REMOTE_ADDR="2001:db8::8")  # same /64, not listed
+    assert [neighbour.get("/api/hello").status_code for _ in range(2)] == [200, 429]
+
+
+def test_forwarded_for_is_ignored_unless_from_a_trusted_proxy(site_redis: Any) -> None:
+    policy(name="api", rates="1/m", path=r"^/api/")
+    spoofer = Client(REMOTE_ADDR="198.51.100.1")
+    assert spoofer.get("/api/hello", headers={"X-Forwarded-For": "1.2.3.4"}).status_code == 200
+    assert spoofer.get("/api/hello", headers={"X-Forwarded-For": "5.6.7.8"}).status_code == 429
+    config = {"REDIS": _redis_setting(), "TRUSTED_PROXIES": ["198.51.100.0/24"]}
+    with override_settings(DJANGO_RATELIMITS=config):
+        proxy = Client(REMOTE_ADDR="198.51.100.1")
+        assert proxy.get("/api/hello", headers={"X-Forwarded-For": "1.2.3.4"}).status_code == 200
+        assert proxy.get("/api/hello", headers={"X-Forwarded-For": "1.2.3.4"}).status_code == 429
+        assert proxy.get("/api/hello", headers={"X-Forwarded-For": "5.6.7.8"}).status_code == 200
+
+
+def _redis_setting() -> object:
+    from django.conf import settings
+
+    return settings.DJANGO_RATELIMITS["REDIS"]
+
+
+def test_decorated_view_through_the_middleware(site_redis: Any) -> None:
+    client = Client()
+    assert [client.post("/login").status_code for _ in range(4)] == [200, 200, 200, 429]
+    assert client.get("/login").status_code == 200  # only POST is limited
+
+
+def test_decorator_defaults_create_the_row_and_work_without_middleware(site_redis: Any) -> None:
+    @ratelimit("t-fresh", rate="2/h", key="ip", methods=["POST"], algorithm="gcra")
+    def view(request: HttpRequest) -> HttpResponse:
+        return HttpResponse("ok")
+
+    get_registry().refresh()
+    row = Policy.objects.get(name="t-fresh")
+    assert (row.rates, row.methods, row.algorithm, row.key) == ("2/h", "POST", "gcra", "ip")
+    factory = RequestFactory()
+    statuses = [view(factory.post("/anything")).status_code for _ in range(3)]
+    assert statuses == [200, 200, 429]
+    assert view(factory.get("/anything")).status_code == 200
+
+
+def test_the_database_row_wins_over_code_defaults(site_redis: Any) -> None:
+    Policy.objects.create(name="t-login", rates="1/m", methods="POST")
+    get_registry().refresh()
+    client = Client()
+    assert [client.post("/login").status_code for _ in range(2)] == [200, 429]
+    Policy.objects.filter(name="t-login").update(enabled=False)
+    get_registry().refresh()
+    assert client.post("/login").status_code == 200
+
+
+def test_block_false_lets_the_view_decide(site_redis: Any) -> None:
+    client = Client()
+    assert client.get("/soft").json() == {"limited": False}
+    assert client.get("/soft").json() == {"limited": True}
+
+
+def test_class_based_views_count_per_user(site_redis: Any) -> None:
+    alice = Client()
+    alice.force_login(User.objects.create_user("alice"))
+    bob = Client()
+    bob.force_login(User.objects.create_user("bob"))
+    assert [alice.get("/cbv").status_code for _ in range(3)] == [200, 200, 429]
+    assert bob.get("/cbv").status_code == 200
+
+
+def test_raising_rate_limited_answers_429(site_redis: Any) -> None:
+    response = Client().get("/raise")
+    assert response.status_code == 429
+    assert response["Retry-After"] == "7"
+
+
+def test_async_views_through_the_async_stack(site_redis: Any) -> None:
+    import asyncio
+
+    from django.test import AsyncClient
+
+    async def run() -> list[int]:
+        client = AsyncClient()
+        return [(await client.get("/async")).status_code for _ in range(3)]
+
+    assert asyncio.run(run()) == [200, 200, 429]
+
+
+def test_redis_down_fails_open_or_closed_and_the_breaker_opens(site_redis: Any) -> None:
+    dead = {
+        "REDIS": "redis://127.0.0.1:1/0",
+        "SOCKET_CONNECT_TIMEOUT": 0.2,
+        "BREAKER_FAILURES": 2,
+        # An hour: with the default 5 s, a slow run would see the breaker try Redis again.
+        "BREAKER_COOLDOWN": 3600,
+    }
+    policy(name="open", rates="1/m", path=r"^/api/hello")
+    failures: list[Any] = []
+    backend_failed.connect(lambda **kw: failures.append(kw), weak=False, dispatch_uid="t-down")
+    try:
+        with override_settings(DJANGO_RATELIMITS=dead):
+            assert [Client().get("/api/hello").status_code for _ in range(4)] == [200] * 4
+            policy(name="closed", rates="100/m", path=r"^/api/other", fail_closed=True)
+            refused = Client().get("/api/other")
+            assert refused.status_code == 503
+            assert int(refused["Retry-After"]) >= 1
+    finally:
+        backend_failed.disconnect(dispatch_uid="t-down")
+    reasons = [str(f["error"]) for f in failures]
+    assert "circuit breaker open" not in reasons[0]
+    assert reasons[2:] == ["circuit breaker open"] * 3
+    assert [f["fail_closed"] for f in failures] == [False] * 4 + [True]
+
+
+def _config(**extra: object) -> dict[str, object]:
+    return {"REDIS": _redis_setting(), **extra}
+
+
+def test_response_view_renders_the_body_and_headers_are_kept(site_redis: Any) -> None:
+    policy(name="api", rates="1/m", path=r"^/api/")
+    with override_settings(DJANGO_RATELIMITS=_config(RESPONSE_VIEW="tests.urls.custom_429")):
+        client = Client()
+        client.get("/api/hello")
+        denied = client.get("/api/hello")
+    assert denied.status_code == 429
+    assert denied.content == b"slow down, friend"
+    assert int(denied["Retry-After"]) >= 1
+    assert denied["RateLimit"].startswith('"api";r=0;')
+
+
+def test_headers_on_allowed_responses_can_be_turned_off(site_redis: Any) -> None:
+    policy(name="api", rates="2/m", path=r"^/api/")
+    with override_settings(DJANGO_RATELIMITS=_config(HEADERS_ON_ALLOWED=False)):
+        client = Client()
+        allowed = client.get("/api/hello")
+        client.get("/api/hello")
+        denied = client.get("/api/hello")
+    assert "RateLimit" not in allowed and "RateLimit-Policy" not in allowed
+    assert denied.status_code == 429 and "RateLimit" in denied
+
+
+def test_the_master_switch_turns_checks_off_without_touching_redis(site_redis: Any) -> None:
+    policy(name="api", rates="1/m", path=r"^/api/")
+    with override_settings(DJANGO_RATELIMITS=_config(ENABLED=False)):
+        assert [Client().get("/api/hello").status_code for _ in range(3)] == [200] * 3
+    assert all_keys(site_redis) == []

@@ -1,0 +1,1 @@
+"""Tests of the tooling: the Redis harness, the simulator and the benchmarks' smoke runs."""

@@ -1,0 +1,26 @@
+"""The instruction-count benchmark still runs (quick mode): counts are positive and ordered."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from benchmarks import instructions
+from devtools.redis_harness import find_binary
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        shutil.which("valgrind") is None,
+        reason="valgrind is not installed (Debian: apt-get install valgrind; .ci/run does)",
+    ),
+]
+
+
+def test_instructions_per_check_are_counted() -> None:
+    rows = dict(instructions.rows(str(find_binary()), quick=True))
+    floor = rows.pop("floor: EVALSHA of `return 1`")
+    one, six = rows["gcra, 1 x 1"], rows["gcra, 2 x 3 + metadata"]
+    # A check does more than an empty script, and six limits more than one.
+    assert 0 < floor < one < six

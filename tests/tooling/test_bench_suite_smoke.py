@@ -1,0 +1,99 @@
+"""``python -m benchmarks`` still runs its peers, request, server and accuracy parts.
+
+Their quick mode, once, in a subprocess (the benchmark configures Django its
+own way). No timing is asserted: only that every row measured real work, the
+allowed path, and that each limiter refused past its limit.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from django_ratelimits.engine import Algorithm
+
+pytest.importorskip("django_ratelimit", reason="the bench extra: pip install -e '.[bench]'")
+pytest.importorskip("limits", reason="the bench extra: pip install -e '.[bench]'")
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+PARTS = ["peers", "request", "server", "accuracy"]
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> str:
+    output = tmp_path_factory.mktemp("bench") / "benchmarks.md"
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--parts", *PARTS, "--output", output],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-5000:]
+    return output.read_text()
+
+
+def _section(text: str, title: str) -> list[list[str]]:
+    """The rows of the first table in section ``## title``, each split into its cells."""
+    body = text.split(f"\n## {title}\n", 1)[1]
+    table = body[body.index("\n|") + 1 :].split("\n\n", 1)[0]
+    return [
+        [cell.strip() for cell in row.strip("|").split(" | ")] for row in table.splitlines()[2:]
+    ]
+
+
+def test_the_report_has_every_part(report: str) -> None:
+    assert report.startswith("# Benchmarks\n")
+    for title in ("Targets", "Peers on the same Redis", "Whole request overhead"):
+        assert f"\n## {title}\n" in report
+    for title in ("A real server", "Accuracy", "Where the time goes"):
+        assert f"\n## {title}\n" in report
+
+
+def test_every_peer_decides_in_redis_and_limits_at_its_limit(report: str) -> None:
+    rows = _section(report, "Peers on the same Redis")
+    assert len(rows) == 11  # PING, then five peers each with this package's answer
+    for row in rows:
+        assert row[5] == "0", row  # denied: the allowed path was timed
+        assert float(row[4]) >= 1, row  # round trips: each decision asked Redis
+    for row in rows[1:]:
+        assert row[-1] == "yes", row  # 10 of 11 decisions at 10/h allowed, the 11th refused
+        if row[0].startswith("django_ratelimits"):
+            assert row[4] == "1", row
+
+
+def test_the_request_rows_ask_redis_once_and_the_limits_bite(report: str) -> None:
+    rows = _section(report, "Whole request overhead")
+    names = [row[0] for row in rows]
+    for count in ("1 policy", "10 policies", "100 policies", "1,000 policies"):
+        assert f"RateLimitMiddleware, {count}" in names
+    assert any(name.startswith("django-ratelimit `@ratelimit`") for name in names)
+    for row in rows:
+        if row[0] == "no rate limiting" or row[0].endswith("the engine's answer replayed"):
+            assert row[4] == "0", row  # no Redis: the middleware's Python alone
+        elif row[0].startswith(("RateLimitMiddleware", "the engine call")):
+            assert row[4] == "1", row  # one round trip per request, 6 limits and all
+        assert row[5] == "0", row
+    assert "Limits bite (yes)" in report
+    assert "middleware: [200, 200, 200, 200, 200, 429]" in report  # really enforcing
+
+
+def test_the_server_served_and_limited_only_with_the_middleware(report: str) -> None:
+    rows = _section(report, "A real server")
+    assert [(row[0], row[1]) for row in rows] == [("gunicorn sync", "off"), ("gunicorn sync", "on")]
+    for row in rows:
+        assert int(row[2].replace(",", "")) > 0, row  # requests served
+        assert row[6] == "0", row  # every one a 200
+        assert row[-1] == "yes", row
+
+
+def test_the_accuracy_table_is_the_reference_models(report: str) -> None:
+    rows = _section(report, "Accuracy")
+    assert [row[0] for row in rows] == [algorithm.value for algorithm in Algorithm]
+    exact = next(row for row in rows if row[0] == Algorithm.SLIDING_LOG.value)
+    assert all("(+0.0%), 1.00x" in cell for cell in exact[1:])

