@@ -10,7 +10,7 @@ from __future__ import annotations
 import ipaddress
 import keyword
 import re
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
 from django.core.exceptions import ValidationError
 from django.utils.module_loading import import_string
@@ -23,6 +23,9 @@ from django_ratelimits.errors import RateParseError
 from django_ratelimits.policies.matching import PathPattern, PatternError
 from django_ratelimits.policies.spec import KeyKind
 from django_ratelimits.rates import Rate, parse_rate, parse_rates
+
+if TYPE_CHECKING:
+    from django.utils.functional import _StrOrPromise as StrOrPromise
 
 __all__ = [
     "HTTP_METHODS",
@@ -52,11 +55,7 @@ def parse_policy_rates(text: str) -> tuple[Rate, ...]:
     try:
         return parse_rates(text)
     except RateParseError as exc:
-        raise ValidationError(
-            _("Enter rates such as “10/s, 120/m”: %(error)s"),
-            code="invalid_rates",
-            params={"error": exc},
-        ) from None
+        raise _rate_error(_("Enter rates such as “10/s, 120/m”: %(error)s"), "rates", exc) from None
 
 
 def parse_identity_budget(text: str) -> Rate | Literal["default", "off"]:
@@ -69,11 +68,13 @@ def parse_identity_budget(text: str) -> Rate | Literal["default", "off"]:
     try:
         return parse_rate(text)
     except RateParseError as exc:
-        raise ValidationError(
-            _("Enter one rate such as “50/h”, “off”, or nothing for the default: %(error)s"),
-            code="invalid_identity_budget",
-            params={"error": exc},
-        ) from None
+        message = _("Enter one rate such as “50/h”, “off”, or nothing for the default: %(error)s")
+        raise _rate_error(message, "identity_budget", exc) from None
+
+
+def _rate_error(message: StrOrPromise, field: str, error: RateParseError) -> ValidationError:
+    """The form error for ``field``'s text that the rate grammar refused with ``error``."""
+    return ValidationError(message, code=f"invalid_{field}", params={"error": error})
 
 
 def check_burst(algorithm: str, rates: tuple[Rate, ...], burst: int | None) -> None:

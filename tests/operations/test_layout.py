@@ -16,7 +16,7 @@ from django_ratelimits import decide, exceptions
 from django_ratelimits.engine import errors as engine_errors
 from django_ratelimits.errors import RateLimitsError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def fresh_python(code: str) -> str:
