@@ -118,6 +118,12 @@ class IdentityKeys:
         return tuple(name.encode() for name in names)
 
     @functools.cached_property
+    def group_without_override(self) -> tuple[bytes, ...]:
+        """:attr:`group` with a key no one writes where the override is: a check
+        that names these keys is decided by its limits alone."""
+        return (*self.group[:-1], f"{self.tag}:x-".encode())
+
+    @functools.cached_property
     def member(self) -> bytes:
         """The identity in a client's identity budget: 12 characters of its digest,
         so a budget of n members holds about 12n bytes however long the values."""

@@ -3,6 +3,7 @@ and the warning before staff block themselves: through the test client, on real 
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -12,7 +13,9 @@ from django.urls import reverse
 
 from django_ratelimits.engine import Identity, get_engine
 from django_ratelimits.engine.controls import Controls
+from django_ratelimits.models import Policy
 from django_ratelimits.offenders import Offenders
+from django_ratelimits.policies import current
 from tests.dashboard.test_dashboard import ACTION, DETAIL, act, detail_url
 
 pytestmark = pytest.mark.django_db
@@ -124,3 +127,50 @@ def test_the_confirmation_warns_before_staff_block_themselves(
     assert 'id="confirm-own"' in mine and "the site will refuse your requests too" in mine
     other = staff.post(reverse(ACTION), {**fields, "value": "203.0.113.7" if own else "alice"})
     assert 'id="confirm-own"' not in other.content.decode()
+
+
+@pytest.fixture
+def everything_limited(site_redis: Any) -> None:
+    """One policy on every path, as a site that limits its admin too."""
+    Policy.objects.create(name="all", rates="1000/h", algorithm="gcra", key="ip", path="^/")
+    current().refresh()
+
+
+def test_staff_who_block_themselves_can_still_log_in_and_lift(
+    everything_limited: None, admin_user: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    me = Client(REMOTE_ADDR="127.0.0.1")
+    me.force_login(admin_user)
+    act(me, kind="ip", value="127.0.0.1", action="block", seconds="300")
+    with caplog.at_level(logging.INFO, logger="django_ratelimits"):
+        assert Client(REMOTE_ADDR="127.0.0.1").get("/api/hello").status_code == 429
+    assert "ip 127.0.0.1 is blocked by staff until " in caplog.text
+    assert "over" not in caplog.text
+
+    me.logout()
+    assert me.get(reverse("admin:login")).status_code == 200
+    back_in = me.post(reverse("admin:login"), {"username": "admin", "password": "password"})
+    assert back_in.status_code == 302
+    assert me.get(reverse(BLOCKS)).status_code == 200
+    done = act(me, kind="ip", value="127.0.0.1", action="lift", back="blocks")
+    assert done.status_code == 302 and Offenders().active().overrides == ()
+
+
+def test_a_blocked_address_gets_no_more_logins_than_anyone(
+    everything_limited: None, django_user_model: Any
+) -> None:
+    Policy.objects.create(
+        name="login", rates="2/h", algorithm="sliding_log", key="ip", path="^/admin/login/"
+    )
+    current().refresh()
+    Offenders().block(Identity("ip", "203.0.113.7"), 300)
+    attacker = Client(REMOTE_ADDR="203.0.113.7")
+    login = {"username": "admin", "password": "guess"}
+    codes = [attacker.post(reverse("admin:login"), login).status_code for _ in range(3)]
+    assert codes == [200, 200, 429]  # the login form answers, and its limit counts
+    # Anywhere else the block holds, in admin too for anyone who may not lift it.
+    assert attacker.get("/api/hello").status_code == 429
+    assert attacker.get(reverse("admin:index")).status_code == 429
+    helper = django_user_model.objects.create_user("helper", password="x", is_staff=True)
+    attacker.force_login(helper)
+    assert attacker.get(reverse(BLOCKS)).status_code == 429
