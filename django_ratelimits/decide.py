@@ -51,6 +51,7 @@ from django_ratelimits.identity import client_address, client_ip, identities
 from django_ratelimits.policies.registry import PolicyRegistry, acurrent, current
 from django_ratelimits.policies.spec import PolicySpec
 from django_ratelimits.rates import Rate
+from django_ratelimits.way_back import way_back
 
 __all__ = [
     "VIEW_POLICIES",
@@ -296,8 +297,12 @@ class Planned:
         breaker.success()
         verdict = Verdict(self.applied, decision, considered=self.considered)
         announced: set[str] = set()
+        logged: set[Identity] = set()
         for result in decision.results:
             policy = verdict._by_name[result.limit.policy]
+            if result.blocked and result.identity not in logged:
+                logged.add(result.identity)
+                _log_block(self.request, result)
             if not result.allowed and policy.name not in announced:
                 announced.add(policy.name)
                 signals.rate_limited.send(
@@ -325,6 +330,19 @@ class Planned:
         return verdict
 
 
+def _log_block(request: HttpRequest, result: LimitResult) -> None:
+    """One line for a request a staff block refused: the block, not a policy's rate."""
+    until = time.time() + result.retry_after
+    logger.info(
+        "refused %s %s: %s %s is blocked by staff until %s UTC",
+        request.method,
+        request.path,
+        result.identity.kind,
+        result.identity.value,
+        time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(until)),
+    )
+
+
 def _names(policies: tuple[PolicySpec, ...]) -> frozenset[str]:
     return frozenset(p.name for p in policies)
 
@@ -339,6 +357,9 @@ def _plan(
     if not get_settings().enabled:
         return (), []
     applied = tuple(p for p in policies if not _exempt(request, p))
+    if not applied:
+        return applied, []
+    overrides = not way_back(request)
     groups: dict[tuple[Identity, bool, Gate | None], list[Limit]] = {}
     metadata: dict[tuple[Identity, bool, Gate | None], str] = {}
     for policy in applied:
@@ -352,7 +373,8 @@ def _plan(
             if policy.record_metadata and group not in metadata:
                 metadata[group] = _metadata(request, identity)
     checks = [
-        Check(i, tuple(limits), metadata.get((i, s, g)), g) for (i, s, g), limits in groups.items()
+        Check(i, tuple(limits), metadata.get((i, s, g)), g, overrides)
+        for (i, s, g), limits in groups.items()
     ]
     return applied, checks
 

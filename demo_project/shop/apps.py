@@ -28,7 +28,10 @@ class ShopConfig(AppConfig):
 def log_denial(
     *, request: HttpRequest, policy: PolicySpec, result: LimitResult, shadow: bool, **kwargs: Any
 ) -> None:
-    """One console line per denied policy: who hit which limit where."""
+    """One console line per denied policy: who hit which limit where. A staff block's
+    refusal is logged by django_ratelimits itself ("blocked by staff until ...")."""
+    if result.blocked:
+        return
     logger.info(
         "%s %s %s: %s %s over %s %s (retry in %.1f s)",
         "shadow-denied" if shadow else "denied",

@@ -16,10 +16,17 @@ from django.core.exceptions import ValidationError
 from django.http import QueryDict
 from django.utils.translation import gettext_lazy as _
 
-from django_ratelimits.engine import Identity
 from django_ratelimits.engine.offenders import SCAN_LIMIT, Order
 from django_ratelimits.engine.overrides import BLOCKED_POLICY
-from django_ratelimits.offenders import DURATIONS, Action, Operation, Query, user_value
+from django_ratelimits.offenders import (
+    DURATIONS,
+    Action,
+    NoSuchIdentity,
+    Operation,
+    Query,
+    resolve,
+)
+from django_ratelimits.offenders.identities import VALUE_MAX, user_pk
 
 PER_PAGE = 25
 # Pages reach as deep into the index as filters look (the reader reads every
@@ -98,8 +105,14 @@ class FilterForm(forms.Form):
         return min(self.cleaned_data["page"] or 1, MAX_PAGE)
 
     def clean_user(self) -> str | None:
+        """The id of the user named by id or username."""
         text = self.cleaned_data["user"].strip()
-        return user_value(text) if text else None
+        if not text:
+            return None
+        try:
+            return user_pk(text)
+        except NoSuchIdentity:
+            raise ValidationError(_("No user has this id or username."), code="no_user") from None
 
     def clean(self) -> dict[str, Any]:
         super().clean()
@@ -135,7 +148,7 @@ class ActionForm(forms.Form):
     """One action on one identity, as the detail page's forms and the confirmation post it."""
 
     kind = forms.CharField(max_length=16)
-    value = forms.CharField(max_length=1000, strip=False)
+    value = forms.CharField(max_length=VALUE_MAX, strip=False)
     action = forms.ChoiceField(choices=[(a.value, a.label) for a in Action])
     policy = forms.ChoiceField(label=_("Policy"), required=False)
     forget = forms.BooleanField(
@@ -149,6 +162,8 @@ class ActionForm(forms.Form):
         empty_value=None,
     )
     confirm = forms.BooleanField(required=False)
+    # Where to go once done: the identity's page, or the active-blocks page.
+    back = forms.ChoiceField(choices=[("", ""), ("blocks", "")], required=False)
 
     def __init__(self, data: Any, policies: Sequence[str]) -> None:
         super().__init__(data)
@@ -160,13 +175,22 @@ class ActionForm(forms.Form):
         data = self.cleaned_data
         if "kind" in data and "value" in data:
             try:
-                data["identity"] = Identity(data["kind"], data["value"])
-            except ValueError:
-                raise ValidationError(_("This is not an identity."), code="identity") from None
+                data["identity"] = resolve(data["kind"], data["value"])
+            except NoSuchIdentity as exc:
+                raise ValidationError(str(exc), code="identity") from None
         action = data.get("action")
         if action in (Action.BLOCK, Action.ALLOW) and not data.get("seconds"):
             self.add_error("seconds", _("Choose how long."))
         return data
+
+    def identity_error(self) -> str:
+        """Why the form names no identity (when ``cleaned_data`` has none)."""
+        errors = [
+            *self.non_field_errors(),
+            *self.errors.get("kind", ()),
+            *self.errors.get("value", ()),
+        ]
+        return str(errors[0]) if errors else str(_("This is not an identity."))
 
     def operation(self) -> Operation:
         """The operation asked for. Call after is_valid()."""

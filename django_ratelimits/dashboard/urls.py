@@ -2,7 +2,8 @@
 
 With admin at ``/admin/``: ``/admin/django_ratelimits/policy/offenders/`` (the
 page), ``.../offenders/json/``, ``.../offenders/identity/?kind=ip&value=...``
-and ``.../offenders/action/`` (POST). Every view goes through
+``.../offenders/action/`` (POST) and ``.../offenders/blocks/`` (the blocks
+and allow-listings in force). Every view goes through
 ``site.admin_view`` (active staff only, anonymous users to the login page,
 CSRF, never cached) and then checks its own permission.
 """
@@ -13,6 +14,7 @@ from django.contrib.admin import AdminSite
 from django.urls import URLPattern, path
 
 from django_ratelimits.dashboard.views.actions import offender_action
+from django_ratelimits.dashboard.views.blocks import blocks_page
 from django_ratelimits.dashboard.views.identity import offender_detail
 from django_ratelimits.dashboard.views.offenders import offenders_json, offenders_page
 
@@ -43,5 +45,11 @@ def dashboard_urls(site: AdminSite) -> list[URLPattern]:
             site.admin_view(offender_action),
             extra,
             name="django_ratelimits_offender_action",
+        ),
+        path(
+            "offenders/blocks/",
+            site.admin_view(blocks_page),
+            extra,
+            name="django_ratelimits_blocks",
         ),
     ]

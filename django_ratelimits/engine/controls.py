@@ -1,14 +1,18 @@
 """What staff do to one identity's state in Redis: reset, block, allow-list, lift.
 
 The hot path (:class:`~django_ratelimits.engine.core.Engine`'s ``check``) only
-reads what these write. Every call is one round trip (one pipeline, or one
-command) to the node of the identity's slot, and any Redis failure raises
+reads what these write. A write is one round trip to the node of the
+identity's slot (a block or allow-listing one more first, for Redis' time);
+:meth:`Controls.active` lists the overrides in force from the shards'
+override indexes, never scanning keys. Any Redis failure raises
 :class:`~django_ratelimits.exceptions.BackendError`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
 
 from redis.exceptions import RedisClusterException, RedisError
 
@@ -17,10 +21,40 @@ from django_ratelimits.engine.core import Engine
 from django_ratelimits.engine.errors import BackendError
 from django_ratelimits.engine.keys import label
 from django_ratelimits.engine.limits import Identity, Limit
-from django_ratelimits.engine.overrides import Override
+from django_ratelimits.engine.overrides import Note, Override
 
 _REDIS_ERRORS = (RedisError, RedisClusterException)
 MAX_OVERRIDE = 365 * 86_400  # seconds
+# An override index outlives the longest override it can hold; trimming keeps it small.
+_INDEX_TTL_MS = (MAX_OVERRIDE + 86_400) * 1000
+ACTIVE_MAX = 1000  # overrides :meth:`Controls.active` reads from each shard at most
+
+
+@dataclass(frozen=True)
+class ActiveOverride:
+    """One block or allow-listing in force: whose, until when (on the engine's clock),
+    and who set it when (``note``; ``None`` if it was set before notes were kept)."""
+
+    ident: str
+    label: str
+    state: Literal["blocked", "allowed"]
+    seconds: int  # whole seconds left
+    until_ms: int
+    note: Note | None
+
+    @property
+    def kind(self) -> str:
+        return self.ident.partition(":")[0]
+
+
+@dataclass(frozen=True)
+class ActiveOverrides:
+    """The overrides in force, soonest to end first; ``total`` counts them all, even
+    those past the :data:`ACTIVE_MAX` read from a shard."""
+
+    overrides: tuple[ActiveOverride, ...]
+    total: int
+    now_ms: int
 
 
 class Controls:
@@ -56,20 +90,69 @@ class Controls:
         except _REDIS_ERRORS as exc:
             raise BackendError(f"could not reset {label(identity)}: {exc}") from exc
 
-    def block(self, identity: Identity, seconds: float) -> None:
-        """Deny every check of ``identity`` for ``seconds``, whatever its limits say."""
-        self._override(identity, overrides.BLOCKED, seconds)
+    def block(self, identity: Identity, seconds: float, *, by: str = "") -> None:
+        """Deny every check of ``identity`` for ``seconds``, whatever its limits say;
+        ``by`` names who did (the active-blocks page shows it)."""
+        self._override(identity, overrides.BLOCKED, seconds, by)
 
-    def allow(self, identity: Identity, seconds: float) -> None:
+    def allow(self, identity: Identity, seconds: float, *, by: str = "") -> None:
         """Admit every check of ``identity`` for ``seconds``, uncounted."""
-        self._override(identity, overrides.ALLOWED, seconds)
+        self._override(identity, overrides.ALLOWED, seconds, by)
 
     def lift(self, identity: Identity) -> None:
         """End a block or allow-listing of ``identity``."""
+        keys = self.engine.keys.of(identity)
         try:
-            self.engine.client.delete(self.engine.keys.of(identity).override)
+            pipe = self.engine.client.pipeline(transaction=False)
+            route = self.engine._route(keys.override)
+            pipe.execute_command("UNLINK", keys.override, keys.override_note, **route)
+            pipe.execute_command("ZREM", keys.override_index, keys.ident, **route)
+            pipe.execute()
         except _REDIS_ERRORS as exc:
             raise BackendError(f"could not lift the override of {label(identity)}: {exc}") from exc
+
+    def active(self) -> ActiveOverrides:
+        """Every block and allow-listing in force (at most :data:`ACTIVE_MAX` per
+        shard), from the override indexes: two round trips after Redis' time."""
+        engine = self.engine
+        shards = range(engine.keys.shards)
+        try:
+            now_us = engine.now_us()
+            now_ms = now_us // 1000
+            pipe = engine.client.pipeline(transaction=False)
+            for shard in shards:
+                index = engine.keys.override_index(shard)
+                pipe.zcount(index, f"({now_ms}", "+inf")
+                pipe.zrangebyscore(index, f"({now_ms}", "+inf", start=0, num=ACTIVE_MAX)
+            replies = pipe.execute()
+            idents = [m.decode() for members in replies[1::2] for m in members]
+            pipe = engine.client.pipeline(transaction=False)
+            for who in idents:
+                keys = engine.keys.of_ident(who)
+                pipe.get(keys.override)
+                pipe.get(keys.override_note)
+            values = pipe.execute()
+        except _REDIS_ERRORS as exc:
+            raise BackendError(f"could not list the overrides: {exc}") from exc
+        found = []
+        for who, value, note_value in zip(idents, values[::2], values[1::2], strict=True):
+            override = overrides.decode(value, now_us)
+            if override is None:  # ended or lifted since the index was read
+                continue
+            note = Note.decode(note_value)
+            until_ms = now_ms + override.seconds * 1000
+            found.append(
+                ActiveOverride(
+                    who,
+                    note.label if note else who,
+                    override.state,
+                    override.seconds,
+                    until_ms,
+                    note,
+                )
+            )
+        found.sort(key=lambda o: (o.seconds, o.ident))
+        return ActiveOverrides(tuple(found), sum(replies[::2]), now_ms)
 
     def override(self, identity: Identity) -> Override | None:
         """The block or allow-listing of ``identity`` in force, or ``None``."""
@@ -80,15 +163,28 @@ class Controls:
             raise BackendError(f"could not read the override of {label(identity)}: {exc}") from exc
         return overrides.decode(value, now)
 
-    def _override(self, identity: Identity, mode: str, seconds: float) -> None:
+    def _override(self, identity: Identity, mode: str, seconds: float, by: str) -> None:
         if not 0 < seconds <= MAX_OVERRIDE:
             raise ValueError(f"an override lasts from 0 to 365 days, not {seconds} s")
         engine = self.engine
+        keys = engine.keys.of(identity)
         try:
-            until = engine.now_us() + round(seconds * 1_000_000)
+            now = engine.now_us()
+            until = now + round(seconds * 1_000_000)
             # A test clock may stand still past the key's TTL: give the key a minute more.
             ttl_ms = round(seconds * 1000) + (60_000 if engine.clock else 0)
-            value = overrides.marker(mode, until)
-            engine.client.set(engine.keys.of(identity).override, value, px=ttl_ms)
+            note = Note(label(identity), by[:150], now).encode()
+            # Every key here shares the identity's slot: one pipeline to one node.
+            pipe = engine.client.pipeline(transaction=False)
+            route = engine._route(keys.override)
+            pipe.execute_command(
+                "SET", keys.override, overrides.marker(mode, until), "PX", ttl_ms, **route
+            )
+            pipe.execute_command("SET", keys.override_note, note, "PX", ttl_ms, **route)
+            index = keys.override_index
+            pipe.execute_command("ZREMRANGEBYSCORE", index, "-inf", now // 1000, **route)
+            pipe.execute_command("ZADD", index, until // 1000, keys.ident, **route)
+            pipe.execute_command("PEXPIRE", index, _INDEX_TTL_MS, **route)
+            pipe.execute()
         except _REDIS_ERRORS as exc:
             raise BackendError(f"could not override {label(identity)}: {exc}") from exc

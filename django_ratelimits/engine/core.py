@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -231,7 +231,9 @@ class Engine:
                     allowed, remaining, retry, reset = values[n : n + 4]
                     n += 4
                     found.results.append(
-                        LimitResult(identity, limit, bool(allowed), remaining, retry, reset)
+                        LimitResult(
+                            identity, limit, allowed == 1, remaining, retry, reset, allowed == 2
+                        )
                     )
         return found
 
@@ -257,7 +259,7 @@ class Engine:
             gate = chk.gate
             if gate is None:
                 call = call_of(keys)
-                call.parts.append(self._group(call, keys, chk.identity, chk.limits, chk.metadata))
+                call.parts.append(self._group(call, keys, chk, chk.identity, chk.metadata))
                 continue
             client = self.keys.of(gate.client)
             call = call_of(client)
@@ -265,10 +267,10 @@ class Engine:
             budget = gate.budget
             call.keys.append(client.gate(chk.identity.kind, budget))
             call.args += [b"g", budget.limit, budget.window_us, keys.member, 2 if together else 1]
-            fallback = self._group(call, client, gate.client, chk.limits, None)
+            fallback = self._group(call, client, chk, gate.client, None)
             own = None
             if together:
-                own = self._group(call, keys, chk.identity, chk.limits, chk.metadata)
+                own = self._group(call, keys, chk, chk.identity, chk.metadata)
             call.parts.append(_Gated(fallback, own, replace(chk, gate=None)))
         for call in calls.values():
             call.args[:0] = [now, mode, cost, len(call.parts), *self._tail]
@@ -278,15 +280,16 @@ class Engine:
     def _group(
         call: _Call,
         keys: IdentityKeys,
+        chk: Check,
         identity: Identity,
-        limits: Sequence[Limit],
         metadata: str | None,
     ) -> Pairs:
-        """Add ``identity``'s group (its keys and ``limits``) to ``call``; its pairs."""
+        """Add ``identity``'s group (its keys and ``chk``'s limits) to ``call``; its pairs."""
+        limits = chk.limits
         specs = [limit.encoded_spec for limit in limits]
         if len(set(specs)) != len(specs):
             raise ValueError(f"a limit is given twice for {label(identity)}")
-        call.keys += keys.group
+        call.keys += keys.group if chk.overrides else keys.group_without_override
         call.keys += [keys.log(limit) for limit in limits if limit.is_log]
         meta = "" if metadata is None else printable(metadata, 300)
         call.args += [len(specs), keys.ident, label(identity), meta, *specs]

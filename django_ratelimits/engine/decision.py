@@ -15,7 +15,8 @@ class LimitResult:
     the quota left now if it was denied. ``retry_after_us`` is how long until
     the same request would be allowed (0 when allowed); ``reset_after_us`` how
     long until the quota is whole again if no request comes. Both are measured
-    on Redis' clock, in microseconds.
+    on Redis' clock, in microseconds. ``blocked``: denied by a block staff set
+    (until ``retry_after_us`` from now), not by the limit.
     """
 
     identity: Identity
@@ -24,6 +25,7 @@ class LimitResult:
     remaining: int
     retry_after_us: int
     reset_after_us: int
+    blocked: bool = False
 
     @property
     def retry_after(self) -> float:

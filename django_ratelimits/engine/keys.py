@@ -7,9 +7,11 @@ Layout (``P`` is the key prefix, ``{sN}`` the identity's shard tag)::
     P:{sN}:m:<ident>                        metadata list (capped)
     P:{sN}:o:<ident>                        offender record (HASH)
     P:{sN}:x:<ident>                        override: blocked or allow-listed until a time
+    P:{sN}:xn:<ident>                       the override's note: who set it, when (JSON)
     P:{sN}:g:<kind>:<n>:<us>:<ident>        identity budget of a client IP (ZSET of digests)
     P:{sN}:ox                               offender index of shard N, by last denial (ZSET)
     P:{sN}:oxn                              offender index of shard N, by denial count (ZSET)
+    P:{sN}:xs                               overrides in force in shard N, by end (ZSET)
 
 An identity's shard comes from a hash of its ``ident`` keyed with the key
 space's secret, so nobody without the secret can choose identities that share
@@ -92,6 +94,15 @@ class IdentityKeys:
     def override(self) -> str:
         return f"{self.tag}:x:{self.ident}"
 
+    @property
+    def override_note(self) -> str:
+        return f"{self.tag}:xn:{self.ident}"
+
+    @property
+    def override_index(self) -> str:
+        """The overrides in force in the identity's shard (:meth:`KeySpace.override_index`)."""
+        return f"{self.tag}:xs"
+
     @functools.cached_property
     def group(self) -> tuple[bytes, ...]:
         """The keys every check of the identity names, in the order the script reads
@@ -105,6 +116,12 @@ class IdentityKeys:
             self.override,
         )
         return tuple(name.encode() for name in names)
+
+    @functools.cached_property
+    def group_without_override(self) -> tuple[bytes, ...]:
+        """:attr:`group` with a key no one writes where the override is: a check
+        that names these keys is decided by its limits alone."""
+        return (*self.group[:-1], f"{self.tag}:x-".encode())
 
     @functools.cached_property
     def member(self) -> bytes:
@@ -161,3 +178,8 @@ class KeySpace:
     def count_index(self, shard: int) -> str:
         """The offender index of shard ``shard``, scored by denial count."""
         return f"{self.prefix}:{{s{shard}}}:oxn"
+
+    def override_index(self, shard: int) -> str:
+        """The overrides of shard ``shard`` (blocks and allow-listings), scored by
+        when each ends (ms); staff's writes keep it, trimmed by time."""
+        return f"{self.prefix}:{{s{shard}}}:xs"

@@ -153,10 +153,13 @@ class Check:
     ``metadata`` (e.g. ``"user:42|/login"``), when given, is appended to the
     identity's capped metadata list together with the time and the outcome.
     ``gate``, when given, is the identity budget the identity must pass first
-    (see :class:`Gate`).
+    (see :class:`Gate`). With ``overrides=False`` a block or allow-listing by
+    staff does not decide the check, its limits do (the way back to admin, see
+    :mod:`django_ratelimits.way_back`).
     """
 
     identity: Identity
     limits: Sequence[Limit] = field(default_factory=tuple)
     metadata: str | None = None
     gate: Gate | None = None
+    overrides: bool = True

@@ -11,11 +11,20 @@ override at all. The Lua side is ``override_of`` in ``lua/check.lua``: it reads
 the first character and the number after the colon, decides the whole group
 by them while ``until_us`` is ahead of now, and counts a denial by a block in
 the offender record under the policy name :data:`BLOCKED_POLICY`.
-``tests/test_engine_offenders.py`` checks that both sides read a value alike.
+``tests/engine/test_engine_offenders.py`` checks that both sides read a value alike.
+
+Beside the marker, staff's writes keep two things the check script never
+reads, so that the active-blocks page can list overrides without a scan: the
+shard's override index (``keys.IdentityKeys.override_index``, a ZSET of
+idents scored by the end in ms, trimmed by time) and the override's note
+(``keys.IdentityKeys.override_note``): who set it, when, and the identity's
+label, as JSON (:class:`Note`).
 """
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
 BLOCKED, ALLOWED = "b", "a"
@@ -47,3 +56,27 @@ def decode(value: bytes | str | None, now_us: int) -> Override | None:
     if mode not in _STATES or not colon or not until.isdigit() or int(until) <= now_us:
         return None
     return Override(_STATES[mode], -(-(int(until) - now_us) // 1_000_000))
+
+
+@dataclass(frozen=True)
+class Note:
+    """Who set an override (``by``: a staff user's name, or the command's), when
+    (``at_us``), and the label of the identity (its ident may be a digest)."""
+
+    label: str
+    by: str
+    at_us: int
+
+    def encode(self) -> str:
+        return json.dumps({"label": self.label, "by": self.by, "at": self.at_us})
+
+    @classmethod
+    def decode(cls, value: bytes | str | None) -> Note | None:
+        """The note ``value`` holds; ``None`` if it holds none (missing or malformed)."""
+        if value is None:
+            return None
+        try:
+            data = json.loads(value)
+            return cls(str(data["label"]), str(data["by"]), int(data["at"]))
+        except (ValueError, TypeError, KeyError):
+            return None

@@ -8,12 +8,16 @@ into pages or terminal output:
   and lifts, over the engine's offender reader and controls;
 - ``operations``: one action on one identity as a value (:class:`Operation`),
   with its permission and the sentence that reports it;
+- ``identities``: what staff name (``ip:...``, ``user:alice``) as the identity
+  the limiter counts, or why no request could be counted so;
 - ``users``: the names of the users behind ``user:<pk>`` identities;
 - ``text``: times and durations in words (``1 min 13 s ago``, ``1h 30m``).
 """
 
 from __future__ import annotations
 
+from django_ratelimits.offenders.identities import NoSuchIdentity, resolve
+from django_ratelimits.offenders.identities import parse as parse_identity
 from django_ratelimits.offenders.operations import DURATIONS, VIEW_PERMISSION, Action, Operation
 from django_ratelimits.offenders.service import (
     IdentityReport,
@@ -22,16 +26,16 @@ from django_ratelimits.offenders.service import (
     Query,
     Row,
     UnknownPolicy,
-    parse_identity,
     policy_names,
 )
-from django_ratelimits.offenders.users import user_names, user_value
+from django_ratelimits.offenders.users import user_names
 
 __all__ = [
     "DURATIONS",
     "VIEW_PERMISSION",
     "Action",
     "IdentityReport",
+    "NoSuchIdentity",
     "OffenderList",
     "Offenders",
     "Operation",
@@ -40,6 +44,6 @@ __all__ = [
     "UnknownPolicy",
     "parse_identity",
     "policy_names",
+    "resolve",
     "user_names",
-    "user_value",
 ]

@@ -17,6 +17,7 @@ from django.utils.translation import gettext_lazy as _
 from django_ratelimits.engine import Identity
 from django_ratelimits.engine.keys import label as identity_label
 from django_ratelimits.offenders.text import duration
+from django_ratelimits.way_back import LIFT_PERMISSION
 
 VIEW_PERMISSION = "django_ratelimits.view_offenders"
 
@@ -38,7 +39,7 @@ class Action(StrEnum):
     def permission(self) -> str:
         if self is Action.RESET:
             return "django_ratelimits.reset_offenders"
-        return "django_ratelimits.block_offenders"
+        return LIFT_PERMISSION  # blocks, allow-lists and lifts
 
     @property
     def label(self) -> str:

@@ -1,4 +1,5 @@
-"""The offenders service: list, inspect, reset, block, allow-list and lift identities.
+"""The offenders service: list, inspect, reset, block, allow-list and lift identities,
+and list the blocks and allow-listings in force.
 
 The dashboard's views and ``manage.py ratelimits`` both go through
 :class:`Offenders`; they only turn what it returns into pages or terminal
@@ -19,9 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
-from django_ratelimits.conf import get_settings
 from django_ratelimits.engine import Check, Engine, Identity, LimitResult, get_engine
-from django_ratelimits.engine.controls import Controls
+from django_ratelimits.engine.controls import ActiveOverrides, Controls
 from django_ratelimits.engine.hits import Hit
 from django_ratelimits.engine.keys import ident
 from django_ratelimits.engine.offenders import (
@@ -32,7 +32,7 @@ from django_ratelimits.engine.offenders import (
     Order,
 )
 from django_ratelimits.engine.overrides import Override
-from django_ratelimits.identity import UNKNOWN, IPNetwork, group, parse_address
+from django_ratelimits.identity import IPNetwork
 from django_ratelimits.offenders.operations import Action, Operation
 from django_ratelimits.policies import current
 
@@ -175,13 +175,13 @@ class Offenders:
         self.controls.reset(identity, limits, forget=forget)
         return tuple(spec.name for spec in specs)
 
-    def block(self, identity: Identity, seconds: float) -> None:
-        """Deny every request of ``identity`` for ``seconds``."""
-        self.controls.block(identity, seconds)
+    def block(self, identity: Identity, seconds: float, *, by: str = "") -> None:
+        """Deny every request of ``identity`` for ``seconds``; ``by`` is who does it."""
+        self.controls.block(identity, seconds, by=by)
 
-    def allow(self, identity: Identity, seconds: float) -> None:
+    def allow(self, identity: Identity, seconds: float, *, by: str = "") -> None:
         """Admit every request of ``identity``, uncounted, for ``seconds``."""
-        self.controls.allow(identity, seconds)
+        self.controls.allow(identity, seconds, by=by)
 
     def lift(self, identity: Identity) -> Override | None:
         """End a block or allow-listing of ``identity``; the one that was in force."""
@@ -189,15 +189,19 @@ class Offenders:
         self.controls.lift(identity)
         return before
 
-    def perform(self, operation: Operation) -> None:
-        """Do ``operation`` (see the methods above)."""
+    def active(self) -> ActiveOverrides:
+        """The blocks and allow-listings in force, soonest to end first."""
+        return self.controls.active()
+
+    def perform(self, operation: Operation, *, by: str = "") -> None:
+        """Do ``operation`` (see the methods above); ``by`` is who does it."""
         identity, action = operation.identity, operation.action
         if action is Action.RESET:
             self.reset(identity, operation.policy, forget=operation.forget)
         elif action is Action.BLOCK:
-            self.block(identity, operation.seconds or 0)
+            self.block(identity, operation.seconds or 0, by=by)
         elif action is Action.ALLOW:
-            self.allow(identity, operation.seconds or 0)
+            self.allow(identity, operation.seconds or 0, by=by)
         else:
             self.lift(identity)
 
@@ -222,29 +226,6 @@ class Offenders:
 def policy_names() -> list[str]:
     """The names of the enabled policies (and declared defaults), in their order."""
     return [spec.name for spec in current().all()]
-
-
-def parse_identity(text: str) -> Identity:
-    """``kind:value`` as staff type it; an ``ip`` value (an address or a network)
-    becomes the address group the limiter counts. ``ValueError`` if it names none."""
-    kind, colon, value = text.partition(":")
-    if not colon or not value:
-        raise ValueError(f"{text!r} is not an identity: write kind:value, e.g. ip:203.0.113.7")
-    identity = Identity(kind, value)
-    return Identity("ip", _address_group(value)) if kind == "ip" else identity
-
-
-def _address_group(value: str) -> str:
-    config = get_settings()
-    address = parse_address(value)
-    if address is None:
-        try:
-            address = ipaddress.ip_network(value.strip(), strict=False).network_address
-        except ValueError:
-            if value == UNKNOWN:
-                return value
-            raise ValueError(f"{value!r} is not an IP address or network") from None
-    return group(address, config.ipv4_prefix, config.ipv6_prefix)
 
 
 def _inside(offender: Offender, network: IPNetwork) -> bool:

@@ -1,4 +1,4 @@
-"""The users behind ``user:<pk>`` identities: their names, and a name's identity value.
+"""The users behind ``user:<pk>`` identities: their names.
 
 Names are a nicety: a database error leaves them out rather than fail a page.
 """
@@ -31,14 +31,3 @@ def user_names(whos: Iterable[str]) -> dict[str, str]:
         return {f"user:{pk}": str(name) for pk, name in rows}
     except DatabaseError:
         return {}
-
-
-def user_value(text: str) -> str:
-    """The user identity value for ``text``: the pk of the user so named, else ``text``."""
-    model = get_user_model()
-    pk = (
-        model._default_manager.filter(**{model.USERNAME_FIELD: text})
-        .values_list("pk", flat=True)
-        .first()
-    )
-    return text if pk is None else str(pk)

@@ -16,6 +16,9 @@ import pytest
 from django.contrib.auth.models import Permission, User
 
 from django_ratelimits.engine import Algorithm, Check, Identity, Limit, get_engine
+from django_ratelimits.models import Policy
+from django_ratelimits.offenders import Offenders
+from django_ratelimits.policies import get_registry
 from django_ratelimits.rates import parse_rates
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -136,3 +139,64 @@ def test_people_without_the_permission_cannot_reach_it(site_redis: Any, page: An
     assert "203.0.113.5" not in page.content()
     json_response = page.goto(f"{page.base}{OFFENDERS}json/")
     assert json_response.status == 403
+
+
+@pytest.mark.parametrize("redis_client", ["standalone"], indirect=True)
+def test_a_garbage_identity_is_refused_with_the_reason(site_redis: Any, page: Any) -> None:
+    User.objects.create_superuser("boss", password="pw")
+    log_in(page, "boss")
+    page.wait_for_selector("#offenders-table")
+    response = page.goto(f"{page.base}{OFFENDERS}identity/?kind=ip&value=garbage")
+    assert response.status == 404
+    assert "is not an IP address or network" in page.inner_text("#no-identity")
+    assert page.query_selector("#offender-actions") is None
+
+
+@pytest.mark.parametrize("redis_client", ["standalone"], indirect=True)
+def test_staff_who_block_themselves_are_warned_and_can_log_in_and_lift(
+    site_redis: Any, page: Any
+) -> None:
+    User.objects.create_superuser("boss", password="pw")
+    Policy.objects.create(name="all", rates="1000/h", algorithm="gcra", key="ip", path="^/")
+    get_registry().refresh()
+    log_in(page, "boss")
+    page.wait_for_selector("#offenders-table")
+    page.goto(f"{page.base}{OFFENDERS}identity/?kind=ip&value=127.0.0.1")
+    page.select_option("#action-block select[name=seconds]", "300")
+    page.click("#action-block button[type=submit]")
+    page.wait_for_selector("#confirm-yes")
+    assert "your own IP address" in page.inner_text("#confirm-own")
+    page.click("#confirm-yes")
+    page.wait_for_load_state()
+
+    page.context.clear_cookies()  # signed out, from a blocked address
+    log_in(page, "boss")
+    page.wait_for_selector("#offenders-table")
+    page.click("#offenders-blocks-link")
+    page.wait_for_selector('tr.rl-block[data-ident="ip:127.0.0.1"]')
+    page.click('tr.rl-block[data-ident="ip:127.0.0.1"] button[type=submit]')
+    page.click("#confirm-yes")
+    page.wait_for_selector("#blocks-empty")
+
+
+@pytest.mark.parametrize("redis_client", ["standalone"], indirect=True)
+def test_the_active_blocks_page_lists_and_lifts(site_redis: Any, page: Any) -> None:
+    User.objects.create_superuser("boss", password="pw")
+    offenders = Offenders()
+    offenders.block(Identity("ip", "203.0.113.7"), 300, by="boss")
+    offenders.allow(Identity("header", "key-123"), 3600, by="ops (manage.py)")
+    log_in(page, "boss")
+    page.wait_for_selector("#offenders-table")
+    page.click("#offenders-blocks-link")
+    page.wait_for_selector("#blocks-table")
+    rows = page.query_selector_all("tr.rl-block")
+    assert [r.get_attribute("data-ident") for r in rows] == ["ip:203.0.113.7", "header:key-123"]
+    assert "boss" in rows[0].inner_text() and "ops (manage.py)" in rows[1].inner_text()
+    page.screenshot(path=str(IMAGES / "blocks.png"), full_page=True)
+    page.click('tr.rl-block[data-ident="ip:203.0.113.7"] button[type=submit]')
+    page.click("#confirm-yes")
+    page.wait_for_selector("#blocks-table")
+    assert [r.get_attribute("data-ident") for r in page.query_selector_all("tr.rl-block")] == [
+        "header:key-123"
+    ]
+    assert "Lifted the block or allow-listing of ip:203.0.113.7" in page.content()

@@ -170,10 +170,12 @@ def test_show_tells_who_was_behind_an_address_and_the_quota_left(engine: Engine)
 
 def test_show_of_an_identity_never_denied(engine: Engine) -> None:
     scripted(engine)
-    data = run_json("show", "user:nobody")
+    quiet = User.objects.create_user("quiet")
+    data = run_json("show", "user:quiet")
+    assert data["identity"] == f"user:{quiet.pk}"
     assert data["offender"] is None and data["hits"] == [] and data["behind"] == []
     assert [(q["policy"], q["remaining"]) for q in data["quota"]] == [("api", 3), ("t-cbv", 2)]
-    text = run("show", "user:nobody")
+    text = run("show", "user:quiet")
     assert "none recorded" in text and "nobody recorded" in text
 
 
@@ -228,6 +230,35 @@ def test_block_allow_and_lift(engine: Engine) -> None:
     assert "no block or allow-listing was in force" in run("lift", "ip:192.0.2.1")
 
 
+def test_a_user_is_named_by_username_or_id_and_the_block_applies_to_it(engine: Engine) -> None:
+    roamer = User.objects.create_user("sim-roamer")
+    me = Identity("user", str(roamer.pk))
+    assert run_json("block", "user:sim-roamer", "--for", "5m")["identity"] == f"user:{roamer.pk}"
+    assert (Controls(engine).override(me) or ("", 0))[0] == "blocked"
+    assert run_json("lift", f"user:{roamer.pk}")["lifted"]["mode"] == "blocked"
+    assert Controls(engine).override(me) is None
+
+
+@pytest.mark.parametrize(
+    ("ident", "reason"),
+    [
+        ("user:sim-roamer", "no user has the id or username 'sim-roamer'"),
+        ("user:99999999999999999999999", "no user has the id or username"),
+        ("ip:garbage", "'garbage' is not an IP address or network"),
+        ("header: ", "not only spaces"),
+        ("key:" + "k" * 1001, "1 to 1000 characters"),
+        ("device:phone", "'device' is not a kind of identity"),
+    ],
+)
+@pytest.mark.parametrize("action", [["block", "--for", "5m"], ["allow", "--for", "5m"], ["lift"]])
+def test_an_identity_no_request_could_be_is_refused_with_the_reason(
+    engine: Engine, ident: str, reason: str, action: list[str]
+) -> None:
+    with pytest.raises(CommandError, match=reason):
+        run(action[0], ident, *action[1:])
+    assert Controls(engine).active().overrides == ()
+
+
 def test_an_address_means_the_group_the_limiter_counts(engine: Engine) -> None:
     run("block", "ip:2001:db8:1:2::7", "--for", "5m")
     assert Controls(engine).override(Identity("ip", "2001:db8:1:2::/64")) is not None
@@ -264,7 +295,7 @@ def test_status_describes_redis_and_the_index(engine: Engine) -> None:
     ("args", "message"),
     [
         (["show", "nonsense"], "is not an identity: write kind:value"),
-        (["show", "IP:192.0.2.1"], "identity kind 'IP'"),
+        (["show", "IP:192.0.2.1"], "'IP' is not a kind of identity"),
         (["block", "ip:not-an-address", "--for", "1h"], "is not an IP address or network"),
         (["block", "ip:192.0.2.1", "--for", "2y"], "is not a duration"),
         (["block", "ip:192.0.2.1"], "--for"),

@@ -1,9 +1,11 @@
-"""The actions of the detail page: a POST to ask, a confirmation page, a POST to do.
+"""The actions on one identity: a POST to ask, a confirmation page, a POST to do.
 
-The first POST (from the detail page) renders the confirmation; only a POST
+The first POST (from the detail page or the active-blocks page) renders the
+confirmation, which warns when the identity is the admin's own; only a POST
 carrying ``confirm`` acts, through the offenders service, and is written to
 admin's history. Both need the view permission and the action's own one; a
-GET is refused (405) and admin checks the CSRF token.
+GET is refused (405) and admin checks the CSRF token. An identity that no
+request could be counted as is refused (400, with the reason).
 """
 
 from __future__ import annotations
@@ -12,10 +14,10 @@ from typing import cast
 
 from django.contrib import messages
 from django.contrib.admin import AdminSite
-from django.contrib.admin.models import CHANGE, LogEntry
-from django.contrib.contenttypes.models import ContentType
-from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, HttpResponseRedirect
+from django.contrib.admin.models import ADDITION, CHANGE, DELETION, LogEntry
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
+from django.urls import reverse
 from django.utils import translation
 from django.utils.translation import gettext
 from django.views.decorators.http import require_POST
@@ -26,12 +28,29 @@ from django_ratelimits.dashboard.views.common import (
     TEMPLATES,
     admin_context,
     detail_url,
+    no_identity,
     require,
     require_view,
 )
+from django_ratelimits.engine import Identity
 from django_ratelimits.engine.errors import BackendError
-from django_ratelimits.models import Policy
-from django_ratelimits.offenders import DURATIONS, Offenders, Operation, UnknownPolicy, policy_names
+from django_ratelimits.identity import client_ip
+from django_ratelimits.offenders import (
+    DURATIONS,
+    Action,
+    Offenders,
+    Operation,
+    UnknownPolicy,
+    policy_names,
+)
+
+# How admin's "Recent actions" marks each action: an override is added or deleted.
+_FLAGS = {
+    Action.RESET: CHANGE,
+    Action.BLOCK: ADDITION,
+    Action.ALLOW: ADDITION,
+    Action.LIFT: DELETION,
+}
 
 
 @require_POST
@@ -41,14 +60,17 @@ def offender_action(request: HttpRequest, site: AdminSite) -> HttpResponse:
     if not form.is_valid():
         identity = form.cleaned_data.get("identity")
         if identity is None:
-            return HttpResponseBadRequest(gettext("This is not an identity."))
+            return no_identity(request, site, form.identity_error(), status=400)
         for errors in form.errors.values():
             for error in errors:
                 messages.error(request, str(error))
         return HttpResponseRedirect(detail_url(site, identity))
     operation = form.operation()
     require(request, operation.action.permission)
-    back = detail_url(site, operation.identity)
+    if form.cleaned_data["back"] == "blocks":
+        back = reverse(f"{site.name}:django_ratelimits_blocks")
+    else:
+        back = detail_url(site, operation.identity)
     if not form.cleaned_data["confirm"]:
         context = {
             **admin_context(request, site, gettext("Are you sure?")),
@@ -56,10 +78,12 @@ def offender_action(request: HttpRequest, site: AdminSite) -> HttpResponse:
             "kind": kind_label(operation.identity.kind),
             "duration": DURATIONS.get(operation.seconds or 0),
             "detail_url": back,
+            "back": form.cleaned_data["back"],
+            "own": own(request, operation.identity),
         }
         return TemplateResponse(request, TEMPLATES + "confirm.html", context)
     try:
-        Offenders().perform(operation)
+        Offenders().perform(operation, by=request.user.get_username())
     except BackendError as exc:
         messages.error(
             request, gettext("Nothing was done: Redis failed: %(error)s") % {"error": exc}
@@ -73,17 +97,24 @@ def offender_action(request: HttpRequest, site: AdminSite) -> HttpResponse:
     return HttpResponseRedirect(back)
 
 
+def own(request: HttpRequest, identity: Identity) -> bool:
+    """Whether ``identity`` is the admin's own: their client IP group, or their user."""
+    if identity.kind == "ip":
+        return identity.value == client_ip(request)
+    return identity.kind == "user" and identity.value == str(request.user.pk)
+
+
 def log(user_id: int, operation: Operation) -> LogEntry:
-    """Record ``operation`` in admin's history (a ``LogEntry`` against the policy
-    model, with no object, so "Recent actions" shows the identity as plain text),
-    untranslated as admin stores it."""
+    """Record ``operation`` in admin's history as the sentence that says what was done
+    ("Blocked ip:203.0.113.7 for 5 minutes"), untranslated as admin stores it. No
+    content type and no object: admin shows the sentence alone, with no link."""
     with translation.override(None):
         message = operation.describe()
     return LogEntry.objects.create(
         user_id=user_id,
-        content_type=ContentType.objects.get_for_model(Policy),
+        content_type=None,
         object_id=None,
-        object_repr=operation.who[:200],
-        action_flag=CHANGE,
+        object_repr=message[:200],
+        action_flag=_FLAGS[operation.action],
         change_message=message,
     )

@@ -1,4 +1,5 @@
-"""What every dashboard view shares: the permission check, admin's context, links."""
+"""What every dashboard view shares: the permission check, admin's context, links,
+and the page that says why an identity is refused."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ from urllib.parse import urlencode
 
 from django.contrib.admin import AdminSite
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
 from django.urls import reverse
+from django.utils.translation import gettext
 
 from django_ratelimits.engine import Identity
 from django_ratelimits.models import Policy
@@ -34,7 +37,14 @@ def admin_context(request: HttpRequest, site: AdminSite, title: str) -> dict[str
         "title": title,
         "opts": Policy._meta,
         "offenders_url": reverse(f"{site.name}:django_ratelimits_offenders"),
+        "blocks_url": reverse(f"{site.name}:django_ratelimits_blocks"),
     }
+
+
+def no_identity(request: HttpRequest, site: AdminSite, reason: str, status: int) -> HttpResponse:
+    """The page for an identity no request could be counted as, with the reason."""
+    context = {**admin_context(request, site, gettext("No such identity")), "reason": reason}
+    return TemplateResponse(request, TEMPLATES + "no_identity.html", context, status=status)
 
 
 def detail_url(site: AdminSite, identity: Identity) -> str:

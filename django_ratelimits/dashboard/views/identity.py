@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.admin import AdminSite
-from django.http import Http404, HttpRequest, HttpResponse, QueryDict
+from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.translation import gettext
@@ -25,6 +25,7 @@ from django_ratelimits.dashboard.views.common import (
     TEMPLATES,
     admin_context,
     detail_url,
+    no_identity,
     require_view,
 )
 from django_ratelimits.engine import Identity
@@ -34,19 +35,23 @@ from django_ratelimits.offenders import (
     DURATIONS,
     Action,
     IdentityReport,
+    NoSuchIdentity,
     Offenders,
     policy_names,
+    resolve,
     user_names,
 )
 
 SHOWN_HITS = 200  # rows of the hits table (the metadata list may be longer)
 SHOWN_BEHIND = 100  # rows of the "users behind" table
-VALUE_MAX = 1000
 
 
 def offender_detail(request: HttpRequest, site: AdminSite) -> HttpResponse:
     require_view(request)
-    identity = identity_from(request.GET)
+    try:
+        identity = resolve(request.GET.get("kind", ""), request.GET.get("value", ""))
+    except NoSuchIdentity as exc:
+        return no_identity(request, site, str(exc), status=404)
     context = {
         **admin_context(request, site, label(identity)),
         "identity": identity,
@@ -92,17 +97,6 @@ def _report(report: IdentityReport, site: AdminSite) -> dict[str, Any]:
         "hits": hit_views(hits, report.now_ms, names, url_for),
         "more_hits": len(detail.hits) - len(hits),
     }
-
-
-def identity_from(query: QueryDict) -> Identity:
-    """The identity that ``?kind=...&value=...`` names; 404 if it names none."""
-    kind, value = query.get("kind", ""), query.get("value", "")
-    if not value or len(value) > VALUE_MAX:
-        raise Http404("no such identity")
-    try:
-        return Identity(kind, value)
-    except ValueError:
-        raise Http404("no such identity") from None
 
 
 def _actions(request: HttpRequest, site: AdminSite) -> dict[str, Any]:

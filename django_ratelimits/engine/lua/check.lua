@@ -11,7 +11,7 @@
 --       one ZSET per sliding-log limit. All keys of a group share one hash tag.
 --       A gated group starts with the client's identity budget (ZSET).
 -- Returns one string of integers separated by spaces: now_us, then per limit
--- allowed (1 or 0), remaining, retry_us, reset_us, with a gate's verdict (1 or
+-- allowed (1, else 0, or 2 when a block denied it), remaining, retry_us, reset_us, with a gate's verdict (1 or
 -- 0) before the limits it decided. (One string is cheaper for Redis to reply
 -- and for the client to read than an array of numbers.)
 --
@@ -198,7 +198,8 @@ local function run_group(KEYS, ARGV, a, k, out)
         live = max(live, lives)
       end
     end
-    out[#out + 1] = string.format('%d %d %d %d', allowed and 1 or 0, remaining, retry, reset)
+    local outcome = allowed and 1 or (override == 'b' and 2 or 0)
+    out[#out + 1] = string.format('%d %d %d %d', outcome, remaining, retry, reset)
     if not allowed then
       all_allowed = false
       denied[policy] = true

@@ -12,9 +12,13 @@
     manage.py ratelimits status
 
 Every subcommand takes ``--json`` for machine-readable output. An identity is
-``kind:value`` as the dashboard shows it; an ``ip:`` value is grouped the way
-the limiter counts it (``ip:2001:db8::7`` means its /64). When Redis fails the
-command exits with status 1 and one line saying why, never a traceback.
+``kind:value`` as the dashboard shows it, checked as the dashboard checks it
+(:mod:`django_ratelimits.offenders.identities`): an ``ip:`` value is grouped the
+way the limiter counts it (``ip:2001:db8::7`` means its /64), a ``user:`` is
+named by id or username and must exist; one that no request could be counted
+as exits with status 1 and the reason. When Redis fails the command exits with
+status 1 and one line saying why, never a traceback. A block or allow-listing
+is noted as set by ``<login name> (manage.py)`` on the active-blocks page.
 ``docs/operations.md`` describes each subcommand and its JSON.
 
 The offender subcommands go through the offenders service
@@ -26,6 +30,7 @@ tables of :mod:`django_ratelimits.management.output`.
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import time
 from collections.abc import Callable
@@ -149,6 +154,14 @@ def _count(text: str) -> int:
     return int(text)
 
 
+def _who() -> str:
+    """Who sets a block from the terminal, as the active-blocks page shows it."""
+    try:
+        return f"{getpass.getuser()} (manage.py)"
+    except (OSError, KeyError):  # no login name in this environment
+        return "manage.py"
+
+
 def _identity(text: str) -> Identity:
     try:
         return parse_identity(text)
@@ -240,7 +253,7 @@ def _overriding(mode: str) -> Callable[[dict[str, Any]], Report]:
     def apply(options: dict[str, Any]) -> Report:
         identity, seconds = _identity(options["ident"]), options["seconds"]
         service = Offenders(get_engine)
-        (service.block if mode == "block" else service.allow)(identity, seconds)
+        (service.block if mode == "block" else service.allow)(identity, seconds, by=_who())
         data = {"action": mode, "identity": label(identity), "seconds": seconds}
         effect = "denied" if mode == "block" else "admitted uncounted"
         return data, (

@@ -1,0 +1,89 @@
+"""The identities staff may name: each kind checked one way, for the dashboard and the command.
+
+:func:`resolve` turns what staff typed (``kind`` and ``value``) into the
+:class:`~django_ratelimits.engine.Identity` the limiter counts, or raises
+:class:`NoSuchIdentity` with the reason no request could ever be counted so:
+
+- ``ip``: an address or a network, as the address group the limiter counts
+  (``IPV4_PREFIX``, ``IPV6_PREFIX``: ``2001:db8::7`` is ``2001:db8::/64`` by
+  default), or ``unknown`` (requests with no usable address);
+- ``user``: a user that exists, by id or by username (an id first); the value
+  is its id, as the limiter counts it;
+- ``header`` and ``key``: any value of 1 to :data:`VALUE_MAX` characters with
+  something other than spaces (a header or a key function's answer);
+- any other kind is refused: no part of the limiter counts one.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
+
+from django_ratelimits.conf import get_settings
+from django_ratelimits.engine import Identity
+from django_ratelimits.identity import UNKNOWN, group, parse_address
+
+KINDS = ("ip", "user", "header", "key")
+VALUE_MAX = 1000
+
+
+class NoSuchIdentity(ValueError):
+    """What staff named is no identity the limiter could count; the message says why."""
+
+
+def parse(text: str) -> Identity:
+    """``kind:value`` as staff type it (``ip:203.0.113.7``, ``user:alice``), resolved."""
+    kind, colon, value = text.partition(":")
+    if not colon or not value:
+        raise NoSuchIdentity(f"{text!r} is not an identity: write kind:value, e.g. ip:203.0.113.7")
+    return resolve(kind, value)
+
+
+def resolve(kind: str, value: str) -> Identity:
+    """The identity the limiter counts for ``kind`` and ``value``; :class:`NoSuchIdentity`
+    if none. Costs one database query for a user, nothing else."""
+    if kind not in KINDS:
+        raise NoSuchIdentity(f"{kind!r} is not a kind of identity (one of {', '.join(KINDS)})")
+    if not value.strip() or len(value) > VALUE_MAX:
+        raise NoSuchIdentity(
+            f"an identity's value has 1 to {VALUE_MAX} characters, not only spaces"
+        )
+    if kind == "ip":
+        return Identity("ip", address_group(value))
+    if kind == "user":
+        return Identity("user", user_pk(value))
+    return Identity(kind, value)
+
+
+def address_group(value: str) -> str:
+    """The address group the limiter counts ``value`` (an address or network) in."""
+    if value == UNKNOWN:
+        return value
+    config = get_settings()
+    address = parse_address(value)
+    if address is None:
+        try:
+            address = ipaddress.ip_network(value.strip(), strict=False).network_address
+        except ValueError:
+            raise NoSuchIdentity(f"{value!r} is not an IP address or network") from None
+    return group(address, config.ipv4_prefix, config.ipv6_prefix)
+
+
+def user_pk(value: str) -> str:
+    """The id of the user whose id, else whose username, is ``value``."""
+    model = get_user_model()
+    manager: Any = model._default_manager
+    try:
+        pk = model._meta.pk.to_python(value)
+    except ValidationError:
+        pk = None
+    found = None if pk is None else manager.filter(pk=pk).values_list("pk", flat=True).first()
+    if found is None:
+        field = model.USERNAME_FIELD
+        found = manager.filter(**{field: value}).values_list("pk", flat=True).first()
+    if found is None:
+        raise NoSuchIdentity(f"no user has the id or username {value!r}")
+    return str(found)

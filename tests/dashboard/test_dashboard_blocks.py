@@ -1,0 +1,176 @@
+"""Acting only on identities that can exist, the active-blocks page, admin's history
+and the warning before staff block themselves: through the test client, on real Redis."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+from django.contrib.admin.models import LogEntry
+from django.test import Client
+from django.urls import reverse
+
+from django_ratelimits.engine import Identity, get_engine
+from django_ratelimits.engine.controls import Controls
+from django_ratelimits.models import Policy
+from django_ratelimits.offenders import Offenders
+from django_ratelimits.policies import current
+from tests.dashboard.test_dashboard import ACTION, DETAIL, act, detail_url
+
+pytestmark = pytest.mark.django_db
+BLOCKS = "admin:django_ratelimits_blocks"
+
+
+@pytest.fixture
+def staff(site_redis: Any, admin_client: Client) -> Client:
+    return admin_client
+
+
+@pytest.mark.parametrize(
+    ("kind", "value", "reason"),
+    [
+        ("ip", "garbage", "&#x27;garbage&#x27; is not an IP address or network"),
+        ("user", "sim-roamer", "no user has the id or username &#x27;sim-roamer&#x27;"),
+        ("user", "424242", "no user has the id or username &#x27;424242&#x27;"),
+        ("header", "   ", "not only spaces"),
+        ("device", "phone", "&#x27;device&#x27; is not a kind of identity"),
+    ],
+)
+def test_an_identity_no_request_could_be_has_no_page_and_no_action(
+    staff: Client, kind: str, value: str, reason: str
+) -> None:
+    page = staff.get(reverse(DETAIL), {"kind": kind, "value": value})
+    assert page.status_code == 404 and reason in page.content.decode()
+    for confirm in ({}, {"confirm": "on"}):
+        fields = {"kind": kind, "value": value, "action": "block", "seconds": "300", **confirm}
+        refused = staff.post(reverse(ACTION), fields)
+        assert refused.status_code == 400 and reason in refused.content.decode()
+    assert Offenders().active().overrides == ()
+    assert not LogEntry.objects.exists()
+
+
+def test_a_user_is_named_by_username_or_id(staff: Client, django_user_model: Any) -> None:
+    roamer = django_user_model.objects.create_user("sim-roamer")
+    page = staff.get(detail_url("user", "sim-roamer"))
+    assert page.status_code == 200 and f"user:{roamer.pk}" in page.content.decode()
+    act(staff, kind="user", value="sim-roamer", action="block", seconds="300")
+    assert Controls(get_engine()).override(Identity("user", str(roamer.pk))) is not None
+    assert staff.get(detail_url("user", str(roamer.pk))).status_code == 200
+
+
+def test_an_ipv6_address_means_its_64(staff: Client) -> None:
+    act(staff, kind="ip", value="2001:db8:1:2::7", action="block", seconds="300")
+    assert Controls(get_engine()).override(Identity("ip", "2001:db8:1:2::/64")) is not None
+
+
+def test_the_active_blocks_page_lists_and_lifts(staff: Client, django_user_model: Any) -> None:
+    offenders = reverse("admin:django_ratelimits_offenders")
+    assert reverse(BLOCKS) in staff.get(offenders).content.decode()
+    assert "No block or allow-listing is in force." in staff.get(reverse(BLOCKS)).content.decode()
+    act(staff, kind="ip", value="203.0.113.7", action="block", seconds="300")
+    act(staff, kind="header", value="key-123", action="allow", seconds="3600")
+    Offenders().block(Identity("ip", "192.0.2.9"), 60, by="ops (manage.py)")
+
+    page = staff.get(reverse(BLOCKS)).content.decode()
+    rows = page.split('<tr class="rl-block"')[1:]
+    assert [r.split('data-ident="')[1].split('"')[0] for r in rows] == [
+        "ip:192.0.2.9",  # soonest to end first
+        "ip:203.0.113.7",
+        "header:key-123",
+    ]
+    assert "ops (manage.py)" in rows[0] and "admin" in rows[1]
+    assert "blocked" in rows[1] and "allow-listed" in rows[2] and "5 min" in rows[1]
+    assert 'name="back" value="blocks"' in rows[1]
+
+    asked = staff.post(
+        reverse(ACTION), {"kind": "ip", "value": "203.0.113.7", "action": "lift", "back": "blocks"}
+    )
+    assert 'name="back" value="blocks"' in asked.content.decode()
+    done = act(staff, kind="ip", value="203.0.113.7", action="lift", back="blocks")
+    assert done.status_code == 302 and done["Location"] == reverse(BLOCKS)
+    listed = [o.label for o in Offenders().active().overrides]
+    assert listed == ["ip:192.0.2.9", "header:key-123"]
+
+
+def test_an_override_that_ended_leaves_the_page(site_redis: Any, frozen_clock: Any) -> None:
+    service = Offenders()
+    service.block(Identity("ip", "203.0.113.7"), 60)
+    service.block(Identity("ip", "203.0.113.8"), 600)
+    frozen_clock.advance(61)
+    active = service.active()
+    assert [o.label for o in active.overrides] == ["ip:203.0.113.8"] and active.total == 1
+    keys = get_engine().keys
+    index = keys.of(Identity("ip", "203.0.113.7")).override_index
+    # An identity of the same shard: its block trims the shard's index.
+    same_shard = (Identity("key", f"k{n}") for n in range(10_000))
+    neighbour = next(i for i in same_shard if keys.of(i).override_index == index)
+    service.block(neighbour, 60)
+    assert b"ip:203.0.113.7" not in site_redis.zrange(index, 0, -1)
+
+
+def test_admin_history_says_what_was_done_with_no_edit_link(staff: Client) -> None:
+    act(staff, kind="ip", value="203.0.113.7", action="block", seconds="300")
+    index = staff.get(reverse("admin:index")).content.decode()
+    recent = index.split('id="recent-actions-module"')[1]
+    assert "Blocked ip:203.0.113.7 for 5 minutes" in recent
+    assert "Rate-limit policy" not in recent and "changelink" not in recent
+
+
+@pytest.mark.parametrize(("kind", "own"), [("ip", "127.0.0.1"), ("user", None)])
+def test_the_confirmation_warns_before_staff_block_themselves(
+    staff: Client, admin_user: Any, kind: str, own: str | None
+) -> None:
+    value = own or str(admin_user.pk)
+    fields = {"kind": kind, "value": value, "action": "block", "seconds": "300"}
+    mine = staff.post(reverse(ACTION), fields).content.decode()
+    assert 'id="confirm-own"' in mine and "the site will refuse your requests too" in mine
+    other = staff.post(reverse(ACTION), {**fields, "value": "203.0.113.7" if own else "alice"})
+    assert 'id="confirm-own"' not in other.content.decode()
+
+
+@pytest.fixture
+def everything_limited(site_redis: Any) -> None:
+    """One policy on every path, as a site that limits its admin too."""
+    Policy.objects.create(name="all", rates="1000/h", algorithm="gcra", key="ip", path="^/")
+    current().refresh()
+
+
+def test_staff_who_block_themselves_can_still_log_in_and_lift(
+    everything_limited: None, admin_user: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    me = Client(REMOTE_ADDR="127.0.0.1")
+    me.force_login(admin_user)
+    act(me, kind="ip", value="127.0.0.1", action="block", seconds="300")
+    with caplog.at_level(logging.INFO, logger="django_ratelimits"):
+        assert Client(REMOTE_ADDR="127.0.0.1").get("/api/hello").status_code == 429
+    assert "ip 127.0.0.1 is blocked by staff until " in caplog.text
+    assert "over" not in caplog.text
+
+    me.logout()
+    assert me.get(reverse("admin:login")).status_code == 200
+    back_in = me.post(reverse("admin:login"), {"username": "admin", "password": "password"})
+    assert back_in.status_code == 302
+    assert me.get(reverse(BLOCKS)).status_code == 200
+    done = act(me, kind="ip", value="127.0.0.1", action="lift", back="blocks")
+    assert done.status_code == 302 and Offenders().active().overrides == ()
+
+
+def test_a_blocked_address_gets_no_more_logins_than_anyone(
+    everything_limited: None, django_user_model: Any
+) -> None:
+    Policy.objects.create(
+        name="login", rates="2/h", algorithm="sliding_log", key="ip", path="^/admin/login/"
+    )
+    current().refresh()
+    Offenders().block(Identity("ip", "203.0.113.7"), 300)
+    attacker = Client(REMOTE_ADDR="203.0.113.7")
+    login = {"username": "admin", "password": "guess"}
+    codes = [attacker.post(reverse("admin:login"), login).status_code for _ in range(3)]
+    assert codes == [200, 200, 429]  # the login form answers, and its limit counts
+    # Anywhere else the block holds, in admin too for anyone who may not lift it.
+    assert attacker.get("/api/hello").status_code == 429
+    assert attacker.get(reverse("admin:index")).status_code == 429
+    helper = django_user_model.objects.create_user("helper", password="x", is_staff=True)
+    attacker.force_login(helper)
+    assert attacker.get(reverse(BLOCKS)).status_code == 429
