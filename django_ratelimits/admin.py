@@ -1,4 +1,5 @@
-"""Admin for rate-limit policies: grouped fields, bulk switches, and a preview in words."""
+"""Admin for rate-limit policies (grouped fields, bulk switches, a preview in words), and
+the offender dashboard's entry beside them on the admin index and in the sidebar."""
 
 from __future__ import annotations
 
@@ -7,11 +8,11 @@ from typing import Any, cast
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.models import CHANGE, LogEntry
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import models
 from django.db.models import QuerySet
-from django.http import HttpRequest
-from django.urls import URLPattern
+from django.http import HttpRequest, HttpResponseRedirect
+from django.urls import URLPattern, path, reverse
 from django.utils import timezone, translation
 from django.utils.html import format_html_join
 from django.utils.safestring import SafeString
@@ -22,7 +23,7 @@ from django.utils.translation import gettext_lazy as _
 from django_ratelimits import key_functions
 from django_ratelimits.dashboard.urls import dashboard_urls
 from django_ratelimits.engine import Algorithm
-from django_ratelimits.models import Policy
+from django_ratelimits.models import OffenderDashboard, Policy
 from django_ratelimits.offenders import VIEW_PERMISSION
 from django_ratelimits.offenders.text import period as _period
 from django_ratelimits.policies.spec import KeyKind, Mode, PolicySpec
@@ -83,14 +84,6 @@ class PolicyAdmin(admin.ModelAdmin):
 
     def get_urls(self) -> list[URLPattern]:
         return [*dashboard_urls(self.admin_site), *super().get_urls()]
-
-    def get_model_perms(self, request: HttpRequest) -> dict[str, bool]:
-        """Also list the app for staff who may only see offenders, so the app index
-        (templates/admin/django_ratelimits/app_index.html) leads them to the dashboard."""
-        return {
-            **super().get_model_perms(request),
-            "view_offenders": request.user.has_perm(VIEW_PERMISSION),
-        }
 
     def get_fieldsets(self, request: HttpRequest, obj: Policy | None = None) -> Any:
         if obj is None:
@@ -163,6 +156,43 @@ class PolicyAdmin(admin.ModelAdmin):
             % {"count": len(changed)},
             messages.SUCCESS,
         )
+
+
+@admin.register(OffenderDashboard)
+class OffenderDashboardAdmin(admin.ModelAdmin):
+    """*Offenders* in admin's app list, for staff with ``view_offenders``: its one URL
+    (the changelist's) redirects to the dashboard, which checks the permission again."""
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return self.has_view_permission(request)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return request.user.has_perm(VIEW_PERMISSION)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def get_urls(self) -> list[URLPattern]:
+        return [
+            path(
+                "",
+                self.admin_site.admin_view(self.changelist_view),
+                name=f"{self.opts.app_label}_{self.opts.model_name}_changelist",
+            )
+        ]
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponseRedirect:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        return HttpResponseRedirect(reverse(f"{self.admin_site.name}:django_ratelimits_offenders"))
 
 
 # --------------------------------------------------------------------------- preview
