@@ -536,9 +536,10 @@ def test_offenders_is_listed_beside_the_policies_on_the_index_and_in_the_sidebar
     ):
         page = admin_client.get(url).content.decode()
         assert f'<a href="{entry}">Offenders</a>' in page, url
-    assert f'href="{reverse(PAGE)}" id="offenders-link"' in admin_client.get(
-        reverse("admin:django_ratelimits_policy_changelist")
-    ).content.decode()
+    assert (
+        f'href="{reverse(PAGE)}" id="offenders-link"'
+        in admin_client.get(reverse("admin:django_ratelimits_policy_changelist")).content.decode()
+    )
     opened = admin_client.get(entry)
     assert opened.status_code == 302 and opened["Location"] == reverse(PAGE)
     for refused in (f"{entry}add/", f"{entry}1/change/"):  # an entry, not a model to edit

@@ -1,15 +1,10 @@
 """The offender dashboard in real headless Chromium, as staff use it.
 
-Screenshots of the page and of an identity's detail go to test-logs/screenshots/;
-with ``UPDATE_SCREENSHOTS=1`` they replace the ones in docs/images/ that the
-README shows.
+Screenshots of the page and of an identity's detail: see ``tests.dashboard.browsing``.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,10 +12,8 @@ from django.contrib.auth.models import Permission, User
 
 from django_ratelimits.engine import Algorithm, Check, Identity, Limit, get_engine
 from django_ratelimits.rates import parse_rates
+from tests.dashboard.browsing import IMAGES, OFFENDERS, PHONE, log_in, tab
 
-ROOT = Path(__file__).resolve().parents[2]
-IMAGES = ROOT / ("docs/images" if os.environ.get("UPDATE_SCREENSHOTS") else "test-logs/screenshots")
-OFFENDERS = "/admin/django_ratelimits/policy/offenders/"
 LOGIN = [Limit("login", r, Algorithm.SLIDING_LOG) for r in parse_rates("2/m")]
 API = [Limit("api", r, Algorithm.SLIDING_WINDOW) for r in parse_rates("5/m")]
 
@@ -42,23 +35,6 @@ def traffic() -> None:
         for _ in range(8):
             engine.check([Check(Identity("ip", ip), LOGIN + API, metadata="user:-|GET /api/")])
     engine.check([Check(Identity("ip", "192.0.2.1"), API)])
-
-
-@pytest.fixture
-def page(browser: Any, live_server: Any) -> Iterator[Any]:
-    IMAGES.mkdir(parents=True, exist_ok=True)
-    context = browser.new_context(viewport={"width": 1280, "height": 860})
-    tab = context.new_page()
-    tab.base = live_server.url
-    yield tab
-    context.close()
-
-
-def log_in(page: Any, username: str, password: str = "pw") -> None:
-    page.goto(f"{page.base}/admin/login/?next={OFFENDERS}")
-    page.fill("#id_username", username)
-    page.fill("#id_password", password)
-    page.click("input[type=submit]")
 
 
 def idents(page: Any) -> set[str]:
@@ -107,15 +83,11 @@ def test_staff_find_reset_and_lose_an_offender(site_redis: Any, page: Any) -> No
 def test_the_dashboard_fits_a_phone(site_redis: Any, browser: Any, live_server: Any) -> None:
     User.objects.create_superuser("boss", password="pw")
     traffic()
-    IMAGES.mkdir(parents=True, exist_ok=True)
-    context = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True)
-    phone = context.new_page()
-    phone.base = live_server.url
-    log_in(phone, "boss")
-    phone.wait_for_selector("#offenders-table")
-    width = phone.evaluate("document.documentElement.scrollWidth")
-    phone.screenshot(path=str(IMAGES / "dashboard-phone.png"), full_page=True)
-    context.close()
+    with tab(browser, live_server.url, PHONE) as phone:
+        log_in(phone, "boss")
+        phone.wait_for_selector("#offenders-table")
+        width = phone.evaluate("document.documentElement.scrollWidth")
+        phone.screenshot(path=str(IMAGES / "dashboard-phone.png"), full_page=True)
     assert width <= 400, "the page scrolls sideways on a phone"
 
 
