@@ -495,14 +495,6 @@ def test_the_confirmation_page_says_what_will_happen(board: dict[str, Any]) -> N
 # --------------------------------------------------------------------------- Redis down
 
 
-@pytest.fixture
-def redis_down(site_redis: Any) -> Any:
-    with override_settings(
-        DJANGO_RATELIMITS={"REDIS": "redis://127.0.0.1:1/0", "SOCKET_CONNECT_TIMEOUT": 0.2}
-    ):
-        yield
-
-
 def test_redis_down_shows_an_error_not_a_500(redis_down: None, admin_client: Client) -> None:
     response = admin_client.get(reverse(PAGE))
     assert response.status_code == 200

@@ -108,3 +108,44 @@ def test_people_without_the_permission_cannot_reach_it(site_redis: Any, page: An
     assert "203.0.113.5" not in page.content()
     json_response = page.goto(f"{page.base}{OFFENDERS}json/")
     assert json_response.status == 403
+
+
+@pytest.mark.parametrize("redis_client", ["standalone"], indirect=True)
+def test_a_minute_with_nothing_recorded_is_said_in_words_not_a_blank_box(
+    site_redis: Any, page: Any
+) -> None:
+    User.objects.create_superuser("boss", password="pw")
+    log_in(page, "boss")
+    page.wait_for_selector("#offenders-table")
+    quiet = "No recorded traffic in the last minute."
+    assert page.inner_text("#offenders-chart .rl-no-traffic") == quiet
+    assert page.locator("#offenders-chart svg").count() == 0
+    page.goto(f"{page.base}{OFFENDERS}identity/?kind=ip&value=192.0.2.99")
+    assert page.inner_text("#offender-activity .rl-no-traffic") == quiet
+
+
+@pytest.mark.parametrize("redis_client", ["standalone"], indirect=True)
+def test_the_last_denial_s_age_stays_on_one_line(site_redis: Any, page: Any) -> None:
+    User.objects.create_superuser("boss", password="pw")
+    traffic()
+    log_in(page, "boss")
+    page.wait_for_selector("#offenders-table")
+    for age in page.locator("td.rl-last time").all():
+        box = age.bounding_box()
+        assert box is not None and box["height"] < 2 * 16, f"{age.inner_text()!r} wraps"
+
+
+def said_once(page: Any, error: str) -> bool:
+    """The error box says Redis failed, and nothing else on the page mentions Redis."""
+    said = page.inner_text(error)
+    elsewhere = page.inner_text("#content").replace(said, "")
+    return "could not read" in said.lower() and "redis" not in elsewhere.lower()
+
+
+def test_with_redis_down_the_error_shows_once(redis_down: None, page: Any) -> None:
+    User.objects.create_superuser("boss", password="pw")
+    log_in(page, "boss")
+    page.wait_for_selector("#offenders-table")
+    assert said_once(page, "#offenders-error")
+    page.goto(f"{page.base}{OFFENDERS}identity/?kind=ip&value=192.0.2.99")
+    assert said_once(page, "#offender-error")
