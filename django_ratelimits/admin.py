@@ -1,4 +1,5 @@
-"""Admin for rate-limit policies: grouped fields, bulk switches, and a preview in words."""
+"""Admin for rate-limit policies (grouped fields, bulk switches, a preview in words), and
+the offender dashboard's entry beside them on the admin index and in the sidebar."""
 
 from __future__ import annotations
 
@@ -7,13 +8,14 @@ from typing import Any, cast
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.models import CHANGE, LogEntry
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import models
 from django.db.models import QuerySet
-from django.http import HttpRequest
-from django.urls import URLPattern
+from django.http import HttpRequest, HttpResponseRedirect
+from django.urls import URLPattern, path, reverse
 from django.utils import timezone, translation
-from django.utils.html import format_html_join
+from django.utils.formats import date_format
+from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.text import capfirst, get_text_list
 from django.utils.translation import gettext, ngettext
@@ -22,9 +24,10 @@ from django.utils.translation import gettext_lazy as _
 from django_ratelimits import key_functions
 from django_ratelimits.dashboard.urls import dashboard_urls
 from django_ratelimits.engine import Algorithm
-from django_ratelimits.models import Policy
+from django_ratelimits.models import OffenderDashboard, Policy
 from django_ratelimits.offenders import VIEW_PERMISSION
 from django_ratelimits.offenders.text import period as _period
+from django_ratelimits.policies.labels import MODE_LABELS, MODE_WORDS
 from django_ratelimits.policies.spec import KeyKind, Mode, PolicySpec
 from django_ratelimits.rates import Rate
 
@@ -58,14 +61,14 @@ class PolicyAdmin(admin.ModelAdmin):
     list_display = (
         "name",
         "enabled",
-        "mode",
+        "mode_word",
         "algorithm",
         "rates",
         "key",
-        "path",
+        "pattern",
         "methods",
         "priority",
-        "updated_at",
+        "updated",
     )
     list_filter = ("enabled", "mode", "algorithm", "key", "fail_closed")
     search_fields = ("name", "description", "path")
@@ -73,6 +76,10 @@ class PolicyAdmin(admin.ModelAdmin):
     actions = ("enable", "disable", "switch_to_shadow", "switch_to_enforce")
     # The offender dashboard: a link among the object tools, its pages under this admin.
     change_list_template = "admin/django_ratelimits/dashboard/policy_change_list.html"
+
+    class Media:
+        # The list's columns stay within 1280 px: its filters go below it on narrower screens.
+        css = {"all": ("django_ratelimits/admin.css",)}
 
     def formfield_for_dbfield(
         self, db_field: models.Field, request: HttpRequest, **kwargs: Any
@@ -84,13 +91,27 @@ class PolicyAdmin(admin.ModelAdmin):
     def get_urls(self) -> list[URLPattern]:
         return [*dashboard_urls(self.admin_site), *super().get_urls()]
 
-    def get_model_perms(self, request: HttpRequest) -> dict[str, bool]:
-        """Also list the app for staff who may only see offenders, so the app index
-        (templates/admin/django_ratelimits/app_index.html) leads them to the dashboard."""
-        return {
-            **super().get_model_perms(request),
-            "view_offenders": request.user.has_perm(VIEW_PERMISSION),
-        }
+    @admin.display(description=_("mode"), ordering="mode")
+    def mode_word(self, obj: Policy) -> SafeString:
+        mode = Mode(obj.mode)
+        return format_html(
+            '<span class="rl-mode" title="{}">{}</span>', MODE_LABELS[mode], MODE_WORDS[mode]
+        )
+
+    @admin.display(description=_("path pattern"), ordering="path")
+    def pattern(self, obj: Policy) -> SafeString | str:
+        if not obj.path:
+            return "-"
+        return format_html('<span title="{}">{}</span>', obj.path, obj.path)
+
+    @admin.display(description=_("updated"), ordering="updated_at")
+    def updated(self, obj: Policy) -> SafeString:
+        return format_html(
+            '<time datetime="{}" title="{}">{}</time>',
+            obj.updated_at.isoformat(),
+            date_format(timezone.localtime(obj.updated_at), "DATETIME_FORMAT"),
+            date_format(timezone.localtime(obj.updated_at), "SHORT_DATE_FORMAT"),
+        )
 
     def get_fieldsets(self, request: HttpRequest, obj: Policy | None = None) -> Any:
         if obj is None:
@@ -163,6 +184,43 @@ class PolicyAdmin(admin.ModelAdmin):
             % {"count": len(changed)},
             messages.SUCCESS,
         )
+
+
+@admin.register(OffenderDashboard)
+class OffenderDashboardAdmin(admin.ModelAdmin):
+    """*Offenders* in admin's app list, for staff with ``view_offenders``: its one URL
+    (the changelist's) redirects to the dashboard, which checks the permission again."""
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return self.has_view_permission(request)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return request.user.has_perm(VIEW_PERMISSION)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def get_urls(self) -> list[URLPattern]:
+        return [
+            path(
+                "",
+                self.admin_site.admin_view(self.changelist_view),
+                name=f"{self.opts.app_label}_{self.opts.model_name}_changelist",
+            )
+        ]
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponseRedirect:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        return HttpResponseRedirect(reverse(f"{self.admin_site.name}:django_ratelimits_offenders"))
 
 
 # --------------------------------------------------------------------------- preview

@@ -5,6 +5,8 @@ with :meth:`Policy.to_spec`; :meth:`Policy.clean` reports every problem next to
 the field that causes it. :class:`PolicyVersion` is one row whose ``stamp``
 changes whenever any policy is saved, deleted or bulk-updated, so a worker
 notices an edit with one tiny query (see :mod:`django_ratelimits.policies.registry`).
+:class:`OffenderDashboard` holds no data: it is the offender dashboard's entry on the
+admin index and in admin's sidebar, beside the policies.
 """
 
 from __future__ import annotations
@@ -281,6 +283,21 @@ class PolicyVersion(models.Model):
     def current(cls) -> int | None:
         """The stamp (one single-row query); None before the first edit."""
         return cls.objects.filter(pk=1).values_list("stamp", flat=True).first()
+
+
+class OffenderDashboard(Policy):
+    """The offender dashboard's entry in admin's app list (index and sidebar).
+
+    A proxy: no table, no permissions of its own (the dashboard's are the policy
+    model's ``view_offenders`` and the rest). Its admin changelist redirects to
+    the dashboard; nothing else reads or writes through it.
+    """
+
+    class Meta:
+        proxy = True
+        verbose_name = _("offender")
+        verbose_name_plural = _("offenders")
+        default_permissions = ()
 
 
 @receiver(post_save, sender=Policy, dispatch_uid="django_ratelimits.policy_saved")

@@ -68,7 +68,9 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
         return [
             Error(
                 problem,
-                hint=f"See docs/configuration.md for every key of {SETTING_NAME}.",
+                # Said in full here: a pip install has no docs/ to point to.
+                hint=f"Edit {SETTING_NAME} in your settings module: correct the value as "
+                "said, or remove the key to use its default.",
                 id="django_ratelimits.E002",
             )
             for problem in problems

@@ -54,6 +54,11 @@ class Activity:
     hits: tuple[int, ...]
     denied: tuple[int, ...]
 
+    @property
+    def recorded(self) -> bool:
+        """Whether anything was recorded: an empty chart says so in words instead."""
+        return any(self.hits)
+
     def svg(self, css_class: str, label: str) -> SafeString:
         return activity_svg(self, css_class, label)
 

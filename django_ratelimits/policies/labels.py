@@ -16,7 +16,7 @@ from django.utils.translation import gettext_lazy as _
 from django_ratelimits.engine import Algorithm
 from django_ratelimits.policies.spec import KeyKind, Mode
 
-__all__ = ["ALGORITHM_LABELS", "KEY_LABELS", "MODE_LABELS", "choices"]
+__all__ = ["ALGORITHM_LABELS", "KEY_LABELS", "MODE_LABELS", "MODE_WORDS", "choices"]
 
 _Value = TypeVar("_Value", bound=str)
 
@@ -32,6 +32,12 @@ ALGORITHM_LABELS: Final[Mapping[Algorithm, Promise]] = {
 MODE_LABELS: Final[Mapping[Mode, Promise]] = {
     Mode.ENFORCE: _("Enforce: deny requests over the limit"),
     Mode.SHADOW: _("Shadow: count and record, never block"),
+}
+
+# One word each, for the policy list's column (the label above is its tooltip).
+MODE_WORDS: Final[Mapping[Mode, Promise]] = {
+    Mode.ENFORCE: _("Enforce"),
+    Mode.SHADOW: _("Shadow"),
 }
 
 KEY_LABELS: Final[Mapping[KeyKind, Promise]] = {

@@ -495,14 +495,6 @@ def test_the_confirmation_page_says_what_will_happen(board: dict[str, Any]) -> N
 # --------------------------------------------------------------------------- Redis down
 
 
-@pytest.fixture
-def redis_down(site_redis: Any) -> Any:
-    with override_settings(
-        DJANGO_RATELIMITS={"REDIS": "redis://127.0.0.1:1/0", "SOCKET_CONNECT_TIMEOUT": 0.2}
-    ):
-        yield
-
-
 def test_redis_down_shows_an_error_not_a_500(redis_down: None, admin_client: Client) -> None:
     response = admin_client.get(reverse(PAGE))
     assert response.status_code == 200
@@ -524,15 +516,26 @@ def test_redis_down_shows_an_error_not_a_500(redis_down: None, admin_client: Cli
 # --------------------------------------------------------------------------- admin wiring
 
 
-def test_linked_from_the_app_index_and_the_policy_list(
+def test_offenders_is_listed_beside_the_policies_on_the_index_and_in_the_sidebar(
     site_redis: Any, admin_client: Client
 ) -> None:
+    entry = reverse("admin:django_ratelimits_offenderdashboard_changelist")
     for url in (
+        reverse("admin:index"),
         reverse("admin:app_list", args=["django_ratelimits"]),
-        reverse("admin:django_ratelimits_policy_changelist"),
+        reverse("admin:django_ratelimits_policy_changelist"),  # the sidebar
+        reverse(PAGE),  # the sidebar too
     ):
         page = admin_client.get(url).content.decode()
-        assert f'href="{reverse(PAGE)}" id="offenders-link"' in page
+        assert f'<a href="{entry}">Offenders</a>' in page, url
+    assert (
+        f'href="{reverse(PAGE)}" id="offenders-link"'
+        in admin_client.get(reverse("admin:django_ratelimits_policy_changelist")).content.decode()
+    )
+    opened = admin_client.get(entry)
+    assert opened.status_code == 302 and opened["Location"] == reverse(PAGE)
+    for refused in (f"{entry}add/", f"{entry}1/change/"):  # an entry, not a model to edit
+        assert admin_client.get(refused).status_code == 404
     page = admin_client.get(reverse(PAGE)).content.decode()
     assert "django_ratelimits/dashboard.js" in page and "django_ratelimits/dashboard.css" in page
     assert "<script>" not in page.split("</head>")[1]  # no inline script in the body

@@ -1,15 +1,10 @@
 """The offender dashboard in real headless Chromium, as staff use it.
 
-Screenshots of the page and of an identity's detail go to test-logs/screenshots/;
-with ``UPDATE_SCREENSHOTS=1`` they replace the ones in docs/images/ that the
-README shows.
+Screenshots of the page and of an identity's detail: see ``tests.dashboard.browsing``.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,10 +15,8 @@ from django_ratelimits.models import Policy
 from django_ratelimits.offenders import Offenders
 from django_ratelimits.policies import get_registry
 from django_ratelimits.rates import parse_rates
+from tests.dashboard.browsing import IMAGES, OFFENDERS, PHONE, log_in, tab
 
-ROOT = Path(__file__).resolve().parents[2]
-IMAGES = ROOT / ("docs/images" if os.environ.get("UPDATE_SCREENSHOTS") else "test-logs/screenshots")
-OFFENDERS = "/admin/django_ratelimits/policy/offenders/"
 LOGIN = [Limit("login", r, Algorithm.SLIDING_LOG) for r in parse_rates("2/m")]
 API = [Limit("api", r, Algorithm.SLIDING_WINDOW) for r in parse_rates("5/m")]
 
@@ -45,23 +38,6 @@ def traffic() -> None:
         for _ in range(8):
             engine.check([Check(Identity("ip", ip), LOGIN + API, metadata="user:-|GET /api/")])
     engine.check([Check(Identity("ip", "192.0.2.1"), API)])
-
-
-@pytest.fixture
-def page(browser: Any, live_server: Any) -> Iterator[Any]:
-    IMAGES.mkdir(parents=True, exist_ok=True)
-    context = browser.new_context(viewport={"width": 1280, "height": 860})
-    tab = context.new_page()
-    tab.base = live_server.url
-    yield tab
-    context.close()
-
-
-def log_in(page: Any, username: str, password: str = "pw") -> None:
-    page.goto(f"{page.base}/admin/login/?next={OFFENDERS}")
-    page.fill("#id_username", username)
-    page.fill("#id_password", password)
-    page.click("input[type=submit]")
 
 
 def idents(page: Any) -> set[str]:
@@ -110,15 +86,11 @@ def test_staff_find_reset_and_lose_an_offender(site_redis: Any, page: Any) -> No
 def test_the_dashboard_fits_a_phone(site_redis: Any, browser: Any, live_server: Any) -> None:
     User.objects.create_superuser("boss", password="pw")
     traffic()
-    IMAGES.mkdir(parents=True, exist_ok=True)
-    context = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True)
-    phone = context.new_page()
-    phone.base = live_server.url
-    log_in(phone, "boss")
-    phone.wait_for_selector("#offenders-table")
-    width = phone.evaluate("document.documentElement.scrollWidth")
-    phone.screenshot(path=str(IMAGES / "dashboard-phone.png"), full_page=True)
-    context.close()
+    with tab(browser, live_server.url, PHONE) as phone:
+        log_in(phone, "boss")
+        phone.wait_for_selector("#offenders-table")
+        width = phone.evaluate("document.documentElement.scrollWidth")
+        phone.screenshot(path=str(IMAGES / "dashboard-phone.png"), full_page=True)
     assert width <= 400, "the page scrolls sideways on a phone"
 
 
@@ -200,3 +172,43 @@ def test_the_active_blocks_page_lists_and_lifts(site_redis: Any, page: Any) -> N
         "header:key-123"
     ]
     assert "Lifted the block or allow-listing of ip:203.0.113.7" in page.content()
+
+
+def test_a_minute_with_nothing_recorded_is_said_in_words_not_a_blank_box(
+    site_redis: Any, page: Any
+) -> None:
+    User.objects.create_superuser("boss", password="pw")
+    log_in(page, "boss")
+    page.wait_for_selector("#offenders-table")
+    quiet = "No recorded traffic in the last minute."
+    assert page.inner_text("#offenders-chart .rl-no-traffic") == quiet
+    assert page.locator("#offenders-chart svg").count() == 0
+    page.goto(f"{page.base}{OFFENDERS}identity/?kind=ip&value=192.0.2.99")
+    assert page.inner_text("#offender-activity .rl-no-traffic") == quiet
+
+
+@pytest.mark.parametrize("redis_client", ["standalone"], indirect=True)
+def test_the_last_denial_s_age_stays_on_one_line(site_redis: Any, page: Any) -> None:
+    User.objects.create_superuser("boss", password="pw")
+    traffic()
+    log_in(page, "boss")
+    page.wait_for_selector("#offenders-table")
+    for age in page.locator("td.rl-last time").all():
+        box = age.bounding_box()
+        assert box is not None and box["height"] < 2 * 16, f"{age.inner_text()!r} wraps"
+
+
+def said_once(page: Any, error: str) -> bool:
+    """The error box says Redis failed, and nothing else on the page mentions Redis."""
+    said = page.inner_text(error)
+    elsewhere = page.inner_text("#content").replace(said, "")
+    return "could not read" in said.lower() and "redis" not in elsewhere.lower()
+
+
+def test_with_redis_down_the_error_shows_once(redis_down: None, page: Any) -> None:
+    User.objects.create_superuser("boss", password="pw")
+    log_in(page, "boss")
+    page.wait_for_selector("#offenders-table")
+    assert said_once(page, "#offenders-error")
+    page.goto(f"{page.base}{OFFENDERS}identity/?kind=ip&value=192.0.2.99")
+    assert said_once(page, "#offender-error")

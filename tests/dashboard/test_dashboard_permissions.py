@@ -29,6 +29,7 @@ pytestmark = pytest.mark.django_db
 
 RESET = {"kind": "ip", "value": ATTACKER, "action": "reset", "policy": "", "forget": "on"}
 BLOCK = {"kind": "ip", "value": QUIET, "action": "block", "seconds": "300"}
+ENTRY = "admin:django_ratelimits_offenderdashboard_changelist"  # the app list's Offenders
 
 
 def account(
@@ -118,6 +119,8 @@ def test_nothing_about_offenders_shows_elsewhere_without_the_permission(
     ):
         page = client.get(url).content.decode()
         assert "offenders-link" not in page and ATTACKER not in page
+        assert reverse(ENTRY) not in page
+    assert client.get(reverse(ENTRY)).status_code == 403
 
 
 def test_the_view_permission_alone_leads_to_the_dashboard(
@@ -125,9 +128,9 @@ def test_the_view_permission_alone_leads_to_the_dashboard(
 ) -> None:
     client = account(django_user_model, "watcher", "view_offenders")
     index = client.get(reverse("admin:index")).content.decode()
-    assert reverse("admin:app_list", args=["django_ratelimits"]) in index
-    app = client.get(reverse("admin:app_list", args=["django_ratelimits"]))
-    assert app.status_code == 200 and 'id="offenders-link"' in app.content.decode()
+    assert f'<a href="{reverse(ENTRY)}">Offenders</a>' in index
+    entry = client.get(reverse(ENTRY))
+    assert entry.status_code == 302 and entry["Location"] == reverse(PAGE)
     # The policies stay out of reach.
     assert client.get(reverse("admin:django_ratelimits_policy_changelist")).status_code == 403
 

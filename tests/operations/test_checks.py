@@ -135,6 +135,13 @@ def test_invalid_settings_are_an_error_with_conf_s_message() -> None:
     assert "did you mean 'REDIS'" in found[0].msg
 
 
+def test_the_invalid_settings_hint_says_the_fix_without_pointing_to_docs_a_wheel_lacks() -> None:
+    with with_middleware(AUTH, OURS), override_settings(DJANGO_RATELIMITS={"SOCKET_TIMEOUT": 0}):
+        (found,) = messages([TAG, REDIS_TAG])
+    assert found.hint is not None and "docs/" not in found.hint
+    assert "remove the key to use its default" in found.hint
+
+
 @pytest.mark.parametrize(
     "value",
     [{"SOCKET_TIMEOUT": 0}, {"TRUSTED_PROXIES": "10.0.0.0/8"}, {"REDIS": "ftp://x"}, "redis://"],

@@ -75,6 +75,7 @@ def _report(report: IdentityReport, site: AdminSite) -> dict[str, Any]:
     everyone = detail.behind()
     seen_with, hits = everyone[:SHOWN_BEHIND], detail.hits[:SHOWN_HITS]
     me = label(report.identity)
+    chart = activity(detail.hits, report.now_ms)
     names = user_names([me, *(who for who, _ in seen_with), *(hit.who for hit in hits)])
 
     def url_for(other: Identity) -> str:
@@ -91,9 +92,7 @@ def _report(report: IdentityReport, site: AdminSite) -> dict[str, Any]:
         "behind": [who_view(who, count, names, url_for) for who, count in seen_with],
         "more_behind": len(everyone) - len(seen_with),
         "quotas": quota_views(report.quotas),
-        "chart": activity(detail.hits, report.now_ms).svg(
-            "rl-activity", gettext("Requests per second")
-        ),
+        "chart": chart.svg("rl-activity", gettext("Requests per second")) if chart.recorded else "",
         "hits": hit_views(hits, report.now_ms, names, url_for),
         "more_hits": len(detail.hits) - len(hits),
     }

@@ -87,7 +87,7 @@ class Board:
             "error": self.error,
             "period": PERIODS[self.filters.period],
             "chart": self.activity.svg("rl-activity", gettext("Requests per second"))
-            if self.activity
+            if self.activity and self.activity.recorded
             else "",
             "page": page,
             "pages": self.pages,
