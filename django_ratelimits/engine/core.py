@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -257,7 +257,7 @@ class Engine:
             gate = chk.gate
             if gate is None:
                 call = call_of(keys)
-                call.parts.append(self._group(call, keys, chk.identity, chk.limits, chk.metadata))
+                call.parts.append(self._group(call, keys, chk))
                 continue
             client = self.keys.of(gate.client)
             call = call_of(client)
@@ -265,30 +265,29 @@ class Engine:
             budget = gate.budget
             call.keys.append(client.gate(chk.identity.kind, budget))
             call.args += [b"g", budget.limit, budget.window_us, keys.member, 2 if together else 1]
-            fallback = self._group(call, client, gate.client, chk.limits, None)
+            fallback = self._group(call, client, replace(chk, identity=gate.client, metadata=None))
             own = None
             if together:
-                own = self._group(call, keys, chk.identity, chk.limits, chk.metadata)
+                own = self._group(call, keys, chk)
             call.parts.append(_Gated(fallback, own, replace(chk, gate=None)))
         for call in calls.values():
             call.args[:0] = [now, mode, cost, len(call.parts), *self._tail]
         return list(calls.values())
 
     @staticmethod
-    def _group(
-        call: _Call,
-        keys: IdentityKeys,
-        identity: Identity,
-        limits: Sequence[Limit],
-        metadata: str | None,
-    ) -> Pairs:
-        """Add ``identity``'s group (its keys and ``limits``) to ``call``; its pairs."""
+    def _group(call: _Call, keys: IdentityKeys, chk: Check) -> Pairs:
+        """Add the group of ``chk`` (its identity's ``keys`` and its limits) to
+        ``call``, without its gate; its pairs."""
+        identity, limits = chk.identity, chk.limits
         specs = [limit.encoded_spec for limit in limits]
         if len(set(specs)) != len(specs):
             raise ValueError(f"a limit is given twice for {label(identity)}")
-        call.keys += keys.group
+        call.keys += keys.shadow_group if chk.shadow else keys.group
         call.keys += [keys.log(limit) for limit in limits if limit.is_log]
-        meta = "" if metadata is None else printable(metadata, 300)
+        meta = ""
+        if chk.metadata is not None:
+            how = ("a" if chk.record_every else "d") + ("s" if chk.shadow else "e")
+            meta = how + printable(chk.metadata, 300)
         call.args += [len(specs), keys.ident, label(identity), meta, *specs]
         return [(identity, limit) for limit in limits]
 
