@@ -202,7 +202,7 @@ def test_preview_in_words() -> None:
         methods="POST",
         exempt_superusers=True,
         allow_cidrs="10.0.0.0/8, 192.168.0.0/16, ::1, 127.0.0.1, 172.16.0.0/12",
-        record_metadata=True,
+        record_metadata="every",
     ) == [
         "Disabled: this policy is not enforced.",
         "5 requests per 30 seconds per user, or per client IP when anonymous, "

@@ -48,7 +48,7 @@ def policies() -> None:
         algorithm="sliding_log",
         key="ip_and_user",
         path="^/api/hello",
-        record_metadata=True,
+        record_metadata="every",
     )
     Policy.objects.create(
         name="other",
@@ -58,7 +58,7 @@ def policies() -> None:
         algorithm="gcra",
         key="ip",
         path="^/api/other",
-        record_metadata=True,
+        record_metadata="every",
     )
     current().refresh()
 

@@ -61,7 +61,7 @@ def scripted(engine: Engine) -> tuple[User, User]:
     """Alice and Bob behind one office address, and an anonymous attacker."""
     assert isinstance(engine.clock, FakeClock)
     alice, bob = User.objects.create_user("alice"), User.objects.create_user("bob")
-    policy(name="login", rates="2/m", algorithm="sliding_log", key="ip", record_metadata=True)
+    policy(name="login", rates="2/m", algorithm="sliding_log", key="ip", record_metadata="every")
     policy(name="api", rates="3/m", algorithm="fixed_window", key="ip_and_user", path="^/api/")
     login, api = current().get("login"), current().get("api")
     assert login is not None and api is not None
