@@ -35,6 +35,7 @@ def form(**fields: Any) -> dict[str, Any]:
         "key": "ip",
         "key_arg": "",
         "allow_cidrs": "",
+        "record_metadata": "denials",
     }
     data.update(fields)
     return {key: value for key, value in data.items() if value is not False}
@@ -191,6 +192,7 @@ def test_preview_in_words() -> None:
         "Shadow mode: requests over the limit are counted and recorded, never blocked.",
         "Applies only where a decorator or DRF throttle names “api”.",
         "While Redis is unreachable, requests are denied (fail closed).",
+        "The user and path of each denial are recorded for the offender dashboard.",
     ]
     assert preview(
         name="login",
