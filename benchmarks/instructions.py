@@ -15,7 +15,10 @@ the kernel's. Rows:
 
 * ``floor``: a script that returns 1 (``EVALSHA``), the least a call costs;
 * per algorithm, 1 identity x 1 rate, and 2 identities x 3 rates with metadata
-  (seed 000's request, the engine benchmark's rows).
+  recorded on every hit (seed 000's request, the engine benchmark's rows);
+* what recording who costs an allowed check (GCRA, 1 x 1): none, the default
+  (an entry only on a denial: an allowed check sends the entry's head, writes
+  nothing), and every hit.
 
 Not part of ``make bench`` (valgrind is not in every set-up, and it takes a
 minute); docs/benchmarks.md quotes a run of it.
@@ -35,7 +38,8 @@ import redis
 
 from benchmarks.kit import ONE_RATE, SEED_000_RATES, request_checks
 from devtools.redis_harness import find_binary, free_port, temporary_workdir
-from django_ratelimits.engine import Algorithm, Engine, KeySpace
+from django_ratelimits.engine import Algorithm, Check, Engine, Identity, KeySpace, Limit
+from django_ratelimits.rates import parse_rates
 
 CALLS = 300
 IDENTITIES = 100  # checked in turn, so the counted checks find their keys there
@@ -92,6 +96,32 @@ class Counted:
         self.process.wait(60)
 
 
+def recording_rows(identities: int) -> list[tuple[str, list[list[Check]]]]:
+    """An allowed GCRA check (1 x 1) recording nobody, its denials (the default),
+    every hit: what the default recording costs a request that passes."""
+    limits = [Limit("api", rate, Algorithm.GCRA) for rate in parse_rates(ONE_RATE)]
+    head = "user:42|GET /api/orders"
+    out = []
+    for name, metadata, every in (
+        ("allowed, recording nothing", None, False),
+        ("allowed, recording denials (the default)", head, False),
+        ("allowed, recording every hit", head, True),
+    ):
+        requests = [
+            [
+                Check(
+                    Identity("ip", f"rec{every}{metadata is None}-{i}"),
+                    limits,
+                    metadata,
+                    record_every=every,
+                )
+            ]
+            for i in range(identities)
+        ]
+        out.append((f"gcra, 1 x 1, {name}", requests))
+    return out
+
+
 def rows(binary: str, quick: bool = False) -> list[tuple[str, int]]:
     """(check, instructions per call) rows; ``quick``: the floor and GCRA, few calls."""
     calls, identities = (QUICK, QUICK) if quick else (CALLS, IDENTITIES)
@@ -111,6 +141,8 @@ def rows(binary: str, quick: bool = False) -> list[tuple[str, int]]:
                     )
                     name = f"{algorithm.value}, {'2 x 3 + metadata' if two else '1 x 1'}"
                     out.append((name, counted.measure(lambda i, r=requests: engine.check(r[i]))))
+            for name, requests in recording_rows(identities):
+                out.append((name, counted.measure(lambda i, r=requests: engine.check(r[i]))))
             return out
         finally:
             counted.close()

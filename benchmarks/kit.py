@@ -97,8 +97,8 @@ def request_checks(
             user = Identity("user", f"{tag}-{i}")
             requests.append(
                 [
-                    Check(ip, limits, metadata=f"user:{user.value}|/api"),
-                    Check(user, limits, metadata=f"ip:{ip.value}|/api"),
+                    Check(ip, limits, metadata=f"user:{user.value}|/api", record_every=True),
+                    Check(user, limits, metadata=f"ip:{ip.value}|/api", record_every=True),
                 ]
             )
         else:

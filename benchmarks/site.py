@@ -82,7 +82,7 @@ def policy_rows(n: int, api_rates: str = SEED_000_RATES) -> list[dict[str, Any]]
             "rates": api_rates,
             "key": "ip_and_user",
             "path": r"^/api/",
-            "record_metadata": True,
+            "record_metadata": "every",
             "priority": 10,
         },
         {

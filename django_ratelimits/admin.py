@@ -28,7 +28,7 @@ from django_ratelimits.models import OffenderDashboard, Policy
 from django_ratelimits.offenders import VIEW_PERMISSION
 from django_ratelimits.offenders.text import period as _period
 from django_ratelimits.policies.labels import MODE_LABELS, MODE_WORDS
-from django_ratelimits.policies.spec import KeyKind, Mode, PolicySpec
+from django_ratelimits.policies.spec import KeyKind, Mode, PolicySpec, Recording
 from django_ratelimits.rates import Rate
 
 _FIELDSETS: list[tuple[Any, dict[str, Any]]] = [
@@ -261,9 +261,13 @@ def describe(spec: PolicySpec, enabled: bool = True) -> list[str]:
         sentences.append(
             gettext("While Redis is unreachable, requests are let through (fail open).")
         )
-    if spec.record_metadata:
+    if spec.record_metadata == Recording.EVERY:
         sentences.append(
             gettext("The user and path of each hit are recorded for the offender dashboard.")
+        )
+    elif spec.record_metadata == Recording.DENIALS:
+        sentences.append(
+            gettext("The user and path of each denial are recorded for the offender dashboard.")
         )
     return sentences
 

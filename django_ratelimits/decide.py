@@ -14,7 +14,10 @@ identities, identity budgets), ask the engine unless the circuit breaker is
 open, then record success or failure and send the signals. The limits of
 every policy that counts by the same identity form one all-or-nothing check,
 shadow-mode policies their own check (so a shadow denial never stops an
-enforced limit from counting, and the other way round). A client-chosen
+enforced limit from counting, and the other way round; what it would have
+denied is recorded apart from denials). An identity's checks share one hit
+entry per request, recorded as its policies' ``record_metadata`` asks (by
+default only when a policy denied, or would have denied, it). A client-chosen
 identity (header, callable, user) is gated by its policy's identity budget
 for the client IP: past it, the check counts against the IP (see
 ``docs/client-ip.md``).
@@ -49,7 +52,7 @@ from django_ratelimits.engine.hits import entry_head, ip_behind, user_behind
 from django_ratelimits.errors import RateLimitsError
 from django_ratelimits.identity import client_address, client_ip, identities
 from django_ratelimits.policies.registry import PolicyRegistry, acurrent, current
-from django_ratelimits.policies.spec import PolicySpec
+from django_ratelimits.policies.spec import PolicySpec, Recording
 from django_ratelimits.rates import Rate
 from django_ratelimits.way_back import way_back
 
@@ -300,7 +303,8 @@ class Planned:
         logged: set[Identity] = set()
         for result in decision.results:
             policy = verdict._by_name[result.limit.policy]
-            if result.blocked and result.identity not in logged:
+            # A shadow check of a blocked identity is denied too, but refuses nothing.
+            if result.blocked and not policy.shadow and result.identity not in logged:
                 logged.add(result.identity)
                 _log_block(self.request, result)
             if not result.allowed and policy.name not in announced:
@@ -361,19 +365,30 @@ def _plan(
         return applied, []
     overrides = not way_back(request)
     groups: dict[tuple[Identity, bool, Gate | None], list[Limit]] = {}
-    metadata: dict[tuple[Identity, bool, Gate | None], str] = {}
+    # What each identity's policies record: the most any of them asks for. The
+    # engine makes one hit entry of the identity's checks (enforced and shadow).
+    recording: dict[Identity, Recording] = {}
     for policy in applied:
         budget = _budget(policy)
         for identity in identities(request, policy):
             gate = None
             if budget is not None and identity.kind != "ip":
                 gate = Gate(Identity("ip", client_ip(request)), budget)
-            group = (identity, policy.shadow, gate)
-            groups.setdefault(group, []).extend(policy.limits)
-            if policy.record_metadata and group not in metadata:
-                metadata[group] = _metadata(request, identity)
+            groups.setdefault((identity, policy.shadow, gate), []).extend(policy.limits)
+            known = recording.get(identity, Recording.NONE)
+            if policy.record_metadata.rank > known.rank:
+                recording[identity] = policy.record_metadata
+    heads = {i: _metadata(request, i) for i, r in recording.items() if r != Recording.NONE}
     checks = [
-        Check(i, tuple(limits), metadata.get((i, s, g)), g, overrides)
+        Check(
+            i,
+            tuple(limits),
+            heads.get(i),
+            g,
+            shadow=s,
+            record_every=recording.get(i) == Recording.EVERY,
+            overrides=overrides,
+        )
         for (i, s, g), limits in groups.items()
     ]
     return applied, checks

@@ -29,9 +29,9 @@ from django.http import HttpRequest
 from django_ratelimits import key_functions
 from django_ratelimits.decide import VIEW_POLICIES, adecide_policy, decide_policy
 from django_ratelimits.engine import Algorithm
-from django_ratelimits.policies.parse import parse_identity_budget
+from django_ratelimits.policies.parse import parse_cidrs, parse_identity_budget
 from django_ratelimits.policies.registry import get_registry
-from django_ratelimits.policies.spec import KeyKind, Mode, PolicySpec
+from django_ratelimits.policies.spec import KeyKind, Mode, PolicySpec, Recording
 from django_ratelimits.rates import parse_rates
 from django_ratelimits.responses import refusal
 
@@ -48,16 +48,27 @@ def ratelimit(
     burst: int | None = None,
     mode: Mode | str = Mode.ENFORCE,
     identity_budget: str = "",
+    record_metadata: Recording | str = Recording.DENIALS,
+    fail_closed: bool = False,
+    exempt_staff: bool = False,
+    exempt_superusers: bool = False,
+    allow_cidrs: Iterable[str] = (),
+    path: str = "",
+    priority: int = 0,
+    description: str = "",
     block: bool = True,
 ) -> Callable[[View], View]:
     """Apply policy ``name`` to the decorated view.
 
     ``key`` is ``"ip"``, ``"user"``, ``"user_or_ip"``, ``"ip_and_user"``,
     ``"header:<name>"`` or ``"callable:<dotted.path>"``. ``rate`` and the rest
-    are only defaults for a policy missing from the database; ``identity_budget``
-    is a rate (``"20/h"``), ``"off"``, or empty for ``IDENTITY_BUDGET``. A callable
-    named here is trusted (code, unlike admin text, may name any function):
-    policies may use it without ``KEY_FUNCTIONS`` listing it.
+    (every field of a policy in admin, by its field name) are only defaults for a
+    policy missing from the database; ``identity_budget`` is a rate (``"20/h"``),
+    ``"off"``, or empty for ``IDENTITY_BUDGET``; ``record_metadata`` is
+    ``"none"``, ``"denials"`` or ``"every"``; ``allow_cidrs`` are networks
+    (``["10.0.0.0/8"]``); a ``path`` makes the middleware apply the policy there
+    too. A callable named here is trusted (code, unlike admin text, may name any
+    function): policies may use it without ``KEY_FUNCTIONS`` listing it.
     """
     if rate is not None:
         kind, _, arg = key.partition(":")
@@ -72,7 +83,15 @@ def ratelimit(
                 Mode(mode),
                 KeyKind(kind),
                 arg,
+                path=path,
                 methods=frozenset(m.upper() for m in methods),
+                exempt_staff=exempt_staff,
+                exempt_superusers=exempt_superusers,
+                allow_cidrs=parse_cidrs("\n".join(allow_cidrs)),
+                fail_closed=fail_closed,
+                record_metadata=Recording(record_metadata),
+                priority=priority,
+                description=description,
                 identity_budget=parse_identity_budget(identity_budget),
             )
         )

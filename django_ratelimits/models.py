@@ -21,7 +21,13 @@ from django.dispatch import receiver
 from django.utils.translation import gettext_lazy as _
 
 from django_ratelimits.engine import Algorithm
-from django_ratelimits.policies.labels import ALGORITHM_LABELS, KEY_LABELS, MODE_LABELS, choices
+from django_ratelimits.policies.labels import (
+    ALGORITHM_LABELS,
+    KEY_LABELS,
+    MODE_LABELS,
+    RECORDING_LABELS,
+    choices,
+)
 from django_ratelimits.policies.parse import (
     PATH_MAX_LENGTH,
     check_burst,
@@ -32,7 +38,7 @@ from django_ratelimits.policies.parse import (
     parse_path,
     parse_policy_rates,
 )
-from django_ratelimits.policies.spec import KeyKind, Mode, PolicySpec
+from django_ratelimits.policies.spec import KeyKind, Mode, PolicySpec, Recording
 from django_ratelimits.rates import Rate
 
 
@@ -143,10 +149,16 @@ class Policy(models.Model):
             "Deny requests while Redis is unreachable. Unchecked (the default): let them through."
         ),
     )
-    record_metadata = models.BooleanField(
+    record_metadata = models.CharField(
         _("record who"),
-        default=False,
-        help_text=_("Record the user and path of each hit for the offender dashboard."),
+        max_length=16,
+        choices=choices(RECORDING_LABELS),
+        default=Recording.DENIALS.value,
+        help_text=_(
+            "Which requests to record the user (or IP) and path of, for the offender "
+            "dashboard. Denials (the default) answer who was denied, at little cost; "
+            "every hit also shows who was allowed."
+        ),
     )
     priority = models.IntegerField(
         _("priority"), default=0, help_text=_("Higher priorities are checked first.")
@@ -212,7 +224,7 @@ class Policy(models.Model):
             exempt_superusers=self.exempt_superusers,
             allow_cidrs=parse_cidrs(self.allow_cidrs),
             fail_closed=self.fail_closed,
-            record_metadata=self.record_metadata,
+            record_metadata=Recording(self.record_metadata),
             priority=self.priority,
             description=self.description,
             identity_budget=parse_identity_budget(self.identity_budget),
@@ -237,7 +249,7 @@ def spec_fields(spec: PolicySpec) -> dict[str, Any]:
         "exempt_superusers": spec.exempt_superusers,
         "allow_cidrs": "\n".join(str(network) for network in spec.allow_cidrs),
         "fail_closed": spec.fail_closed,
-        "record_metadata": spec.record_metadata,
+        "record_metadata": spec.record_metadata.value,
         "priority": spec.priority,
         "identity_budget": _budget_text(spec.identity_budget),
     }

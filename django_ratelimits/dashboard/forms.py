@@ -75,6 +75,14 @@ class FilterForm(forms.Form):
         help_text=_("A user name or id."),
         widget=forms.TextInput(attrs={"size": 12}),
     )
+    shown = forms.ChoiceField(
+        label=_("Show"),
+        choices=[
+            ("", _("Offenders (denied)")),
+            ("shadow", _("Would have been denied (shadow mode)")),
+        ],
+        required=False,
+    )
     page = forms.IntegerField(min_value=1, required=False, widget=forms.HiddenInput)
 
     def __init__(self, data: QueryDict, policies: Sequence[str]) -> None:
@@ -141,6 +149,7 @@ class FilterForm(forms.Form):
             user=None if conflict else data.get("user"),
             offset=((data.get("page") or 1) - 1) * PER_PAGE,
             limit=PER_PAGE,
+            shadow=data.get("shown") == "shadow",
         )
 
 

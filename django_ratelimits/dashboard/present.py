@@ -18,7 +18,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext, pgettext_lazy
 
 from django_ratelimits.engine import Identity, LimitResult
-from django_ratelimits.engine.hits import ANONYMOUS, Hit
+from django_ratelimits.engine.hits import ALLOWED, ANONYMOUS, DENIED, SHADOW, Hit
 from django_ratelimits.engine.offenders import Offender, OffenderDetail
 from django_ratelimits.engine.overrides import BLOCKED_POLICY, Override
 from django_ratelimits.offenders import Row
@@ -49,10 +49,12 @@ class Who:
 
 @dataclass(frozen=True)
 class Activity:
-    """Recorded hits per second over the last minute, oldest first."""
+    """Recorded hits per second over the last minute, oldest first: all of them,
+    those denied, and those only a shadow-mode policy would have denied."""
 
     hits: tuple[int, ...]
     denied: tuple[int, ...]
+    shadow: tuple[int, ...]
 
     @property
     def recorded(self) -> bool:
@@ -63,7 +65,12 @@ class Activity:
         return activity_svg(self, css_class, label)
 
     def json(self) -> dict[str, Any]:
-        return {"seconds": len(self.hits), "hits": list(self.hits), "denied": list(self.denied)}
+        return {
+            "seconds": len(self.hits),
+            "hits": list(self.hits),
+            "denied": list(self.denied),
+            "would_deny": list(self.shadow),
+        }
 
 
 @dataclass(frozen=True)
@@ -109,20 +116,43 @@ class RowView:
             "override": None
             if override is None
             else {"state": override.state, "seconds": override.seconds},
-            "recent": {"hits": sum(self.activity.hits), "denied": sum(self.activity.denied)},
+            "recent": {
+                "hits": sum(self.activity.hits),
+                "denied": sum(self.activity.denied),
+                "would_deny": sum(self.activity.shadow),
+            },
             "detail_url": self.url,
         }
 
 
 @dataclass(frozen=True)
 class HitView:
-    """One entry of a metadata list: when, who, what, and whether it passed."""
+    """One entry of a metadata list: when, who, what, whether it passed (``outcome``
+    is the hit's: ``D``, ``S`` or ``A``), and the policies that counted it."""
 
     at: datetime
     ago: str
     who: Who
     what: str
-    allowed: bool
+    outcome: str
+    policies: tuple[tuple[str, str], ...]
+
+    @property
+    def allowed(self) -> bool:
+        return self.outcome == ALLOWED
+
+    @property
+    def shadow(self) -> bool:
+        return self.outcome == SHADOW
+
+    @property
+    def policies_text(self) -> str:
+        """``api, orders-watch (would have denied)``: who counted it, and how."""
+        marks = {DENIED: gettext("denied"), SHADOW: gettext("would have denied")}
+        return ", ".join(
+            f"{policy_label(name)} ({marks[status]})" if status in marks else policy_label(name)
+            for name, status in self.policies
+        )
 
 
 @dataclass(frozen=True)
@@ -183,20 +213,25 @@ def page_activity(rows: Sequence[Row], now_ms: int) -> Activity:
             age = (now_ms - hit.at_ms) // 1000
             if 0 <= age < seconds:
                 key = (frozenset((side, hit.who)), hit.what, age)
-                tally = sides.setdefault(key, {}).setdefault(side, [0, 0])
+                tally = sides.setdefault(key, {}).setdefault(side, [0, 0, 0])
                 tally[0] += 1
-                tally[1] += not hit.allowed
-    every, denied = [0] * seconds, [0] * seconds
+                tally[1] += hit.denied
+                tally[2] += hit.shadow
+    series = [[0] * seconds for _ in range(3)]
     for (_, _, age), by_side in sides.items():
-        every[seconds - 1 - age] += max(t[0] for t in by_side.values())
-        denied[seconds - 1 - age] += max(t[1] for t in by_side.values())
-    return Activity(tuple(every), tuple(denied))
+        for n, counts in enumerate(series):
+            counts[seconds - 1 - age] += max(t[n] for t in by_side.values())
+    every, denied, shadow = series
+    return Activity(tuple(every), tuple(denied), tuple(shadow))
 
 
 def activity(hits: Sequence[Hit], now_ms: int) -> Activity:
-    every = OffenderDetail(None, tuple(hits), None).per_second(now_ms, ACTIVITY_SECONDS)
-    denied = OffenderDetail(None, tuple(h for h in hits if not h.allowed), None)
-    return Activity(tuple(every), tuple(denied.per_second(now_ms, ACTIVITY_SECONDS)))
+    detail = OffenderDetail(None, tuple(hits), None)
+    every, denied, shadow = (
+        tuple(detail.per_second(now_ms, ACTIVITY_SECONDS, outcome))
+        for outcome in (None, DENIED, SHADOW)
+    )
+    return Activity(every, denied, shadow)
 
 
 def activity_svg(activity: Activity, css_class: str, label: str) -> SafeString:
@@ -215,20 +250,25 @@ def activity_svg(activity: Activity, css_class: str, label: str) -> SafeString:
     return format_html(
         '<svg class="rl-chart {}" viewBox="0 0 {} {}" preserveAspectRatio="none" role="img" '
         'aria-label="{}"><title>{}</title><path class="rl-hits" d="{}"/>'
-        '<path class="rl-denied" d="{}"/></svg>',
+        '<path class="rl-denied" d="{}"/><path class="rl-shadow" d="{}"/></svg>',
         css_class,
         len(activity.hits),
         height,
         label,
-        gettext("%(label)s: %(hits)d hits, %(denied)d denied, at most %(peak)d in one second")
+        gettext(
+            "%(label)s: %(hits)d hits, %(denied)d denied, %(shadow)d would have been denied "
+            "(shadow mode), at most %(peak)d in one second"
+        )
         % {
             "label": label,
             "hits": sum(activity.hits),
             "denied": sum(activity.denied),
+            "shadow": sum(activity.shadow),
             "peak": max(activity.hits, default=0),
         },
         bars(activity.hits),
         bars(activity.denied),
+        bars(activity.shadow),
     )
 
 
@@ -278,7 +318,8 @@ def hit_views(
             ago=ago(hit.at_ms, now_ms),
             who=who_view(hit.who, 1, names, url_for),
             what=hit.what,
-            allowed=hit.allowed,
+            outcome=hit.outcome,
+            policies=hit.policies,
         )
         for hit in hits
     )

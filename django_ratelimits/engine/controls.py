@@ -68,14 +68,14 @@ class Controls:
     ) -> None:
         """Clear ``identity``'s state under ``limits``.
 
-        With ``forget``, also drop its metadata list and offender record and
-        take it out of the offender index.
+        With ``forget``, also drop its metadata list and offender and shadow
+        records and take it out of their indexes.
         """
         keys = self.engine.keys.of(identity)
         fields = [limit.spec for limit in limits if not limit.is_log]
         names = [keys.log(limit) for limit in limits if limit.is_log]
         if forget:
-            names += [keys.metadata, keys.record]
+            names += [keys.metadata, keys.record, keys.shadow_record]
         try:
             pipe = self.engine.client.pipeline(transaction=False)
             route = self.engine._route(keys.record)  # every key here shares its slot
@@ -86,6 +86,8 @@ class Controls:
             if forget:
                 pipe.execute_command("ZREM", keys.index, keys.ident, **route)
                 pipe.execute_command("ZREM", keys.count_index, keys.ident, **route)
+                pipe.execute_command("ZREM", keys.shadow_index, keys.ident, **route)
+                pipe.execute_command("ZREM", keys.shadow_count_index, keys.ident, **route)
             pipe.execute()
         except _REDIS_ERRORS as exc:
             raise BackendError(f"could not reset {label(identity)}: {exc}") from exc

@@ -228,11 +228,12 @@ class Engine:
                         found.later.append(part.later)
                     pairs = (part.own or []) if passed else part.fallback
                 for identity, limit in pairs:
-                    allowed, remaining, retry, reset = values[n : n + 4]
+                    # outcome: 1 allowed, 0 denied by the limit, 2 denied by a block
+                    outcome, remaining, retry, reset = values[n : n + 4]
                     n += 4
                     found.results.append(
                         LimitResult(
-                            identity, limit, allowed == 1, remaining, retry, reset, allowed == 2
+                            identity, limit, outcome == 1, remaining, retry, reset, outcome == 2
                         )
                     )
         return found
@@ -259,7 +260,7 @@ class Engine:
             gate = chk.gate
             if gate is None:
                 call = call_of(keys)
-                call.parts.append(self._group(call, keys, chk, chk.identity, chk.metadata))
+                call.parts.append(self._group(call, keys, chk))
                 continue
             client = self.keys.of(gate.client)
             call = call_of(client)
@@ -267,31 +268,29 @@ class Engine:
             budget = gate.budget
             call.keys.append(client.gate(chk.identity.kind, budget))
             call.args += [b"g", budget.limit, budget.window_us, keys.member, 2 if together else 1]
-            fallback = self._group(call, client, chk, gate.client, None)
+            fallback = self._group(call, client, replace(chk, identity=gate.client, metadata=None))
             own = None
             if together:
-                own = self._group(call, keys, chk, chk.identity, chk.metadata)
+                own = self._group(call, keys, chk)
             call.parts.append(_Gated(fallback, own, replace(chk, gate=None)))
         for call in calls.values():
             call.args[:0] = [now, mode, cost, len(call.parts), *self._tail]
         return list(calls.values())
 
     @staticmethod
-    def _group(
-        call: _Call,
-        keys: IdentityKeys,
-        chk: Check,
-        identity: Identity,
-        metadata: str | None,
-    ) -> Pairs:
-        """Add ``identity``'s group (its keys and ``chk``'s limits) to ``call``; its pairs."""
-        limits = chk.limits
+    def _group(call: _Call, keys: IdentityKeys, chk: Check) -> Pairs:
+        """Add the group of ``chk`` (its identity's ``keys`` and its limits) to
+        ``call``, without its gate; its pairs."""
+        identity, limits = chk.identity, chk.limits
         specs = [limit.encoded_spec for limit in limits]
         if len(set(specs)) != len(specs):
             raise ValueError(f"a limit is given twice for {label(identity)}")
-        call.keys += keys.group if chk.overrides else keys.group_without_override
+        call.keys += keys.group_for(shadow=chk.shadow, overrides=chk.overrides)
         call.keys += [keys.log(limit) for limit in limits if limit.is_log]
-        meta = "" if metadata is None else printable(metadata, 300)
+        meta = ""
+        if chk.metadata is not None:
+            how = ("a" if chk.record_every else "d") + ("s" if chk.shadow else "e")
+            meta = how + printable(chk.metadata, 300)
         call.args += [len(specs), keys.ident, label(identity), meta, *specs]
         return [(identity, limit) for limit in limits]
 

@@ -1,19 +1,24 @@
 """The hit entry: one request in an identity's metadata list.
 
 This module is the Python side of the format, the one place that writes and
-parses it. An entry reads ``<who>|<what>|<ms>|<A or D>``:
+parses it. An entry reads ``<who>|<what>|<ms>|<outcome>|<policies>``:
 
 - ``who`` is the other identity behind the request: ``user:<pk>`` (``user:-``
   when anonymous) in an IP's list, ``ip:<address>`` in anyone else's;
 - ``what`` is ``<method> <path>`` and may itself hold ``|``;
-- ``ms`` is the check's time in milliseconds, ``A`` allowed or ``D`` denied.
+- ``ms`` is the check's time in milliseconds;
+- ``outcome`` is ``D`` denied (by an enforced policy or a block), ``S`` only a
+  shadow-mode policy would have denied it, ``A`` allowed;
+- ``policies`` names each policy that counted the request, with its own
+  outcome: ``api=A,orders-watch=S`` (``!blocked=D`` for a block).
 
-The limiter writes the head, ``<who>|<what>`` (:func:`entry_head`), and passes it
-with the identity's check; the engine cuts it to 300 printable characters;
-the check script (``lua/check.lua``, where it calls ``push_metadata``)
-appends ``|<ms>|<A or D>`` and pushes the entry. The offender reader parses
-entries with :func:`parse`. ``tests/test_engine_offenders.py`` checks that
-what the script stores parses back to what was sent.
+One request is one entry, however many policies counted it. The limiter writes
+the head, ``<who>|<what>`` (:func:`entry_head`), and passes it with the
+identity's checks; the engine cuts it to 300 printable characters; the check
+script (``lua/check.lua``, ``note_hit`` and ``push_hits``) appends the rest and
+pushes the entry when the policies' recording asks for it. The offender reader
+parses entries with :func:`parse`. ``tests/engine/test_engine_offenders.py``
+checks that what the script stores parses back to what was sent.
 """
 
 from __future__ import annotations
@@ -23,14 +28,34 @@ from dataclasses import dataclass
 ANONYMOUS = "user:-"
 
 
+DENIED, SHADOW, ALLOWED = "D", "S", "A"
+_OUTCOMES = (DENIED, SHADOW, ALLOWED)
+
+
 @dataclass(frozen=True)
 class Hit:
-    """One entry of a metadata list: who (the other identity), what, when, outcome."""
+    """One entry of a metadata list: who (the other identity), what, when, outcome,
+    and the policies that counted it, each with its own outcome."""
 
     who: str  # "user:42" behind an IP, "ip:203.0.113.7" behind anything else
     what: str  # "POST /login"
     at_ms: int
-    allowed: bool
+    outcome: str  # DENIED, SHADOW or ALLOWED
+    policies: tuple[tuple[str, str], ...] = ()  # (("api", "A"), ("orders-watch", "S"))
+
+    @property
+    def allowed(self) -> bool:
+        return self.outcome == ALLOWED
+
+    @property
+    def denied(self) -> bool:
+        """Refused: an enforced policy (or a block) denied it."""
+        return self.outcome == DENIED
+
+    @property
+    def shadow(self) -> bool:
+        """Let through, but a shadow-mode policy would have denied it."""
+        return self.outcome == SHADOW
 
 
 def user_behind(pk: object | None) -> str:
@@ -52,8 +77,14 @@ def parse(entry: bytes) -> Hit | None:
     """The hit ``entry`` records, or ``None`` if it is not a whole entry."""
     text = entry.decode("utf-8", "replace")
     who, _, rest = text.partition("|")
-    what, _, outcome = rest.rpartition("|")
-    what, _, at = what.rpartition("|")
-    if not at.isdigit() or outcome not in ("A", "D"):
+    rest, _, named = rest.rpartition("|")
+    rest, _, outcome = rest.rpartition("|")
+    what, _, at = rest.rpartition("|")
+    if not at.isdigit() or outcome not in _OUTCOMES:
         return None
-    return Hit(who, what, int(at), outcome == "A")
+    policies = tuple(
+        (name, status)
+        for name, _, status in (part.rpartition("=") for part in named.split(","))
+        if name and status in _OUTCOMES
+    )
+    return Hit(who, what, int(at), outcome, policies)

@@ -5,13 +5,18 @@ Layout (``P`` is the key prefix, ``{sN}`` the identity's shard tag)::
     P:{sN}:s:<ident>                        state of every limit (HASH, a field per limit)
     P:{sN}:log:<policy>:<rate>:<ident>      a sliding log's timestamps (ZSET)
     P:{sN}:m:<ident>                        metadata list (capped)
-    P:{sN}:o:<ident>                        offender record (HASH)
+    P:{sN}:o:<ident>                        offender record: denials (HASH)
+    P:{sN}:so:<ident>                       shadow record: would-be denials of shadow policies
     P:{sN}:x:<ident>                        override: blocked or allow-listed until a time
     P:{sN}:xn:<ident>                       the override's note: who set it, when (JSON)
     P:{sN}:g:<kind>:<n>:<us>:<ident>        identity budget of a client IP (ZSET of digests)
     P:{sN}:ox                               offender index of shard N, by last denial (ZSET)
     P:{sN}:oxn                              offender index of shard N, by denial count (ZSET)
+    P:{sN}:sox, P:{sN}:soxn                 the same two indexes of the shadow records
     P:{sN}:xs                               overrides in force in shard N, by end (ZSET)
+
+Shadow-mode policies never deny, so what they would have denied is kept in a
+ledger of its own (``so`` records, ``sox`` indexes), never counted as a denial.
 
 An identity's shard comes from a hash of its ``ident`` keyed with the key
 space's secret, so nobody without the secret can choose identities that share
@@ -75,6 +80,8 @@ class IdentityKeys:
     tag: str  # ``prefix:{sN}``: the start of every key of this identity
     index: str  # the offender index of the identity's shard, by last denial
     count_index: str  # the same, by denial count
+    shadow_index: str  # the shadow index of the shard, by last would-be denial
+    shadow_count_index: str  # the same, by would-be denial count
 
     @property
     def state(self) -> str:
@@ -87,8 +94,12 @@ class IdentityKeys:
         return f"{self.tag}:m:{self.ident}"
 
     @property
-    def record(self) -> str:  # check.lua builds it too, to drop records past the cap
+    def record(self) -> str:  # check.lua builds it too (index name less its "x" + ":")
         return f"{self.tag}:o:{self.ident}"
+
+    @property
+    def shadow_record(self) -> str:
+        return f"{self.tag}:so:{self.ident}"
 
     @property
     def override(self) -> str:
@@ -107,21 +118,40 @@ class IdentityKeys:
     def group(self) -> tuple[bytes, ...]:
         """The keys every check of the identity names, in the order the script reads
         them, encoded once (key names are cached with the identity, see ``of_ident``)."""
-        names = (
-            self.state,
-            self.metadata,
-            self.record,
-            self.index,
-            self.count_index,
-            self.override,
+        return self._group(self.record, self.index, self.count_index, self.override)
+
+    @functools.cached_property
+    def shadow_group(self) -> tuple[bytes, ...]:
+        """:attr:`group` for a shadow check: its would-be denials go to the shadow ledger."""
+        return self._group(
+            self.shadow_record, self.shadow_index, self.shadow_count_index, self.override
         )
-        return tuple(name.encode() for name in names)
 
     @functools.cached_property
     def group_without_override(self) -> tuple[bytes, ...]:
         """:attr:`group` with a key no one writes where the override is: a check
         that names these keys is decided by its limits alone."""
-        return (*self.group[:-1], f"{self.tag}:x-".encode())
+        return (*self.group[:-1], self._no_override)
+
+    @functools.cached_property
+    def shadow_group_without_override(self) -> tuple[bytes, ...]:
+        """:attr:`shadow_group` without the override, as :attr:`group_without_override`."""
+        return (*self.shadow_group[:-1], self._no_override)
+
+    def group_for(self, *, shadow: bool, overrides: bool) -> tuple[bytes, ...]:
+        """The group's keys for a check: its ledger (denials, or a shadow check's
+        would-be denials) and whether a block or allow-listing may decide it."""
+        if shadow:
+            return self.shadow_group if overrides else self.shadow_group_without_override
+        return self.group if overrides else self.group_without_override
+
+    @property
+    def _no_override(self) -> bytes:
+        return f"{self.tag}:x-".encode()
+
+    def _group(self, record: str, index: str, count_index: str, override: str) -> tuple[bytes, ...]:
+        names = (self.state, self.metadata, record, index, count_index, override)
+        return tuple(name.encode() for name in names)
 
     @functools.cached_property
     def member(self) -> bytes:
@@ -146,7 +176,14 @@ def _identity_keys(space: KeySpace, who: str) -> IdentityKeys:
     digest = hashlib.blake2b(who.encode("ascii"), digest_size=4, key=space.secret).digest()
     shard = int.from_bytes(digest, "big") % space.shards
     tag = f"{space.prefix}:{{s{shard}}}"
-    return IdentityKeys(who, tag, space.index(shard), space.count_index(shard))
+    return IdentityKeys(
+        who,
+        tag,
+        space.index(shard),
+        space.count_index(shard),
+        space.index(shard, shadow=True),
+        space.count_index(shard, shadow=True),
+    )
 
 
 @dataclass(frozen=True)
@@ -171,13 +208,14 @@ class KeySpace:
         """The keys of an identity known by its ``ident`` (an offender index member)."""
         return _identity_keys(self, who)
 
-    def index(self, shard: int) -> str:
-        """The offender index of shard ``shard``, scored by last denial (ms)."""
-        return f"{self.prefix}:{{s{shard}}}:ox"
+    def index(self, shard: int, *, shadow: bool = False) -> str:
+        """The offender index of shard ``shard``, scored by last denial (ms); with
+        ``shadow``, the shadow ledger's, by last would-be denial."""
+        return f"{self.prefix}:{{s{shard}}}:{'so' if shadow else 'o'}x"
 
-    def count_index(self, shard: int) -> str:
-        """The offender index of shard ``shard``, scored by denial count."""
-        return f"{self.prefix}:{{s{shard}}}:oxn"
+    def count_index(self, shard: int, *, shadow: bool = False) -> str:
+        """The offender index of shard ``shard`` (or its shadow one), scored by count."""
+        return f"{self.index(shard, shadow=shadow)}n"
 
     def override_index(self, shard: int) -> str:
         """The overrides of shard ``shard`` (blocks and allow-listings), scored by

@@ -150,8 +150,13 @@ class Gate:
 class Check:
     """The limits to apply to one identity, decided all or nothing.
 
-    ``metadata`` (e.g. ``"user:42|/login"``), when given, is appended to the
-    identity's capped metadata list together with the time and the outcome.
+    ``metadata`` (the head of a hit entry, see :mod:`.hits`), when given, is
+    appended to the identity's capped metadata list together with the time, the
+    outcome and the policies that counted the request, if one of them denied it,
+    or on every hit with ``record_every``. The checks of one call that name the
+    same identity make one entry: one request is one hit.
+    ``shadow`` checks are of shadow-mode policies: what they would have denied
+    goes to the identity's shadow record, never its offender record.
     ``gate``, when given, is the identity budget the identity must pass first
     (see :class:`Gate`). With ``overrides=False`` a block or allow-listing by
     staff does not decide the check, its limits do (the way back to admin, see
@@ -162,4 +167,6 @@ class Check:
     limits: Sequence[Limit] = field(default_factory=tuple)
     metadata: str | None = None
     gate: Gate | None = None
+    shadow: bool = False
+    record_every: bool = False
     overrides: bool = True

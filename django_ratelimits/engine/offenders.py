@@ -4,9 +4,13 @@
 Bounded reads only, never KEYS or SCAN: a page costs two pipelined round trips
 (one per node on a cluster, sent together): the shard indexes (top entries of
 each shard, merged), then the records of the identities on the page. An
-identity's detail costs one more (record, metadata list, override); the
+identity's detail costs one more (records, metadata list, override); the
 service adds an engine ``peek`` for its current quota. Metadata entries are
 parsed by :mod:`.hits`, override markers by :mod:`.overrides`.
+
+Denials and shadow hits (what a shadow-mode policy would have denied) are two
+ledgers with the same layout (:mod:`.keys`): a page lists one of them, so an
+identity only a shadow policy caught never shows among the offenders.
 """
 
 from __future__ import annotations
@@ -36,7 +40,9 @@ EXACT_DEPTH = 100
 
 @dataclass(frozen=True)
 class Offender:
-    """An identity that was denied, as its offender record tells it."""
+    """An identity that was denied, as its offender record tells it (or, read from
+    the shadow ledger, that shadow policies would have denied: ``denials`` then
+    counts would-be denials)."""
 
     ident: str  # "ip:203.0.113.7", as in keys and the index
     label: str  # for people: the raw value when the key holds a digest
@@ -66,15 +72,19 @@ class OffenderDetail:
     offender: Offender | None  # None if the identity was never denied (or forgotten)
     hits: tuple[Hit, ...]  # newest first
     override: Override | None
+    shadow: Offender | None = None  # its would-be denials, if shadow policies caught it
 
     def behind(self) -> list[tuple[str, int]]:
         """The other identities seen in the hits, most frequent first."""
         return Counter(h.who for h in self.hits).most_common()
 
-    def per_second(self, now_ms: int, seconds: int = 60) -> list[int]:
-        """Hits per second over the last ``seconds``, oldest first."""
+    def per_second(self, now_ms: int, seconds: int = 60, outcome: str | None = None) -> list[int]:
+        """Hits (of one ``outcome`` only, if given) per second over the last
+        ``seconds``, oldest first."""
         counts = [0] * seconds
         for hit in self.hits:
+            if outcome is not None and hit.outcome != outcome:
+                continue
             age = (now_ms - hit.at_ms) // 1000
             if 0 <= age < seconds:
                 counts[seconds - 1 - age] += 1
@@ -100,8 +110,10 @@ class OffenderReader:
         limit: int = 50,
         kind: str | None = None,
         policy: str | None = None,
+        shadow: bool = False,
     ) -> OffenderPage:
-        """Identities denied in the last ``period`` seconds, newest or most denied first.
+        """Identities denied in the last ``period`` seconds, newest or most denied first;
+        with ``shadow``, those shadow policies would have denied instead.
 
         ``kind`` keeps one kind of identity (``"ip"``, ``"user"``...); ``policy``
         keeps those denied by that policy. Filtered pages look at most
@@ -122,11 +134,12 @@ class OffenderReader:
         for shard in range(space.shards):
             if order == "last":
                 pipe.zrevrangebyscore(
-                    space.index(shard), "+inf", since, 0, per_shard, withscores=True
+                    space.index(shard, shadow=shadow), "+inf", since, 0, per_shard, withscores=True
                 )
             else:
-                pipe.zrevrange(space.count_index(shard), 0, per_shard - 1, withscores=True)
-            pipe.zcount(space.index(shard), since, "+inf")
+                counts = space.count_index(shard, shadow=shadow)
+                pipe.zrevrange(counts, 0, per_shard - 1, withscores=True)
+            pipe.zcount(space.index(shard, shadow=shadow), since, "+inf")
         replies = self._run(pipe)
         ranked = heapq.merge(*replies[0::2], key=lambda item: -item[1])
         total = sum(replies[1::2])
@@ -134,15 +147,15 @@ class OffenderReader:
         if kind is not None:
             idents = [i for i in idents if i.partition(":")[0] == kind]
         if order == "last" and policy is None:  # every entry is in the period: read the page only
-            window = [o for o in self._records(idents[offset : offset + limit]) if o]
+            window = [o for o in self._records(idents[offset : offset + limit], shadow) if o]
             return OffenderPage(tuple(window), total, now)
-        offenders = [o for o in self._records(idents[:want]) if o and o.last_ms >= since]
+        offenders = [o for o in self._records(idents[:want], shadow) if o and o.last_ms >= since]
         if policy is not None:
             offenders = [o for o in offenders if policy in o.by_policy]
         return OffenderPage(tuple(offenders[offset : offset + limit]), total, now)
 
     def detail(self, identity: Identity, *, now_ms: int | None = None) -> OffenderDetail:
-        """The record, the metadata list and the override of one identity; ``now_ms``
+        """The records, the metadata list and the override of one identity; ``now_ms``
         (Redis' time, read here if not given) decides whether the override is in force."""
         keys = self.engine.keys.of(identity)
         now = self.now_ms() if now_ms is None else now_ms
@@ -150,9 +163,13 @@ class OffenderReader:
         pipe.hgetall(keys.record)
         pipe.lrange(keys.metadata, 0, self.engine.metadata_max_entries - 1)
         pipe.get(keys.override)
-        record, entries, override = self._run(pipe)
+        pipe.hgetall(keys.shadow_record)
+        record, entries, override, shadow = self._run(pipe)
         return OffenderDetail(
-            _offender(keys.ident, record), _hits(entries), decode(override, now * 1000)
+            _offender(keys.ident, record),
+            _hits(entries),
+            decode(override, now * 1000),
+            _offender(keys.ident, shadow),
         )
 
     def details(
@@ -177,13 +194,14 @@ class OffenderReader:
             for o in offenders
         ]
 
-    def _records(self, idents: Sequence[str]) -> list[Offender | None]:
+    def _records(self, idents: Sequence[str], shadow: bool) -> list[Offender | None]:
         if not idents:
             return []
         space = self.engine.keys
         pipe = self._pipeline()
         for ident in idents:
-            pipe.hgetall(space.of_ident(ident).record)
+            keys = space.of_ident(ident)
+            pipe.hgetall(keys.shadow_record if shadow else keys.record)
         return [_offender(i, r) for i, r in zip(idents, self._run(pipe), strict=True)]
 
     def _pipeline(self) -> Any:

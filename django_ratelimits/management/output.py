@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from django_ratelimits.engine import LimitResult
-from django_ratelimits.engine.hits import ANONYMOUS
+from django_ratelimits.engine.hits import ANONYMOUS, DENIED, SHADOW, Hit
 from django_ratelimits.engine.offenders import Offender
 from django_ratelimits.engine.overrides import Override
 from django_ratelimits.offenders.text import span
@@ -29,6 +29,22 @@ def offender_data(offender: Offender, override: Override | None) -> Data:
         "first_ms": offender.first_ms,
         "last_ms": offender.last_ms,
         "override": override_data(override),
+    }
+
+
+OUTCOMES = {DENIED: "denied", SHADOW: "would have been denied"}
+
+
+def hit_data(hit: Hit) -> Data:
+    """One recorded request: ``outcome`` is ``allowed``, ``denied`` or ``would have
+    been denied`` (only shadow-mode policies refused it: it was let through)."""
+    return {
+        "who": hit.who,
+        "what": hit.what,
+        "at_ms": hit.at_ms,
+        "allowed": hit.allowed,
+        "outcome": OUTCOMES.get(hit.outcome, "allowed"),
+        "policies": {name: OUTCOMES.get(status, "allowed") for name, status in hit.policies},
     }
 
 
@@ -78,6 +94,12 @@ def show_text(data: Data, names: dict[str, str]) -> str:
             f"  denials:  {record['denials']} ({by_policy(record['by_policy'])}), "
             f"first {ago(now_ms, record['first_ms'])}, last {ago(now_ms, record['last_ms'])}"
         )
+    shadow = data["would_deny"]
+    if shadow is not None:
+        lines.append(
+            f"  would have been denied (shadow mode, let through): {shadow['denials']} "
+            f"({by_policy(shadow['by_policy'])}), last {ago(now_ms, shadow['last_ms'])}"
+        )
     lines.append(f"  override: {override_text(data['override']) or 'none'}")
     behind = ", ".join(f"{named(b['who'], names)} x{b['hits']}" for b in data["behind"])
     lines.append(f"  behind:   {behind or 'nobody recorded'}")
@@ -91,13 +113,14 @@ def show_text(data: Data, names: dict[str, str]) -> str:
         lines.append(f"  newest hits ({len(data['hits'])} of {data['hits_recorded']}):")
         lines.append(
             table(
-                ("when", "who", "what", "outcome"),
+                ("when", "who", "what", "outcome", "policies"),
                 [
                     (
                         ago(now_ms, h["at_ms"]),
                         named(h["who"], names),
                         h["what"],
-                        "allowed" if h["allowed"] else "denied",
+                        h["outcome"],
+                        ", ".join(h["policies"]),
                     )
                     for h in data["hits"]
                 ],

@@ -8,7 +8,7 @@ from django.db import migrations
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("django_ratelimits", "0003_policy_identity_budget"),
+        ("django_ratelimits", "0004_policy_record_metadata_choice"),
     ]
 
     operations = [

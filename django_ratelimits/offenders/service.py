@@ -51,7 +51,9 @@ class UnknownPolicy(ValueError):
 class Query:
     """Which offenders to list. ``user`` is a user identity's value (the pk); a
     ``network`` keeps IP addresses inside it; ``hits`` is how many metadata
-    entries to read per row (0: none)."""
+    entries to read per row (0: none). With ``shadow``, the identities that
+    shadow-mode policies would have denied instead, from their own ledger: rows
+    then count would-be denials."""
 
     period: int = 3600
     order: Order = "last"
@@ -62,6 +64,7 @@ class Query:
     offset: int = 0
     limit: int = 50
     hits: int = ROW_HITS
+    shadow: bool = False
 
 
 @dataclass(frozen=True)
@@ -129,6 +132,7 @@ class Offenders:
                 limit=SCAN_LIMIT,
                 kind="ip",
                 policy=query.policy,
+                shadow=query.shadow,
             )
             found = [o for o in page.offenders if _inside(o, query.network)]
             found = found[query.offset : end]
@@ -140,6 +144,7 @@ class Offenders:
                 limit=query.limit + 1,
                 kind=query.kind,
                 policy=query.policy,
+                shadow=query.shadow,
             )
             found = list(page.offenders)
         shown = found[: query.limit]
@@ -209,7 +214,7 @@ class Offenders:
         identity = Identity("user", query.user or "")
         now = self.reader.now_ms()
         detail = self.reader.detail(identity, now_ms=now)
-        offender = detail.offender
+        offender = detail.shadow if query.shadow else detail.offender
         keep = (
             offender is not None
             and query.offset == 0

@@ -14,9 +14,16 @@ from django.utils.functional import Promise
 from django.utils.translation import gettext_lazy as _
 
 from django_ratelimits.engine import Algorithm
-from django_ratelimits.policies.spec import KeyKind, Mode
+from django_ratelimits.policies.spec import KeyKind, Mode, Recording
 
-__all__ = ["ALGORITHM_LABELS", "KEY_LABELS", "MODE_LABELS", "MODE_WORDS", "choices"]
+__all__ = [
+    "ALGORITHM_LABELS",
+    "KEY_LABELS",
+    "MODE_LABELS",
+    "MODE_WORDS",
+    "RECORDING_LABELS",
+    "choices",
+]
 
 _Value = TypeVar("_Value", bound=str)
 
@@ -38,6 +45,12 @@ MODE_LABELS: Final[Mapping[Mode, Promise]] = {
 MODE_WORDS: Final[Mapping[Mode, Promise]] = {
     Mode.ENFORCE: _("Enforce"),
     Mode.SHADOW: _("Shadow"),
+}
+
+RECORDING_LABELS: Final[Mapping[Recording, Promise]] = {
+    Recording.NONE: _("Nothing"),
+    Recording.DENIALS: _("Denials (and would-be denials in shadow mode)"),
+    Recording.EVERY: _("Every hit"),
 }
 
 KEY_LABELS: Final[Mapping[KeyKind, Promise]] = {

@@ -19,7 +19,7 @@ from django_ratelimits.engine import Algorithm, Limit
 from django_ratelimits.policies.matching import PathPattern
 from django_ratelimits.rates import Rate
 
-__all__ = ["KeyKind", "Mode", "PolicySpec", "covers_method"]
+__all__ = ["KeyKind", "Mode", "PolicySpec", "Recording", "covers_method"]
 
 
 class Mode(StrEnum):
@@ -27,6 +27,23 @@ class Mode(StrEnum):
 
     ENFORCE = "enforce"
     SHADOW = "shadow"
+
+
+class Recording(StrEnum):
+    """Which hits a policy records in the identity's metadata list (who was behind
+    each request, and what it asked), for the offender dashboard. The value is
+    what admin stores; members compare in the order of how much they record."""
+
+    NONE = "none"
+    DENIALS = "denials"  # the requests it denied, or would have denied in shadow mode
+    EVERY = "every"  # every request it counted
+
+    @property
+    def rank(self) -> int:
+        return _RECORDING_RANK[self]
+
+
+_RECORDING_RANK = {Recording.NONE: 0, Recording.DENIALS: 1, Recording.EVERY: 2}
 
 
 class KeyKind(StrEnum):
@@ -71,6 +88,9 @@ class PolicySpec:
     ``identity_budget`` bounds the client-chosen identities (header values,
     callable keys, users) one client IP brings to the policy: a rate, ``"off"``,
     or ``"default"`` for ``DJANGO_RATELIMITS["IDENTITY_BUDGET"]``.
+    ``record_metadata`` says which hits are recorded for the dashboard
+    (:class:`Recording`): by default the denials, so that "who was behind the
+    denials" is answered without recording every allowed request.
     """
 
     name: str
@@ -86,7 +106,7 @@ class PolicySpec:
     exempt_superusers: bool = False
     allow_cidrs: tuple[IPNetwork, ...] = ()
     fail_closed: bool = False
-    record_metadata: bool = False
+    record_metadata: Recording = Recording.DENIALS
     priority: int = 0
     description: str = ""
     identity_budget: Rate | Literal["default", "off"] = "default"

@@ -35,6 +35,7 @@ def form(**fields: Any) -> dict[str, Any]:
         "key": "ip",
         "key_arg": "",
         "allow_cidrs": "",
+        "record_metadata": "denials",
     }
     data.update(fields)
     return {key: value for key, value in data.items() if value is not False}
@@ -191,6 +192,7 @@ def test_preview_in_words() -> None:
         "Shadow mode: requests over the limit are counted and recorded, never blocked.",
         "Applies only where a decorator or DRF throttle names “api”.",
         "While Redis is unreachable, requests are denied (fail closed).",
+        "The user and path of each denial are recorded for the offender dashboard.",
     ]
     assert preview(
         name="login",
@@ -202,7 +204,7 @@ def test_preview_in_words() -> None:
         methods="POST",
         exempt_superusers=True,
         allow_cidrs="10.0.0.0/8, 192.168.0.0/16, ::1, 127.0.0.1, 172.16.0.0/12",
-        record_metadata=True,
+        record_metadata="every",
     ) == [
         "Disabled: this policy is not enforced.",
         "5 requests per 30 seconds per user, or per client IP when anonymous, "

@@ -47,7 +47,7 @@ def policies() -> None:
         algorithm="sliding_log",
         key="ip_and_user",
         path="^/api/hello",
-        record_metadata=True,
+        record_metadata="every",
     )
     Policy.objects.create(
         name="other",
@@ -57,7 +57,7 @@ def policies() -> None:
         algorithm="gcra",
         key="ip",
         path="^/api/other",
-        record_metadata=True,
+        record_metadata="every",
     )
     current().refresh()
 
@@ -173,6 +173,7 @@ def test_the_json_has_the_documented_fields(board: dict[str, Any]) -> None:
         "now_ms",
         "period",
         "order",
+        "shadow",
         "page",
         "per_page",
         "has_next",
@@ -203,7 +204,7 @@ def test_the_json_has_the_documented_fields(board: dict[str, Any]) -> None:
     }
     assert (row["kind"], row["value"], row["override"]) == ("ip", ATTACKER, None)
     assert row["first_ms"] <= row["last_ms"] <= body["now_ms"]
-    assert row["recent"] == {"hits": 6, "denied": 3}
+    assert row["recent"] == {"hits": 6, "denied": 3, "would_deny": 0}
     assert row["detail_url"] == detail_url("ip", ATTACKER)
     assert body["activity"]["seconds"] == 60 and len(body["activity"]["hits"]) == 60
     # Every request once, though alice's are in her list and in the office IP's.
@@ -352,8 +353,9 @@ def test_the_detail_shows_a_bounded_part_of_a_long_list(
     office = Identity("ip", OFFICE)
     config = {**settings.DJANGO_RATELIMITS, "METADATA_MAX_ENTRIES": 300}
     with override_settings(DJANGO_RATELIMITS=config):
-        checks = [Check(office, [limit], metadata=f"user:{n}|GET /x") for n in range(250)]
-        assert get_engine().check(checks).allowed
+        for n in range(250):  # one request each: one call's checks of an identity are one hit
+            check = Check(office, [limit], metadata=f"user:{n}|GET /x", record_every=True)
+            assert get_engine().check([check]).allowed
         page = admin_client.get(detail_url("ip", OFFICE)).content.decode()
     assert len(re.findall(r'<tr class="behind"', page)) == 100
     assert "150 more not shown." in page
@@ -539,3 +541,27 @@ def test_offenders_is_listed_beside_the_policies_on_the_index_and_in_the_sidebar
     page = admin_client.get(reverse(PAGE)).content.decode()
     assert "django_ratelimits/dashboard.js" in page and "django_ratelimits/dashboard.css" in page
     assert "<script>" not in page.split("</head>")[1]  # no inline script in the body
+
+
+def test_shadow_hits_are_not_offences_and_show_apart(
+    frozen_clock: Any, admin_client: Client
+) -> None:
+    """An address only a shadow-mode policy caught is no offender; it is listed
+    under its own filter, and its page says "would have been denied"."""
+    Policy.objects.create(name="enf", rates="5/m", path="^/api/")
+    Policy.objects.create(name="watch", rates="1/m", path="^/api/hello", mode="shadow")
+    current().refresh()
+    visitor = Client(REMOTE_ADDR="192.0.2.11")
+    assert [visitor.get("/api/hello").status_code for _ in range(4)] == [200] * 4
+    assert data(admin_client)["offenders"] == []
+    assert data(admin_client)["total"] == 0
+    shadowed = data(admin_client, shown="shadow")
+    (row,) = shadowed["offenders"]
+    assert (shadowed["shadow"], row["value"], row["denials"]) == (True, "192.0.2.11", 3)
+    assert row["by_policy"] == {"watch": 3}
+    assert row["recent"] == {"hits": 3, "denied": 0, "would_deny": 3}
+    page = admin_client.get(detail_url("ip", "192.0.2.11")).content.decode()
+    assert "none recorded (never denied, expired, or forgotten)" in page
+    assert '<dd id="offender-shadow">3 ' in page
+    assert page.count("<em>would have been denied</em>") == 3
+    assert "watch (would have denied)" in page

@@ -174,3 +174,19 @@ def test_a_blocked_address_gets_no_more_logins_than_anyone(
     helper = django_user_model.objects.create_user("helper", password="x", is_staff=True)
     attacker.force_login(helper)
     assert attacker.get(reverse(BLOCKS)).status_code == 429
+
+
+def test_a_shadow_policy_on_a_blocked_address_refuses_nothing_and_logs_no_refusal(
+    site_redis: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    Policy.objects.create(name="watch", rates="1000/h", path="^/api/hello", mode="shadow")
+    current().refresh()
+    ip = Identity("ip", "203.0.113.9")
+    Offenders().block(ip, 300)
+    with caplog.at_level(logging.INFO, logger="django_ratelimits"):
+        assert Client(REMOTE_ADDR="203.0.113.9").get("/api/hello").status_code == 200
+    assert "blocked by staff" not in caplog.text
+    # What the block would have denied is a would-be denial, never an offence.
+    keys = get_engine().keys.of(ip)
+    assert not site_redis.exists(keys.record)
+    assert site_redis.hget(keys.shadow_record, "d:!blocked") == b"1"

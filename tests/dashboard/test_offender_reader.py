@@ -16,9 +16,20 @@ API = [Limit("api", r, Algorithm.FIXED_WINDOW) for r in parse_rates("3/m")]
 
 
 def request(engine: Any, ip: str, user: str | None, limits: list[Limit]) -> bool:
-    checks = [Check(Identity("ip", ip), limits, metadata=f"user:{user or '-'}|POST /login")]
+    checks = [
+        Check(
+            Identity("ip", ip),
+            limits,
+            metadata=f"user:{user or '-'}|POST /login",
+            record_every=True,
+        )
+    ]
     if user:
-        checks.append(Check(Identity("user", user), limits, metadata=f"ip:{ip}|POST /login"))
+        checks.append(
+            Check(
+                Identity("user", user), limits, metadata=f"ip:{ip}|POST /login", record_every=True
+            )
+        )
     return engine.check(checks).allowed
 
 

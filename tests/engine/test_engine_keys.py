@@ -35,8 +35,8 @@ def seed_000_request(ip: str, user: str, algorithm: Algorithm) -> list[Check]:
     """Seed 000's case: 10/s, 120/m, 240/h for the IP and for the user."""
     limits = [Limit("api", rate, algorithm) for rate in parse_rates("10/s, 120/m, 240/h")]
     return [
-        Check(Identity("ip", ip), limits, metadata=f"user:{user}|/api"),
-        Check(Identity("user", user), limits, metadata=f"ip:{ip}|/api"),
+        Check(Identity("ip", ip), limits, metadata=f"user:{user}|/api", record_every=True),
+        Check(Identity("user", user), limits, metadata=f"ip:{ip}|/api", record_every=True),
     ]
 
 
@@ -77,11 +77,15 @@ def test_shards_spread_identities() -> None:
     assert len(used) == 64
 
 
+SHADOW = [Limit("watch", rate, Algorithm.FIXED_WINDOW) for rate in parse_rates("1/m")]
+
+
 @pytest.mark.parametrize("algorithm", list(Algorithm))
 def test_every_key_written_has_a_ttl(redis_client: Any, algorithm: Algorithm) -> None:
     engine = fresh_engine(redis_client)  # the real Redis clock: real TTLs
     for n in range(30):
-        engine.check(seed_000_request(f"192.0.2.{n % 3}", str(n % 5), algorithm))
+        shadow = Check(Identity("ip", f"192.0.2.{n % 3}"), SHADOW, shadow=True)
+        engine.check([*seed_000_request(f"192.0.2.{n % 3}", str(n % 5), algorithm), shadow])
     keys = [k for k in all_keys(redis_client) if k.startswith(engine.keys.prefix.encode())]
     assert len(keys) > 10
     for key in keys:

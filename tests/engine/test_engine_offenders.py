@@ -97,18 +97,18 @@ def test_metadata_list_tells_who_was_behind_an_ip_and_is_capped(redis_client: An
     engine = fresh_engine(redis_client, clock, metadata_max_entries=5)
     ip = Identity("ip", "203.0.113.9")
     for n in range(4):
-        engine.check([Check(ip, LOGIN, metadata=f"user:{n % 2}|/login")])
+        engine.check([Check(ip, LOGIN, metadata=f"user:{n % 2}|/login", record_every=True)])
         clock.advance(0.001)
     entries = redis_client.lrange(engine.keys.of(ip).metadata, 0, -1)
     now_ms = EPOCH_US // 1000
     assert entries == [
-        f"user:1|/login|{now_ms + 3}|D".encode(),
-        f"user:0|/login|{now_ms + 2}|D".encode(),
-        f"user:1|/login|{now_ms + 1}|A".encode(),
-        f"user:0|/login|{now_ms}|A".encode(),
+        f"user:1|/login|{now_ms + 3}|D|login=D".encode(),
+        f"user:0|/login|{now_ms + 2}|D|login=D".encode(),
+        f"user:1|/login|{now_ms + 1}|A|login=A".encode(),
+        f"user:0|/login|{now_ms}|A|login=A".encode(),
     ]
     for n in range(10):
-        engine.check([Check(ip, LOGIN, metadata=f"user:{n}|/login")])
+        engine.check([Check(ip, LOGIN, metadata=f"user:{n}|/login", record_every=True)])
     # Trimmed back to the cap once a fifth over it; readers see the newest five.
     assert 5 <= redis_client.llen(engine.keys.of(ip).metadata) <= 6
     hits = OffenderReader(engine).detail(ip).hits
@@ -119,13 +119,13 @@ def test_metadata_lives_at_least_its_ttl_after_the_newest_entry(redis_client: An
     engine = fresh_engine(redis_client, metadata_ttl=100)  # Redis' clock: real TTLs
     ip = Identity("ip", "203.0.113.10")
     key = engine.keys.of(ip).metadata
-    engine.check([Check(ip, API, metadata="user:1|/api")])
+    engine.check([Check(ip, API, metadata="user:1|/api", record_every=True)])
     assert 100_000 < redis_client.pttl(key) <= 125_000
     redis_client.pexpire(key, 110_000)  # more than the TTL left: a push leaves it
-    engine.check([Check(ip, API, metadata="user:1|/api")])
+    engine.check([Check(ip, API, metadata="user:1|/api", record_every=True)])
     assert 100_000 < redis_client.pttl(key) <= 110_000
     redis_client.pexpire(key, 90_000)  # less: the push renews it
-    engine.check([Check(ip, API, metadata="user:1|/api")])
+    engine.check([Check(ip, API, metadata="user:1|/api", record_every=True)])
     assert 100_000 < redis_client.pttl(key) <= 125_000
 
 
@@ -249,18 +249,123 @@ def test_a_hit_entry_the_script_stores_parses_back_to_what_the_limiter_sent(
     engine = fresh_engine(redis_client, clock)
     ip, user = Identity("ip", "203.0.113.72"), Identity("user", "7")
     path = f"/a|{EPOCH_US // 1000}|A"
-    engine.check([Check(ip, LOGIN, entry_head(user_behind("7|8"), "GE|T", path))])
+    every = {"record_every": True}
+    engine.check([Check(ip, LOGIN, entry_head(user_behind("7|8"), "GE|T", path), **every)])
     clock.advance(0.001)
-    engine.check([Check(ip, LOGIN, entry_head(user_behind(None), "POST", "/login"))])
+    engine.check([Check(ip, LOGIN, entry_head(user_behind(None), "POST", "/login"), **every)])
     clock.advance(0.001)
-    engine.check([Check(user, LOGIN, entry_head(ip_behind("2001:db8::/64"), "GET", "/x" * 400))])
-    engine.check([Check(ip, LOGIN, entry_head(user_behind(None), "POST", "/login"))])
+    head = entry_head(ip_behind("2001:db8::/64"), "GET", "/x" * 400)
+    engine.check([Check(user, LOGIN, head, **every)])
+    engine.check([Check(ip, LOGIN, entry_head(user_behind(None), "POST", "/login"), **every)])
     now_ms = EPOCH_US // 1000
     assert OffenderReader(engine).detail(ip).hits == (
-        Hit(ANONYMOUS, "POST /login", now_ms + 2, False),
-        Hit(ANONYMOUS, "POST /login", now_ms + 1, True),
-        Hit("user:7/8", f"GE|T {path}", now_ms, True),
+        Hit(ANONYMOUS, "POST /login", now_ms + 2, "D", (("login", "D"),)),
+        Hit(ANONYMOUS, "POST /login", now_ms + 1, "A", (("login", "A"),)),
+        Hit("user:7/8", f"GE|T {path}", now_ms, "A", (("login", "A"),)),
     )
     (long,) = OffenderReader(engine).detail(user).hits
     assert long.who == "ip:2001:db8::/64" and long.allowed
     assert long.what.startswith("GET /x/x") and len(long.what) < 300
+
+
+WATCH = [Limit("watch", rate, Algorithm.FIXED_WINDOW) for rate in parse_rates("1/m")]
+
+
+def test_a_shadow_check_keeps_would_be_denials_apart_from_denials(redis_client: Any) -> None:
+    engine = fresh_engine(redis_client, FakeClock(EPOCH_US))
+    ip = Identity("ip", "203.0.113.80")
+    for _ in range(3):
+        engine.check([Check(ip, WATCH, shadow=True)])
+    keys, reader = engine.keys.of(ip), OffenderReader(engine)
+    assert not redis_client.exists(keys.record)
+    assert reader.page().offenders == ()
+    detail = reader.detail(ip)
+    assert detail.offender is None
+    assert detail.shadow is not None and detail.shadow.denials == 2
+    assert detail.shadow.by_policy == {"watch": 2}
+    (shadowed,) = reader.page(shadow=True).offenders
+    assert shadowed.ident == ident(ip) and shadowed.denials == 2
+
+
+def test_one_request_counted_by_enforced_and_shadow_policies_is_one_hit(
+    redis_client: Any,
+) -> None:
+    clock = FakeClock(EPOCH_US)
+    engine = fresh_engine(redis_client, clock)
+    ip = Identity("ip", "203.0.113.81")
+    head = entry_head(user_behind(42), "GET", "/api/orders")
+    for _ in range(4):
+        engine.check([Check(ip, LOGIN, head), Check(ip, WATCH, head, shadow=True)])
+        clock.advance(0.001)
+    hits = OffenderReader(engine).detail(ip).hits
+    # Allowed by both: not recorded by default. Then the shadow policy alone would
+    # have denied, then the enforced one denied too (twice): one entry a request.
+    assert [(h.outcome, h.policies) for h in hits] == [
+        ("D", (("login", "D"), ("watch", "S"))),
+        ("D", (("login", "D"), ("watch", "S"))),
+        ("S", (("login", "A"), ("watch", "S"))),
+    ]
+    assert hits[2].shadow and not hits[2].denied and hits[0].denied
+
+
+def test_every_hit_is_recorded_when_any_check_of_the_identity_asks(redis_client: Any) -> None:
+    engine = fresh_engine(redis_client, FakeClock(EPOCH_US))
+    ip = Identity("ip", "203.0.113.82")
+    head = entry_head(user_behind(None), "GET", "/")
+    engine.check([Check(ip, API, head), Check(ip, WATCH, head, shadow=True, record_every=True)])
+    (hit,) = OffenderReader(engine).detail(ip).hits
+    assert hit.allowed and hit.policies == (("api", "A"), ("watch", "A"))
+
+
+def test_a_policy_name_cannot_forge_the_outcome_of_another_in_a_hit(redis_client: Any) -> None:
+    engine = fresh_engine(redis_client, FakeClock(EPOCH_US))
+    ip = Identity("ip", "203.0.113.83")
+    forged = [Limit("x=A,api=D|D", rate) for rate in parse_rates("1/m")]
+    head = entry_head(user_behind(None), "GET", "/")
+    engine.check([Check(ip, forged, head, record_every=True)])
+    engine.check([Check(ip, forged, head)])
+    denied, allowed = OffenderReader(engine).detail(ip).hits
+    assert allowed.allowed and allowed.policies == (("x_A_api_D_D", "A"),)
+    assert denied.denied and denied.policies == (("x_A_api_D_D", "D"),)
+
+
+def test_a_block_denies_shadow_checks_into_the_shadow_ledger_and_is_one_hit(
+    redis_client: Any,
+) -> None:
+    engine = fresh_engine(redis_client, FakeClock(EPOCH_US))
+    ip = Identity("ip", "203.0.113.84")
+    Controls(engine).block(ip, 60)
+    head = entry_head(user_behind(None), "GET", "/")
+    decision = engine.check([Check(ip, API, head), Check(ip, WATCH, head, shadow=True)])
+    assert [(r.limit.policy, r.allowed, r.blocked) for r in decision.results] == [
+        ("api", False, True),
+        ("watch", False, True),
+    ]
+    keys = engine.keys.of(ip)
+    assert redis_client.hget(keys.record, "d:!blocked") == b"1"
+    assert redis_client.hget(keys.shadow_record, "d:!blocked") == b"1"
+    (hit,) = OffenderReader(engine).detail(ip).hits
+    assert hit.denied and hit.policies == ((overrides.BLOCKED_POLICY, "D"),)
+
+
+def test_a_check_without_overrides_is_decided_by_its_limits_in_either_ledger(
+    redis_client: Any,
+) -> None:
+    engine = fresh_engine(redis_client, FakeClock(EPOCH_US))
+    ip = Identity("ip", "203.0.113.85")
+    Controls(engine).block(ip, 60)
+    keys = engine.keys.of(ip)
+    assert keys.group_for(shadow=True, overrides=False)[2:5] == keys.shadow_group[2:5]
+    assert keys.override.encode() not in keys.group_for(shadow=True, overrides=False)
+    head = entry_head(user_behind(None), "GET", "/admin/login/")
+    checks = [
+        Check(ip, LOGIN, head, overrides=False),
+        Check(ip, WATCH, head, shadow=True, overrides=False),
+    ]
+    first, second = engine.check(checks), engine.check(checks)
+    assert [r.allowed for r in first.results] == [True, True]
+    assert [(r.allowed, r.blocked) for r in second.results] == [(True, False), (False, False)]
+    assert not redis_client.exists(keys.record)
+    assert redis_client.hgetall(keys.shadow_record)[b"d:watch"] == b"1"
+    (hit,) = OffenderReader(engine).detail(ip).hits
+    assert hit.outcome == "S" and hit.policies == (("login", "A"), ("watch", "S"))

@@ -22,7 +22,9 @@ def test_get_engine_follows_the_settings(redis_standalone: Any) -> None:
         assert get_engine() is engine
         assert engine.keys.prefix == "cfg" and engine.keys.shards == 4
         identity = Identity("ip", "192.0.2.77")
-        check = Check(identity, [Limit("s", Rate(5, 60), Algorithm.FIXED_WINDOW)], metadata="m")
+        check = Check(
+            identity, [Limit("s", Rate(5, 60), Algorithm.FIXED_WINDOW)], "m", record_every=True
+        )
         for _ in range(4):
             assert engine.check([check]).allowed
         client = redis_standalone.client()

@@ -73,7 +73,7 @@ class Bench:
 def bench(redis_binary: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bench]:
     workdir = tmp_path_factory.mktemp("flood")
     redis = RedisServer(workdir / "redis", binary=redis_binary, name="flood").start()
-    policies = [{**p, "record_metadata": True} if p["name"] == "tight" else p for p in POLICIES]
+    policies = [{**p, "record_metadata": "every"} if p["name"] == "tight" else p for p in POLICIES]
     try:
         env = prepare(workdir, redis.url, policies, DJANGO_SETTINGS_MODULE="tests.fault_settings")
         yield Bench(redis, env, workdir)

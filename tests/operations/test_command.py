@@ -57,11 +57,14 @@ def engine(site_redis: Any, monkeypatch: pytest.MonkeyPatch) -> Engine:
     return engine
 
 
+EVERY = {"record_every": True}  # as the "login" policy below asks
+
+
 def scripted(engine: Engine) -> tuple[User, User]:
     """Alice and Bob behind one office address, and an anonymous attacker."""
     assert isinstance(engine.clock, FakeClock)
     alice, bob = User.objects.create_user("alice"), User.objects.create_user("bob")
-    policy(name="login", rates="2/m", algorithm="sliding_log", key="ip", record_metadata=True)
+    policy(name="login", rates="2/m", algorithm="sliding_log", key="ip", record_metadata="every")
     policy(name="api", rates="3/m", algorithm="fixed_window", key="ip_and_user", path="^/api/")
     login, api = current().get("login"), current().get("api")
     assert login is not None and api is not None
@@ -69,8 +72,13 @@ def scripted(engine: Engine) -> tuple[User, User]:
         user = alice if n % 2 else bob
         engine.check(
             [
-                Check(Identity("ip", OFFICE), login.limits, f"user:{user.pk}|POST /login"),
-                Check(Identity("user", str(user.pk)), login.limits, f"ip:{OFFICE}|POST /login"),
+                Check(Identity("ip", OFFICE), login.limits, f"user:{user.pk}|POST /login", **EVERY),
+                Check(
+                    Identity("user", str(user.pk)),
+                    login.limits,
+                    f"ip:{OFFICE}|POST /login",
+                    **EVERY,
+                ),
             ]
         )
         engine.clock.advance(1.5)
@@ -376,3 +384,23 @@ def test_status_says_when_the_eviction_policy_cannot_be_read(tmp_path: Path) -> 
         text = run("status")
     assert memory["maxmemory_policy"] is None and "NoPermissionError" in memory["error"]
     assert "maxmemory-policy could not be read (INFO: NoPermissionError" in text
+
+
+def test_shadow_hits_are_listed_and_shown_apart_from_denials(engine: Engine) -> None:
+    policy(name="watch", rates="1/m", algorithm="fixed_window", key="ip", mode="shadow")
+    watch = current().get("watch")
+    assert watch is not None
+    for _ in range(3):
+        engine.check([Check(Identity("ip", OFFICE), watch.limits, "user:-|GET /", shadow=True)])
+        engine.clock.advance(1.5)
+    assert run_json("offenders")["offenders"] == []
+    assert "0 identities denied" in run("offenders")
+    (row,) = run_json("offenders", "--shadow")["offenders"]
+    assert (row["identity"], row["denials"], row["by_policy"]) == (f"ip:{OFFICE}", 2, {"watch": 2})
+    data = run_json("show", f"ip:{OFFICE}")
+    assert data["offender"] is None and data["would_deny"]["denials"] == 2
+    assert [h["outcome"] for h in data["hits"]] == ["would have been denied"] * 2
+    assert [h["policies"] for h in data["hits"]] == [{"watch": "would have been denied"}] * 2
+    text = run("show", f"ip:{OFFICE}")
+    assert "denials:  none recorded" in text
+    assert "would have been denied (shadow mode, let through): 2 (watch 2)" in text

@@ -153,7 +153,7 @@ def test_to_spec_compiles_every_field() -> None:
         exempt_superusers=True,
         allow_cidrs="10.0.0.0/8",
         fail_closed=True,
-        record_metadata=True,
+        record_metadata="every",
         priority=7,
     )
     spec = policy.to_spec()
@@ -171,7 +171,7 @@ def test_to_spec_compiles_every_field() -> None:
         exempt_superusers=True,
         allow_cidrs=(ipaddress.ip_network("10.0.0.0/8"),),
         fail_closed=True,
-        record_metadata=True,
+        record_metadata="every",
         priority=7,
         description="Slow down password guessing",
     )

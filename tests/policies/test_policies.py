@@ -30,7 +30,7 @@ from django_ratelimits.policies import PolicyRegistry, current, get_registry
 from django_ratelimits.policies import matching as path_patterns
 from django_ratelimits.policies import registry as policies
 from django_ratelimits.policies.matching import PathPattern, PatternError, literal_prefix
-from django_ratelimits.policies.spec import Mode, PolicySpec
+from django_ratelimits.policies.spec import Mode, PolicySpec, Recording
 from django_ratelimits.rates import parse_rates
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -232,7 +232,7 @@ def declared(name: str = "signup", **fields: Any) -> PolicySpec:
 
 @pytest.mark.django_db
 def test_declare_creates_the_missing_row(registry: PolicyRegistry) -> None:
-    spec = declared(path="^/signup/", methods=frozenset({"POST"}), record_metadata=True)
+    spec = declared(path="^/signup/", methods=frozenset({"POST"}), record_metadata=Recording.EVERY)
     registry.declare(spec)
     assert registry.get("signup") is spec  # before any refresh: the code default
     registry.refresh()
@@ -241,7 +241,7 @@ def test_declare_creates_the_missing_row(registry: PolicyRegistry) -> None:
         "5/m",
         "^/signup/",
         "POST",
-        True,
+        "every",
     )
     assert registry.get("signup") == spec
     assert names(registry.match("/signup/", "POST")) == ["signup"]

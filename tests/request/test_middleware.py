@@ -10,8 +10,12 @@ from django.http import HttpRequest, HttpResponse
 from django.test import Client, RequestFactory, override_settings
 
 from django_ratelimits.decorators import ratelimit
+from django_ratelimits.engine import Identity, get_engine
+from django_ratelimits.engine.hits import Hit
+from django_ratelimits.engine.offenders import OffenderReader
 from django_ratelimits.models import Policy
 from django_ratelimits.policies import get_registry
+from django_ratelimits.policies.spec import Recording
 from django_ratelimits.signals import backend_failed, rate_limited
 from django_ratelimits.testing import FakeClock
 from tests.engine_helpers import all_keys, check_calls
@@ -87,7 +91,7 @@ def test_several_matching_policies_cost_one_round_trip(site_redis: Any) -> None:
 
 
 def test_shadow_mode_counts_and_records_but_never_blocks(site_redis: Any) -> None:
-    policy(name="watch", rates="1/m", path=r"^/api/", mode="shadow", record_metadata=True)
+    policy(name="watch", rates="1/m", path=r"^/api/", mode="shadow", record_metadata="every")
     seen: list[Any] = []
     rate_limited.connect(lambda **kw: seen.append(kw), weak=False, dispatch_uid="t-shadow")
     try:
@@ -259,3 +263,62 @@ def test_the_master_switch_turns_checks_off_without_touching_redis(site_redis: A
     with override_settings(DJANGO_RATELIMITS=_config(ENABLED=False)):
         assert [Client().get("/api/hello").status_code for _ in range(3)] == [200] * 3
     assert all_keys(site_redis) == []
+
+
+def hits_of_ip(address: str = "127.0.0.1") -> tuple[Hit, ...]:
+    return OffenderReader(get_engine()).detail(Identity("ip", address)).hits
+
+
+def test_by_default_each_denial_records_who_was_behind_the_ip(site_redis: Any) -> None:
+    policy(name="api", rates="1/m", path=r"^/api/")  # "record who" left as it comes
+    user = User.objects.create_user("mallory", password="pw")
+    client = Client()
+    client.force_login(user)
+    assert [client.get("/api/hello").status_code for _ in range(3)] == [200, 429, 429]
+    hits = hits_of_ip()
+    assert [(h.who, h.what, h.outcome) for h in hits] == [
+        (f"user:{user.pk}", "GET /api/hello", "D"),
+    ] * 2  # the allowed request costs no entry
+
+
+def test_a_request_counted_by_an_enforced_and_a_shadow_policy_is_one_hit(site_redis: Any) -> None:
+    policy(name="api", rates="5/m", path=r"^/api/", record_metadata="every")
+    policy(name="watch", rates="1/m", path=r"^/api/", mode="shadow")
+    assert [Client().get("/api/hello").status_code for _ in range(3)] == [200] * 3
+    hits = hits_of_ip()
+    assert [(h.outcome, dict(h.policies)) for h in hits] == [
+        ("S", {"api": "A", "watch": "S"}),
+        ("S", {"api": "A", "watch": "S"}),
+        ("A", {"api": "A", "watch": "A"}),
+    ]
+    offenders = OffenderReader(get_engine())
+    assert offenders.page().offenders == ()  # nothing was refused: no offender
+    assert [o.value for o in offenders.page(shadow=True).offenders] == ["127.0.0.1"]
+
+
+def test_the_decorator_takes_every_policy_field_as_a_code_default(site_redis: Any) -> None:
+    ratelimit(
+        "every-field",
+        rate="3/m",
+        mode="shadow",
+        record_metadata="every",
+        fail_closed=True,
+        exempt_staff=True,
+        exempt_superusers=True,
+        allow_cidrs=["10.0.0.0/8"],
+        methods=["post"],
+        path="^/every/",
+        priority=4,
+        description="all of it",
+    )(lambda request: HttpResponse())
+    spec = get_registry().get("every-field")
+    assert spec is not None
+    assert (spec.shadow, spec.record_metadata, spec.fail_closed, spec.path, spec.priority) == (
+        True,
+        Recording.EVERY,
+        True,
+        "^/every/",
+        4,
+    )
+    assert spec.exempt_staff and spec.exempt_superusers and spec.methods == {"POST"}
+    assert [str(n) for n in spec.allow_cidrs] == ["10.0.0.0/8"] and spec.description == "all of it"

@@ -45,7 +45,7 @@ def simulate_json(capsys: pytest.CaptureFixture[str], *args: str) -> Any:
 @pytest.fixture
 def api_policy(site_redis: Any) -> None:
     Policy.objects.create(
-        name="api", rates="5/h", path="^/api/", key="ip_and_user", record_metadata=True
+        name="api", rates="5/h", path="^/api/", key="ip_and_user", record_metadata="every"
     )
     get_registry().refresh()
 

@@ -17,7 +17,7 @@ POLICIES = [
         "rates": "10/s, 120/m",
         "key": "ip_and_user",
         "path": r"^/api/(?:orders|hello)",
-        "record_metadata": True,
+        "record_metadata": "every",
         "priority": 10,
     },
     {
@@ -30,7 +30,7 @@ POLICIES = [
         "rates": "5/m",
         "key": "ip",
         "methods": "POST",
-        "record_metadata": True,
+        "record_metadata": "every",
     },
     {
         "name": "orders-watch",
@@ -43,7 +43,7 @@ POLICIES = [
         "rates": "3/m",
         "key": "ip",
         "path": r"^/api/orders",
-        "record_metadata": True,
+        "record_metadata": "every",
     },
     {
         "name": "admin-login",
@@ -84,6 +84,6 @@ def unseed(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("django_ratelimits", "0001_initial")]
+    dependencies = [("django_ratelimits", "0004_policy_record_metadata_choice")]
 
     operations = [migrations.RunPython(seed, unseed)]

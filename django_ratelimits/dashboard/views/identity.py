@@ -87,6 +87,8 @@ def _report(report: IdentityReport, site: AdminSite) -> dict[str, Any]:
         "first_denied": to_datetime(offender.first_ms) if offender else None,
         "last_denied": to_datetime(offender.last_ms) if offender else None,
         "denied_by": denied_by(offender) if offender else (),
+        "shadow": detail.shadow,
+        "would_deny": denied_by(detail.shadow) if detail.shadow else (),
         "override": detail.override,
         "override_text": override_text(detail.override),
         "behind": [who_view(who, count, names, url_for) for who, count in seen_with],

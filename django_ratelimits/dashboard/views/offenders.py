@@ -89,6 +89,7 @@ class Board:
             "chart": self.activity.svg("rl-activity", gettext("Requests per second"))
             if self.activity and self.activity.recorded
             else "",
+            "shadow": self.filters.shadow,
             "page": page,
             "pages": self.pages,
             "previous_url": self.page_url(page - 1) if page > 1 else None,
@@ -101,6 +102,7 @@ class Board:
             "now_ms": listing.now_ms if listing else None,
             "period": self.filters.period,
             "order": self.filters.order,
+            "shadow": self.filters.shadow,
             "page": self.page,
             "per_page": PER_PAGE,
             "has_next": self.has_next,

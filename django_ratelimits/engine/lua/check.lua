@@ -2,18 +2,25 @@
 --
 -- ARGV: now_us ('' = Redis TIME), mode ('c' check | 'p' peek), cost, entries,
 --       metadata cap, metadata ttl ms, offender retention ms, index cap,
---       then per group: nlimits, ident, label, metadata ('' = none),
+--       then per group: nlimits, ident, label, metadata ('' = none, else
+--       "<d or a><e or s><head of a hit entry>": record on a denial or on every
+--       hit, from an enforced or a shadow group),
 --       then per limit its spec "<algorithm>|<limit>|<window_us>|<capacity>|<policy>",
 --       which is also the limit's field in the state HASH. An entry is a group
 --       or a gated group (see check() at the end).
 -- KEYS: per group: state HASH, metadata list, offender record, offender index
 --       (by last denial), offender index (by denial count), override, then
---       one ZSET per sliding-log limit. All keys of a group share one hash tag.
---       A gated group starts with the client's identity budget (ZSET).
+--       one ZSET per sliding-log limit. A shadow group names the shadow record
+--       and indexes instead of the offender ones; a group that no override may
+--       decide (the way back to admin, way_back.py) names a key no one writes
+--       ("...:x-") instead of the override. All keys of a group share one hash
+--       tag. A gated group starts with the client's identity budget (ZSET).
 -- Returns one string of integers separated by spaces: now_us, then per limit
--- allowed (1, else 0, or 2 when a block denied it), remaining, retry_us, reset_us, with a gate's verdict (1 or
--- 0) before the limits it decided. (One string is cheaper for Redis to reply
--- and for the client to read than an array of numbers.)
+-- its outcome (1 allowed, 0 denied by the limit, 2 denied by a block),
+-- remaining, retry_us, reset_us, with a gate's verdict (1 or 0) before the
+-- limits it decided. (One string is cheaper for Redis to reply and for the
+-- client to read than an array of numbers.) Hit entries are written, never
+-- returned: the reply stays four numbers per limit.
 --
 -- A group is one identity and is all or nothing: if any of its limits denies,
 -- none of its limits is charged. An override ("b:<until_us>" blocked, or
@@ -25,10 +32,14 @@
 -- identity's key is not given a new TTL on every request; the TTL never
 -- shrinks, whatever other policies' fields the key holds.
 -- The metadata list is trimmed back to its cap once it is a fifth over it;
--- readers read the newest `cap` entries.
+-- readers read the newest `cap` entries. A request is one entry in a list,
+-- however many groups of the call name that list (an enforced and a shadow
+-- group of one identity): see note_hit.
 
 -- Set at the start of every call (check), read by the functions below.
 local now, now_ms, charge, cost, meta_cap, meta_ttl, retention, index_cap
+-- The hit entries of this call, by metadata list, and the lists in order.
+local hits, hit_lists
 
 local TRIM_BATCH = 100
 
@@ -48,10 +59,10 @@ local function trim(index, by_count, cutoff)
     -- Their offender records would outlive them by up to the retention, so that
     -- memory under a flood of identities would be bounded by time, not by the
     -- cap: drop them too. A record is "P:{sN}:o:<ident>" (keys.py), the index
-    -- "P:{sN}:ox": both in the shard's slot.
-    local tag = string.sub(index, 1, -4)
+    -- "P:{sN}:ox" (shadow: "P:{sN}:so:<ident>", "P:{sN}:sox"): same slot.
+    local tag = string.sub(index, 1, -2)
     for i, who in ipairs(oldest) do
-      oldest[i] = tag .. ':o:' .. who
+      oldest[i] = tag .. ':' .. who
     end
     redis.call('UNLINK', unpack(oldest))
   end
@@ -124,7 +135,54 @@ local function push_metadata(key, entry)
   end
 end
 
--- A limit's spec, parsed: {algorithm, limit, window, capacity, policy, spec}.
+-- Notes what a group decided for the request's entry in the list `key`; `meta`
+-- is the group's "<d or a><e or s><head>" and `limits` its {spec, key, name,
+-- allowed}. The entry's outcome is the worst of its groups': 'D' denied by an
+-- enforced policy, 'S' only a shadow policy would have denied, 'A' allowed.
+local function note_hit(key, meta, limits)
+  local hit = hits[key]
+  if hit == nil then
+    hit = {head = string.sub(meta, 3), every = false, outcome = 'A', names = {}}
+    hits[key] = hit
+    hit_lists[#hit_lists + 1] = key
+  end
+  hit.every = hit.every or string.byte(meta, 1) == 97 -- 'a'
+  local no = string.byte(meta, 2) == 115 and 'S' or 'D' -- 's': a shadow group
+  for _, lk in ipairs(limits) do
+    local status = lk[4] and 'A' or no
+    local seen = hit.names[lk[3]]
+    if seen == nil or seen == 'A' or status == 'D' then
+      if seen == nil then
+        hit.names[#hit.names + 1] = lk[3]
+      end
+      hit.names[lk[3]] = status
+    end
+    if status == 'D' or (status == 'S' and hit.outcome == 'A') then
+      hit.outcome = status
+    end
+  end
+end
+
+-- Pushes the entries noted in this call that their recording asks for: every
+-- hit, or only those some policy denied or would have denied. An entry reads
+-- "<head>|<ms>|<outcome>|<policy>=<A, D or S>,..." (engine/hits.py).
+local function push_hits()
+  for _, key in ipairs(hit_lists) do
+    local hit = hits[key]
+    if hit.every or hit.outcome ~= 'A' then
+      local names = {}
+      for i, name in ipairs(hit.names) do
+        names[i] = name .. '=' .. hit.names[name]
+      end
+      local entry = string.format('%s|%d|%s|%s', hit.head, now_ms, hit.outcome,
+        table.concat(names, ','))
+      push_metadata(key, entry)
+    end
+  end
+end
+
+-- A limit's spec, parsed: {algorithm, limit, window, capacity, policy, spec,
+-- the policy's name as a hit entry names it (no '|', ',' or '=')}.
 -- Kept between calls where Redis keeps the code loaded (a Redis 7 function
 -- library), up to SPECS_MAX of them; parsed on every call otherwise.
 local SPECS, SPECS_MAX, nspecs = {}, 1000, 0
@@ -134,7 +192,8 @@ local function parse_spec(spec)
   if l == nil then
     local code, limit, window, capacity, policy =
       string.match(spec, '^(%a+)|(%d+)|(%d+)|(%d+)|(.*)$')
-    l = {ALG[code], tonumber(limit), tonumber(window), tonumber(capacity), policy, spec}
+    local named = string.gsub(policy, '[|,=]', '_')
+    l = {ALG[code], tonumber(limit), tonumber(window), tonumber(capacity), policy, spec, named}
     if nspecs >= SPECS_MAX then
       SPECS, nspecs = {}, 0
     end
@@ -200,6 +259,8 @@ local function run_group(KEYS, ARGV, a, k, out)
     end
     local outcome = allowed and 1 or (override == 'b' and 2 or 0)
     out[#out + 1] = string.format('%d %d %d %d', outcome, remaining, retry, reset)
+    lk[3] = override == 'b' and '!blocked' or l[7]
+    lk[4] = allowed
     if not allowed then
       all_allowed = false
       denied[policy] = true
@@ -211,8 +272,8 @@ local function run_group(KEYS, ARGV, a, k, out)
     else
       record_denial(record, index, by_count, ident, label, denied)
     end
-    if meta ~= '' then -- a hit entry: its head, then "|<ms>|<A or D>" (engine/hits.py)
-      push_metadata(meta_key, string.format('%s|%d|%s', meta, now_ms, all_allowed and 'A' or 'D'))
+    if meta ~= '' then
+      note_hit(meta_key, meta, limits)
     end
   end
   return a, k
@@ -284,6 +345,7 @@ local function check(KEYS, ARGV)
   retention = tonumber(ARGV[7])
   index_cap = tonumber(ARGV[8])
   now_ms = floor(now / 1000)
+  hits, hit_lists = {}, {}
   local out = {fmt(now)}
   local a, k = 9, 1
   for _ = 1, tonumber(ARGV[4]) do
@@ -307,5 +369,6 @@ local function check(KEYS, ARGV)
       end
     end
   end
+  push_hits()
   return table.concat(out, ' ')
 end

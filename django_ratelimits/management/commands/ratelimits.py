@@ -52,6 +52,7 @@ from django_ratelimits.management.output import (
     Data,
     ago,
     by_policy,
+    hit_data,
     named,
     offender_data,
     override_data,
@@ -88,6 +89,11 @@ class Command(BaseCommand):
         listing.add_argument("--order", choices=("last", "denials"), default="last")
         listing.add_argument("--kind", help="only identities of this kind: ip, user, header...")
         listing.add_argument("--policy", help="only identities this policy denied")
+        listing.add_argument(
+            "--shadow",
+            action="store_true",
+            help="identities shadow-mode policies would have denied (let through) instead",
+        )
         listing.add_argument("--limit", type=_count, default=50, help="rows (default 50)")
         listing.add_argument("--offset", type=_count, default=0, help="rows to skip")
 
@@ -182,6 +188,7 @@ def offenders(options: dict[str, Any]) -> Report:
         offset=offset,
         limit=options["limit"],
         hits=0,
+        shadow=options["shadow"],
     )
     listing = Offenders(get_engine).listing(query)
     rows = [offender_data(row.offender, row.override) for row in listing.rows]
@@ -189,17 +196,25 @@ def offenders(options: dict[str, Any]) -> Report:
     data = {
         "period": period,
         "order": order,
+        "shadow": query.shadow,
         "offset": offset,
         "total": listing.total,
         "now_ms": listing.now_ms,
         "offenders": rows,
         "usernames": names,
     }
-    head = f"{listing.total} identities denied in the last {span(period)}"
+    denied = "shadow policies would have denied" if query.shadow else "denied"
+    head = f"{listing.total} identities {denied} in the last {span(period)}"
     if not rows:
         return data, f"{head}: none to show."
     lines = table(
-        ("identity", "denials", "by policy", "last seen", "override"),
+        (
+            "identity",
+            "would-be denials" if query.shadow else "denials",
+            "by policy",
+            "last seen",
+            "override",
+        ),
         [
             (
                 named(row["identity"], names),
@@ -227,12 +242,11 @@ def show(options: dict[str, Any]) -> Report:
         "identity": label(identity),
         "now_ms": report.now_ms,
         "offender": None if detail.offender is None else offender_data(detail.offender, None),
+        "would_deny": None if detail.shadow is None else offender_data(detail.shadow, None),
         "override": override_data(detail.override),
         "behind": [{"who": who, "hits": n} for who, n in detail.behind()],
         "hits_recorded": len(detail.hits),
-        "hits": [
-            {"who": h.who, "what": h.what, "at_ms": h.at_ms, "allowed": h.allowed} for h in hits
-        ],
+        "hits": [hit_data(h) for h in hits],
         "quota": [quota_data(r) for r in report.quotas],
         "usernames": names,
     }
