@@ -36,6 +36,12 @@ DJANGO_RATELIMITS: dict[str, object] = {
         "tests.nowhere.key",
         "tests.request.test_hostile.who",
     ],
+    # The default 0.25 s is for production; on a busy CI machine (two cores shared with
+    # Redis servers, gunicorn and Chromium) a Redis answer can take longer, and the
+    # request would fail open where a test expects a decision. Tests of timeouts and
+    # outages set their own (tests/server_settings.py, tests/operations/test_checks.py).
+    "SOCKET_TIMEOUT": 5.0,
+    "SOCKET_CONNECT_TIMEOUT": 5.0,
 }
 # Django's default logging; the demo's console handler would only add noise.
 LOGGING: dict[str, object] = {"version": 1, "disable_existing_loggers": False}

@@ -147,6 +147,11 @@ def test_under_allkeys_lru_a_flood_of_new_identities_leaves_a_fresh_limit_intact
 def test_under_noeviction_a_full_redis_fails_closed_policies_closed_and_the_rest_open(
     site: Site, bench: Bench, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    if bench.redis.version < (7,):
+        # Measured on the bundled 6.2.14: the check script kept writing past maxmemory
+        # (2.97 MB used of 1.99 MB after 4,000 new addresses, no OOM error), so there is
+        # no write failure to observe there. Redis 7 refuses it (CI leg 2 runs this).
+        pytest.skip(f"Redis {bench.redis.version} let the check script write past maxmemory")
     fill(bench.redis, "noeviction")
     replies = flood(site, bench.redis, until_undecided=True)
     with capsys.disabled():
