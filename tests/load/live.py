@@ -32,6 +32,8 @@ from pathlib import Path
 
 import pytest
 
+from devtools.redis_harness import RedisServer, free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 WORKERS = 2  # gunicorn's worker processes in the reliability tests
 # The bounds a fault must keep on a quiet machine, in seconds. Each is widened by
@@ -154,6 +156,27 @@ def gunicorn(port: int, workdir: Path, workers: int = 2) -> list[str]:
         "--graceful-timeout", "2",
         "demo_project.wsgi:application",
     ]  # fmt: skip
+
+
+@contextmanager
+def gunicorn_site(
+    redis: RedisServer,
+    workdir: Path,
+    policies: list[dict[str, object]],
+    *,
+    workers: int = 2,
+    options: tuple[str, ...] = (),
+) -> Iterator[Site]:
+    """The site under gunicorn with ``policies``, on ``redis`` (started if it is not),
+    until the block ends; then no server error may be in its log."""
+    if not redis.is_running():
+        redis.start()
+    env = prepare(workdir, redis.url, policies)
+    port = free_port()
+    argv = [*gunicorn(port, workdir, workers), *options]
+    with serve("gunicorn", argv, env, workdir, port, workers) as served:
+        yield served
+    assert_no_server_error(served)
 
 
 def uvicorn(port: int) -> list[str]:

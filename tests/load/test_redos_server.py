@@ -15,17 +15,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from devtools.redis_harness import RedisServer, free_port
-from tests.load.live import (
-    Reply,
-    Site,
-    access_statuses,
-    assert_no_server_error,
-    gunicorn,
-    new_source,
-    prepare,
-    serve,
-)
+from devtools.redis_harness import RedisServer
+from tests.load.live import Reply, Site, access_statuses, gunicorn_site, new_source
 
 pytestmark = pytest.mark.slow
 
@@ -39,17 +30,12 @@ MATCHING = "/" + "ab-" * 1666  # 4,999 characters that the pattern matches
 
 @pytest.fixture(scope="module")
 def site(redis_standalone: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
-    if not redis_standalone.is_running():
-        redis_standalone.start()
     workdir = tmp_path_factory.mktemp("redos")
-    env = prepare(workdir, redis_standalone.url, [POLICY])
-    port = free_port()
     # One worker, so that a killed one would show as a new pid; request lines of 5,000
     # characters are past gunicorn's default limit (4,094).
-    argv = [*gunicorn(port, workdir, workers=1), "--limit-request-line", "8190"]
-    with serve("gunicorn", argv, env, workdir, port, workers=1) as served:
+    options = ("--limit-request-line", "8190")
+    with gunicorn_site(redis_standalone, workdir, [POLICY], workers=1, options=options) as served:
         yield served
-    assert_no_server_error(served)
     assert "WORKER TIMEOUT" not in served.log.read_text()
     assert "500" not in access_statuses(workdir)
 

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from devtools.redis_harness import RedisServer, free_port
-from tests.load.live import Site, assert_no_server_error, gunicorn, new_source, prepare, serve
+from devtools.redis_harness import RedisServer
+from tests.load.live import Site, gunicorn_site, new_source
 
 pytestmark = pytest.mark.slow
 
@@ -33,14 +33,8 @@ POLICY = {
 
 @pytest.fixture(scope="module")
 def site(redis_standalone: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
-    if not redis_standalone.is_running():
-        redis_standalone.start()
-    workdir = tmp_path_factory.mktemp("budget")
-    env = prepare(workdir, redis_standalone.url, [POLICY])
-    port = free_port()
-    with serve("gunicorn", gunicorn(port, workdir), env, workdir, port, workers=2) as served:
+    with gunicorn_site(redis_standalone, tmp_path_factory.mktemp("budget"), [POLICY]) as served:
         yield served
-    assert_no_server_error(served)
 
 
 @pytest.fixture
