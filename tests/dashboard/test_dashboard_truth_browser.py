@@ -18,6 +18,7 @@ from django.test import Client
 
 from django_ratelimits.models import Policy
 from django_ratelimits.policies import current
+from tests.dashboard.browsing import IMAGES
 
 OFFENDERS = "/admin/django_ratelimits/policy/offenders/"
 DETAIL = "/admin/django_ratelimits/policy/offenders/identity/"
@@ -70,12 +71,13 @@ def test_an_address_only_a_shadow_policy_caught_is_listed_apart(page: Any) -> No
     row = page.wait_for_selector('tr.offender[data-ident="ip:192.0.2.11"]')
     assert "3" in row.inner_text() and "watch" in row.inner_text()
     assert "would-be denials" in page.inner_text("#offenders-table thead").lower()
+    page.screenshot(path=str(IMAGES / "offenders-shadow.png"), full_page=True)
     identity_page(page, "192.0.2.11")
     assert page.inner_text("#offender-denials").startswith("none recorded")
     assert page.inner_text("#offender-shadow").startswith("3")
     outcomes = [cell.inner_text() for cell in page.query_selector_all("tr.hit td:nth-child(4)")]
     assert outcomes == ["would have been denied"] * 3
-    page.screenshot(path="test-logs/screenshots/identity-shadow.png", full_page=True)
+    page.screenshot(path=str(IMAGES / "identity-shadow.png"), full_page=True)
 
 
 @pytest.mark.parametrize("redis_client", ["standalone"], indirect=True)
