@@ -14,8 +14,13 @@ from __future__ import annotations
 
 import math
 
+from django.apps import apps
+from django.contrib.sites.shortcuts import get_current_site  # imports the model only if installed
+from django.core.exceptions import DisallowedHost, ObjectDoesNotExist
+from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from django.template.loader import render_to_string
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.module_loading import import_string
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
@@ -70,13 +75,90 @@ def _wants_json(request: HttpRequest) -> bool:
     return preferred in _JSON_TYPES
 
 
-def _problem(request: HttpRequest, status: int, title: str, detail: str) -> HttpResponse:
+#: The HTML body of a 429 (and of the fail-closed 503): projects override it by a
+#: template of the same name that comes first (their ``DIRS``, or an app listed before).
+TEMPLATE = "django_ratelimits/429.html"
+
+_UNITS = (86_400, 3600, 60, 1)
+
+
+def _unit(count: int, size: int) -> str:
+    if size == 86_400:
+        return ngettext("%(count)d day", "%(count)d days", count) % {"count": count}
+    if size == 3600:
+        return ngettext("%(count)d hour", "%(count)d hours", count) % {"count": count}
+    if size == 60:
+        return ngettext("%(count)d minute", "%(count)d minutes", count) % {"count": count}
+    return ngettext("%(count)d second", "%(count)d seconds", count) % {"count": count}
+
+
+def in_words(seconds: int) -> str:
+    """``1 second``, ``1 minute 13 seconds``, ``2 hours``: the two largest units, a zero
+    second one left out."""
+    rest, parts = max(1, seconds), list[str]()
+    for size in _UNITS:
+        count, rest = divmod(rest, size)
+        if count and len(parts) < 2:
+            parts.append(_unit(count, size))
+        elif parts:
+            break
+    return " ".join(parts)
+
+
+def _host(request: HttpRequest) -> str:
+    try:
+        return request.get_host()
+    except DisallowedHost:  # ALLOWED_HOSTS refused it: name no host at all
+        return ""
+
+
+def site_name(request: HttpRequest) -> str:
+    """The site's name: ``django.contrib.sites``' current site if installed, else the host."""
+    if apps.is_installed("django.contrib.sites"):
+        try:
+            return str(get_current_site(request).name) or _host(request)
+        except (DatabaseError, ObjectDoesNotExist, DisallowedHost):  # no table, no row, bad host
+            pass
+    return _host(request)
+
+
+def way_back(request: HttpRequest) -> str | None:
+    """The referring page if it is on this site (same host, and https if this is), else None."""
+    referer = request.headers.get("Referer", "")
+    host = _host(request)
+    if (
+        not referer
+        or not host
+        or len(referer) > 2000
+        or not referer.startswith(("http:", "https:"))
+    ):
+        return None
+    if url_has_allowed_host_and_scheme(
+        referer, allowed_hosts={host}, require_https=request.is_secure()
+    ):
+        return referer
+    return None
+
+
+def _problem(
+    request: HttpRequest, status: int, title: str, detail: str, retry: int | None = None
+) -> HttpResponse:
     if _wants_json(request):
         body = {"type": "about:blank", "title": title, "status": status, "detail": detail}
         return JsonResponse(body, status=status, content_type="application/problem+json")
+    back = way_back(request)
     html = render_to_string(
-        "django_ratelimits/429.html",
-        {"status": status, "title": title, "detail": detail},
+        TEMPLATE,
+        {
+            "status": status,
+            "title": title,
+            "detail": detail,
+            "site_name": site_name(request),
+            "retry_after": retry,
+            "retry_after_words": in_words(retry) if retry is not None else "",
+            "back_url": back or "/",
+            "back_is_referer": back is not None,
+        },
         request=request,
     )
     return HttpResponse(html, status=status)
@@ -99,7 +181,7 @@ def too_many_requests(request: HttpRequest, exception: RateLimited) -> HttpRespo
             "Too many requests. Try again in %(seconds)d seconds.",
             retry,
         ) % {"seconds": retry}
-        response = _problem(request, 429, _("Too Many Requests"), detail)
+        response = _problem(request, 429, _("Too Many Requests"), detail, retry)
     response.headers.setdefault("Retry-After", str(retry))
     if verdict is not None:
         _set_headers(response, verdict)
@@ -113,7 +195,7 @@ def unavailable(request: HttpRequest, verdict: Verdict) -> HttpResponseBase:
     if status == 429:
         return too_many_requests(request, RateLimited(verdict, retry_after=retry))
     detail = _("The service cannot check its rate limits right now. Try again later.")
-    response = _problem(request, 503, _("Service Unavailable"), detail)
+    response = _problem(request, 503, _("Service Unavailable"), detail, retry)
     response.headers["Retry-After"] = str(retry)
     return response
 

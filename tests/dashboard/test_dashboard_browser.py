@@ -94,6 +94,38 @@ def test_the_dashboard_fits_a_phone(site_redis: Any, browser: Any, live_server: 
     assert width <= 400, "the page scrolls sideways on a phone"
 
 
+# The identity page of the office address of traffic() at 390 px (7 recent hits, 3 users,
+# 4 quotas): 2,563 px tall when its tables stacked each row as a card, 1,401 px with them
+# kept as tables that scroll sideways. The bound leaves room for fonts and admin changes.
+PHONE_HEIGHT_BOUND = 2000
+
+
+@pytest.mark.parametrize("redis_client", ["standalone"], indirect=True)
+def test_the_identity_page_is_not_a_long_scroll_on_a_phone(
+    site_redis: Any, browser: Any, live_server: Any
+) -> None:
+    User.objects.create_superuser("boss", password="pw")
+    traffic()
+    with tab(browser, live_server.url, PHONE) as phone:
+        log_in(phone, "boss")
+        phone.wait_for_selector("#offenders-table")
+        phone.goto(f"{live_server.url}{OFFENDERS}identity/?kind=ip&value=203.0.113.5")
+        phone.wait_for_selector("#offender-summary")
+        height = phone.evaluate("document.documentElement.scrollHeight")
+        width = phone.evaluate("document.documentElement.scrollWidth")
+        hits = len(phone.query_selector_all("#hits-table tr.hit"))
+        # The tables scroll sideways in their own box, never the page.
+        overflowing = phone.evaluate(
+            "[...document.querySelectorAll('.rl-table-wrap')]"
+            ".filter(w => w.getBoundingClientRect().right > innerWidth + 1).length"
+        )
+        phone.screenshot(path=str(IMAGES / "identity-phone.png"), full_page=True)
+    print(f"identity page at 390 px: {height} px tall, {width} px wide, {hits} hits")
+    assert hits == 7  # the denials: record who is on denials by default
+    assert width <= 400 and overflowing == 0, "the page scrolls sideways on a phone"
+    assert height < PHONE_HEIGHT_BOUND, f"the identity page is {height} px tall on a phone"
+
+
 @pytest.mark.parametrize("redis_client", ["standalone"], indirect=True)
 def test_people_without_the_permission_cannot_reach_it(site_redis: Any, page: Any) -> None:
     traffic()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import os
@@ -190,20 +191,22 @@ def test_show_of_an_identity_never_denied(engine: Engine) -> None:
 # --------------------------------------------------------------------------- actions
 
 
-def test_reset_clears_counters_and_forget_drops_the_record(engine: Engine) -> None:
+def test_reset_forgets_the_record_by_default_and_keep_record_keeps_it(engine: Engine) -> None:
+    """Like the dashboard's reset: the identity leaves the offenders list unless
+    ``--keep-record``; ``--forget`` is still taken, and changes nothing."""
     scripted(engine)
     ip = Identity("ip", ATTACKER)
     login = current().get("login")
     assert login is not None
     assert engine.peek([Check(ip, login.limits)]).results[0].remaining == 0
 
-    assert run("reset", f"ip:{ATTACKER}", "--policy", "login") == (
-        f"ip:{ATTACKER}: counters reset under login.\n"
+    assert run("reset", f"ip:{ATTACKER}", "--policy", "login", "--keep-record") == (
+        f"ip:{ATTACKER}: counters reset under login; its offender record is kept.\n"
     )
     assert engine.peek([Check(ip, login.limits)]).results[0].remaining == 2
     assert f"ip:{ATTACKER}" in {o.label for o in OffenderReader(engine).page().offenders}
 
-    data = run_json("reset", f"ip:{ATTACKER}", "--forget")
+    data = run_json("reset", f"ip:{ATTACKER}")
     assert data["policies"][:2] == ["api", "login"] and "t-login" in data["policies"]
     assert data == {
         "action": "reset",
@@ -215,6 +218,25 @@ def test_reset_clears_counters_and_forget_drops_the_record(engine: Engine) -> No
     }
     assert f"ip:{ATTACKER}" not in {o.label for o in OffenderReader(engine).page().offenders}
     assert OffenderReader(engine).detail(ip).hits == ()
+
+
+def test_reset_forget_is_a_compatible_no_op(engine: Engine) -> None:
+    scripted(engine)
+    data = run_json("reset", f"ip:{ATTACKER}", "--forget")
+    assert data["forget"] is True
+    assert f"ip:{ATTACKER}" not in {o.label for o in OffenderReader(engine).page().offenders}
+    with pytest.raises(CommandError, match="not allowed with argument"):
+        run("reset", f"ip:{ATTACKER}", "--forget", "--keep-record")
+
+
+def test_for_says_the_durations_it_takes() -> None:
+    out = io.StringIO()
+    parser = ratelimits.Command().create_parser("manage.py", "ratelimits")
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    sub.choices["block"].print_help(out)
+    help_text = " ".join(out.getvalue().split())
+    assert "--for DURATION" in help_text
+    assert "s, m, h or d, from 1s to 365d (90s, 30m, 1h, 7d)" in help_text
 
 
 def test_block_allow_and_lift(engine: Engine) -> None:

@@ -5,7 +5,7 @@
     manage.py ratelimits offenders [--period 1h] [--order last|denials] [--kind ip]
                                    [--policy NAME] [--limit 50] [--offset 0]
     manage.py ratelimits show ip:203.0.113.7 [--hits 20]
-    manage.py ratelimits reset ip:203.0.113.7 [--policy NAME] [--forget]
+    manage.py ratelimits reset ip:203.0.113.7 [--policy NAME] [--keep-record]
     manage.py ratelimits block ip:203.0.113.7 --for 1h
     manage.py ratelimits allow user:42 --for 30m
     manage.py ratelimits lift ip:203.0.113.7
@@ -106,11 +106,22 @@ class Command(BaseCommand):
         reset = add("reset", "clear an identity's counters (all policies, or one)")
         reset.add_argument("ident")
         reset.add_argument("--policy", help="only this policy's counters")
-        reset.add_argument(
-            "--forget",
-            action="store_true",
-            help="also drop its offender record, metadata list and index entries",
+        # Like the dashboard's reset, the record goes by default: the identity leaves the
+        # offenders list. --forget was the opt-in before that; it stays, and does nothing.
+        record = reset.add_mutually_exclusive_group()
+        record.add_argument(
+            "--keep-record",
+            dest="forget",
+            action="store_false",
+            help="keep its offender record, metadata list and index entries (as history)",
         )
+        record.add_argument(
+            "--forget",
+            dest="forget",
+            action="store_true",
+            help="the default (drop the offender record too); accepted for compatibility",
+        )
+        reset.set_defaults(forget=True)
         for name, text in (
             ("block", "deny every request of an identity for a while"),
             ("allow", "admit every request of an identity, uncounted, for a while"),
@@ -118,7 +129,12 @@ class Command(BaseCommand):
             override = add(name, text)
             override.add_argument("ident")
             override.add_argument(
-                "--for", dest="seconds", type=duration, required=True, help="e.g. 30m, 1h, 7d"
+                "--for",
+                dest="seconds",
+                type=duration,
+                required=True,
+                metavar="DURATION",
+                help="how long: a number and s, m, h or d, from 1s to 365d (90s, 30m, 1h, 7d)",
             )
         add("lift", "end a block or allow-listing").add_argument("ident")
         add("status", "Redis, the key space, the policies and the offender index")
@@ -260,6 +276,8 @@ def reset(options: dict[str, Any]) -> Report:
     text = f"{label(identity)}: counters reset under {', '.join(names) or 'no policy'}"
     if forget:
         text += "; its offender record, metadata list and index entries are gone"
+    else:
+        text += "; its offender record is kept"
     return data, text + "."
 
 
