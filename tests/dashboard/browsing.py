@@ -36,4 +36,5 @@ def log_in(page: Any, username: str, password: str = "pw", then: str = OFFENDERS
     page.goto(f"{page.base}/admin/login/?next={then}")
     page.fill("#id_username", username)
     page.fill("#id_password", password)
-    page.click("input[type=submit]")
+    with page.expect_navigation():  # the next page has loaded, whether it is `then` or login
+        page.click("input[type=submit]")
