@@ -61,8 +61,8 @@ def test_staff_find_reset_and_lose_an_offender(site_redis: Any, page: Any) -> No
     page.screenshot(path=str(IMAGES / "dashboard.png"), full_page=True)
 
     page.fill("#id_ip", "198.51.100.0/24")
-    page.click("#offender-filters-apply")
-    page.wait_for_load_state()
+    with page.expect_navigation():
+        page.click("#offender-filters-apply")
     assert idents(page) == {"ip:198.51.100.7", "ip:198.51.100.8"}
 
     page.goto(f"{page.base}{OFFENDERS}")
@@ -74,8 +74,8 @@ def test_staff_find_reset_and_lose_an_offender(site_redis: Any, page: Any) -> No
 
     page.click("#action-reset button[type=submit]")
     page.wait_for_selector("#confirm-yes")
-    page.click("#confirm-yes")
-    page.wait_for_load_state()
+    with page.expect_navigation():
+        page.click("#confirm-yes")
     page.goto(f"{page.base}{OFFENDERS}")
     page.wait_for_selector("#offenders-table")
     assert "ip:203.0.113.5" not in idents(page)
@@ -170,8 +170,8 @@ def test_staff_who_block_themselves_are_warned_and_can_log_in_and_lift(
     page.click("#action-block button[type=submit]")
     page.wait_for_selector("#confirm-yes")
     assert "your own IP address" in page.inner_text("#confirm-own")
-    page.click("#confirm-yes")
-    page.wait_for_load_state()
+    with page.expect_navigation():
+        page.click("#confirm-yes")
 
     page.context.clear_cookies()  # signed out, from a blocked address
     log_in(page, "boss")
@@ -198,8 +198,8 @@ def test_the_active_blocks_page_lists_and_lifts(site_redis: Any, page: Any) -> N
     assert "boss" in rows[0].inner_text() and "ops (manage.py)" in rows[1].inner_text()
     page.screenshot(path=str(IMAGES / "blocks.png"), full_page=True)
     page.click('tr.rl-block[data-ident="ip:203.0.113.7"] button[type=submit]')
-    page.click("#confirm-yes")
-    page.wait_for_selector("#blocks-table")
+    with page.expect_navigation():
+        page.click("#confirm-yes")
     assert [r.get_attribute("data-ident") for r in page.query_selector_all("tr.rl-block")] == [
         "header:key-123"
     ]
