@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGES = ROOT / ("docs/images" if os.environ.get("UPDATE_SCREENSHOTS") else "test-logs/screenshots")
@@ -33,8 +34,19 @@ def tab(browser: Any, base: str, size: dict[str, Any] = DESKTOP) -> Iterator[Any
 
 
 def log_in(page: Any, username: str, password: str = "pw", then: str = OFFENDERS) -> None:
-    page.goto(f"{page.base}/admin/login/?next={then}")
+    page.goto(f"{page.base}/admin/login/?next={quote(then)}")
     page.fill("#id_username", username)
     page.fill("#id_password", password)
     with page.expect_navigation():  # the next page has loaded, whether it is `then` or login
         page.click("input[type=submit]")
+
+
+def phone_width(browser: Any, base: str, then: str, selector: str, image: str) -> int:
+    """How wide ``then`` is on a phone, signed in as "boss" (password "pw"), once
+    ``selector`` is there; its screenshot is saved as ``image``."""
+    with tab(browser, base, PHONE) as phone:
+        log_in(phone, "boss", then=then)
+        phone.wait_for_selector(selector)
+        phone.screenshot(path=str(IMAGES / image), full_page=True)
+        width: int = phone.evaluate("document.documentElement.scrollWidth")
+    return width

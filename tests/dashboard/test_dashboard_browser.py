@@ -15,7 +15,7 @@ from django_ratelimits.models import Policy
 from django_ratelimits.offenders import Offenders
 from django_ratelimits.policies import get_registry
 from django_ratelimits.rates import parse_rates
-from tests.dashboard.browsing import IMAGES, OFFENDERS, PHONE, log_in, tab
+from tests.dashboard.browsing import IMAGES, OFFENDERS, PHONE, log_in, phone_width, tab
 
 LOGIN = [Limit("login", r, Algorithm.SLIDING_LOG) for r in parse_rates("2/m")]
 API = [Limit("api", r, Algorithm.SLIDING_WINDOW) for r in parse_rates("5/m")]
@@ -86,11 +86,9 @@ def test_staff_find_reset_and_lose_an_offender(site_redis: Any, page: Any) -> No
 def test_the_dashboard_fits_a_phone(site_redis: Any, browser: Any, live_server: Any) -> None:
     User.objects.create_superuser("boss", password="pw")
     traffic()
-    with tab(browser, live_server.url, PHONE) as phone:
-        log_in(phone, "boss")
-        phone.wait_for_selector("#offenders-table")
-        width = phone.evaluate("document.documentElement.scrollWidth")
-        phone.screenshot(path=str(IMAGES / "dashboard-phone.png"), full_page=True)
+    width = phone_width(
+        browser, live_server.url, OFFENDERS, "#offenders-table", "dashboard-phone.png"
+    )
     assert width <= 400, "the page scrolls sideways on a phone"
 
 
@@ -184,7 +182,9 @@ def test_staff_who_block_themselves_are_warned_and_can_log_in_and_lift(
 
 
 @pytest.mark.parametrize("redis_client", ["standalone"], indirect=True)
-def test_the_active_blocks_page_lists_and_lifts(site_redis: Any, page: Any) -> None:
+def test_the_active_blocks_page_lists_and_lifts(
+    site_redis: Any, page: Any, browser: Any, live_server: Any
+) -> None:
     User.objects.create_superuser("boss", password="pw")
     offenders = Offenders()
     offenders.block(Identity("ip", "203.0.113.7"), 300, by="boss")
@@ -197,6 +197,9 @@ def test_the_active_blocks_page_lists_and_lifts(site_redis: Any, page: Any) -> N
     assert [r.get_attribute("data-ident") for r in rows] == ["ip:203.0.113.7", "header:key-123"]
     assert "boss" in rows[0].inner_text() and "ops (manage.py)" in rows[1].inner_text()
     page.screenshot(path=str(IMAGES / "blocks.png"), full_page=True)
+    blocks = f"{OFFENDERS}blocks/"
+    width = phone_width(browser, live_server.url, blocks, "#blocks-table", "blocks-phone.png")
+    assert width <= 400, "the active-blocks page scrolls sideways on a phone"
     page.click('tr.rl-block[data-ident="ip:203.0.113.7"] button[type=submit]')
     with page.expect_navigation():
         page.click("#confirm-yes")

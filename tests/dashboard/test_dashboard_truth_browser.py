@@ -18,7 +18,7 @@ from django.test import Client
 
 from django_ratelimits.models import Policy
 from django_ratelimits.policies import current
-from tests.dashboard.browsing import IMAGES
+from tests.dashboard.browsing import IMAGES, phone_width
 
 OFFENDERS = "/admin/django_ratelimits/policy/offenders/"
 DETAIL = "/admin/django_ratelimits/policy/offenders/identity/"
@@ -60,7 +60,9 @@ def identity_page(page: Any, address: str) -> None:
 
 
 @pytest.mark.parametrize("redis_client", ["standalone"], indirect=True)
-def test_an_address_only_a_shadow_policy_caught_is_listed_apart(page: Any) -> None:
+def test_an_address_only_a_shadow_policy_caught_is_listed_apart(
+    page: Any, browser: Any, live_server: Any
+) -> None:
     policies(enf={"rates": "5/m"}, watch={"rates": "1/m", "mode": "shadow"})
     assert visit("192.0.2.11", 4) == [200] * 4  # nothing was refused
     page.reload()
@@ -72,6 +74,14 @@ def test_an_address_only_a_shadow_policy_caught_is_listed_apart(page: Any) -> No
     assert "3" in row.inner_text() and "watch" in row.inner_text()
     assert "would-be denials" in page.inner_text("#offenders-table thead").lower()
     page.screenshot(path=str(IMAGES / "offenders-shadow.png"), full_page=True)
+    # On a phone each row is a card whose labels must say the same as the columns.
+    labels = row.eval_on_selector_all("td", "tds => tds.map(td => td.dataset.label)")
+    assert "Would-be denials" in labels and "Denials" not in labels
+    shadow = f"{OFFENDERS}?shown=shadow"
+    width = phone_width(
+        browser, live_server.url, shadow, "#offenders-table", "offenders-shadow-phone.png"
+    )
+    assert width <= 400, "the shadow ledger scrolls sideways on a phone"
     identity_page(page, "192.0.2.11")
     assert page.inner_text("#offender-denials").startswith("none recorded")
     assert page.inner_text("#offender-shadow").startswith("3")
