@@ -16,7 +16,7 @@ import contextlib
 import os
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,12 +34,35 @@ SEED_000_RATES = "10/s, 120/m, 240/h"
 
 
 class CountingConnection(Connection):
-    """A real connection that counts its writes to the socket (round trips)."""
+    """A real connection that counts its writes to the socket (round trips).
+
+    The handshake of a new connection (redis-py's ``CLIENT SETINFO``, ``HELLO``,
+    ``AUTH``, ``SELECT``) is not counted: it is the pool's, once per connection, and
+    a busy machine that times a connection out would otherwise show it as a call's.
+    """
 
     sends = 0
+    handshaking = False
+
+    @contextlib.contextmanager
+    def _handshake(self) -> Iterator[None]:
+        was, self.handshaking = self.handshaking, True
+        try:
+            yield
+        finally:
+            self.handshaking = was
+
+    def on_connect(self) -> None:  # redis-py 5 connects through this
+        with self._handshake():
+            super().on_connect()
+
+    def on_connect_check_health(self, check_health: bool = True) -> None:  # redis-py 6+
+        with self._handshake():
+            super().on_connect_check_health(check_health)
 
     def send_packed_command(self, command: Any, check_health: bool = True) -> None:
-        CountingConnection.sends += 1
+        if not self.handshaking:
+            CountingConnection.sends += 1
         super().send_packed_command(command, check_health)
 
 
