@@ -42,6 +42,10 @@ class RedisStartError(RuntimeError):
     """A redis-server process did not come up."""
 
 
+class PortTaken(RedisStartError):
+    """Another process answers on the port this server was to take."""
+
+
 # --------------------------------------------------------------------------- ports
 
 
@@ -54,6 +58,11 @@ def _can_bind(port: int) -> bool:
     return True
 
 
+# Every port free_port has given in this process: two servers built before either starts
+# (a cluster's nodes) must not be given the same one.
+_HANDED_OUT: set[int] = set()
+
+
 def free_port(*, with_bus: bool = False) -> int:
     """A free loopback port (and port + 10000 for a cluster bus when ``with_bus``).
 
@@ -63,7 +72,10 @@ def free_port(*, with_bus: bool = False) -> int:
     """
     for _ in range(200):
         port = random.randint(20000, 29999)
+        if port in _HANDED_OUT:  # free now, but a server of ours may be about to bind it
+            continue
         if _can_bind(port) and (not with_bus or _can_bind(port + 10000)):
+            _HANDED_OUT.add(port)
             return port
     raise RuntimeError("could not find a free port on 127.0.0.1")
 
@@ -170,9 +182,10 @@ class RedisServer:
             self._spawn()
             try:
                 self._wait_for_ping(timeout)
-            except RedisStartError:
+            except RedisStartError as error:
                 self._kill()
-                if not self._fixed_port and attempt < 4 and self._port_taken_in_log():
+                taken = isinstance(error, PortTaken) or self._port_taken_in_log()
+                if not self._fixed_port and attempt < 4 and taken:
                     self.port = free_port(with_bus=self.cluster_bus)
                     continue
                 raise
@@ -231,6 +244,7 @@ class RedisServer:
                     socket_timeout=0.5, socket_connect_timeout=0.5, retry=no_retry()
                 ) as conn:
                     if conn.ping():
+                        self._check_it_is_ours(conn)
                         return
             except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError):
                 pass
@@ -239,6 +253,17 @@ class RedisServer:
             f"{self.binary} did not answer PING on port {self.port} within {timeout:.0f}s.\n"
             f"{self.log_tail()}"
         )
+
+    def _check_it_is_ours(self, conn: redis.Redis) -> None:
+        """A PING answered at our port may come from another server that holds it (ours
+        then fails to bind and exits): the answering process must be ours."""
+        assert self.process is not None
+        pid = int(conn.info("server")["process_id"])
+        if pid != self.process.pid:
+            raise PortTaken(
+                f"port {self.port} is held by another redis-server (pid {pid}), not by "
+                f"{self.name} (pid {self.process.pid})"
+            )
 
     def _port_taken_in_log(self) -> bool:
         return "Address already in use" in self.log_tail(100)

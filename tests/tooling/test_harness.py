@@ -51,6 +51,32 @@ def test_standalone_restarts_on_the_same_port(redis_standalone: RedisServer) -> 
         assert conn.ping() is True
 
 
+def test_a_port_is_never_handed_out_twice() -> None:
+    # A cluster's three nodes get their ports before any of them binds one.
+    ports = [redis_harness.free_port(with_bus=True) for _ in range(300)]
+    assert len(set(ports)) == len(ports)
+
+
+def test_a_server_whose_port_another_holds_does_not_pass_for_started(
+    redis_standalone: RedisServer, tmp_path: Path
+) -> None:
+    # Once, a cluster node was given its neighbour's port: it could not bind, but the
+    # neighbour answered its PING, and the cluster never formed.
+    intruder = RedisServer(tmp_path, port=redis_standalone.port, name="intruder")
+    with pytest.raises(redis_harness.RedisStartError, match="held by another redis-server"):
+        intruder.start()
+    assert not intruder.is_running()
+    moved = RedisServer(tmp_path / "moved", name="moved")
+    moved.port = redis_standalone.port  # as if free_port had said so: it moves on
+    moved.start()
+    try:
+        assert moved.port != redis_standalone.port
+        with moved.client() as conn:
+            assert conn.info("server")["process_id"] == moved.process.pid  # type: ignore[union-attr]
+    finally:
+        moved.stop()
+
+
 # --------------------------------------------------------------------------- cluster
 
 
