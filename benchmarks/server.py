@@ -264,13 +264,14 @@ def render(report: Report) -> str:
         "",
         f"{THREADS} client threads in the benchmark's process, one connection each, on"
         f" loopback; {report.seconds:.0f} s per configuration after {WARM_SECONDS} s of"
-        " warm-up. *p50 added*: the median latency with the middleware minus without,"
+        " warm-up. *rps change* and *p50 added*: against the same server's row with no"
+        " limiter; *p50 added* is the median latency with the row's limiter minus without,"
         f" also as a multiple of the PING median ({ping_us:.0f} µs, measured just before)."
         " Under load that includes queueing: the servers, Redis and the load generator"
         f" share this machine's {os.cpu_count()} cores. *limits bite*: of 6 requests to"
         f" `/limited/1` ({site.LIMITED}/m per address), the 6th was refused with the"
         f" middleware and none without; of {CHECKED} requests to a view of django-ratelimit's"
-        " decorator at 10/h, the first 10 passed and the others were refused. The"
+        " decorator at 10/h, the first 10 or more passed and the rest were refused. The"
         " django-ratelimit row is the server without the middleware, loaded on a view under"
         " that decorator (1 limit by address, never reached).",
         "",
