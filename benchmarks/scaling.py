@@ -48,6 +48,7 @@ from typing import Any
 
 import redis
 from redis.cluster import RedisCluster
+from redis.crc import key_slot
 
 from benchmarks import instructions
 from benchmarks.kit import ONE_RATE, SEED_000_RATES, cpu, request_checks
@@ -119,7 +120,11 @@ def _calls(job: Job, client: redis.Redis | RedisCluster) -> list[Callable[[], bo
         candidates = request_checks(algorithm, rates, job.pool, two, f"{job.tag}-{batch}")
         requests += [checks for checks in candidates if all(map(serves, checks))]
         batch += 1
-    return [functools.partial(lambda r: engine.check(r).allowed, r) for r in requests[: job.pool]]
+
+    def allowed(request: list[Check]) -> bool:
+        return engine.check(request).allowed
+
+    return [functools.partial(allowed, request) for request in requests[: job.pool]]
 
 
 def _work(job: Job, ready: Barrier, go: Event, results: Any) -> None:
@@ -294,6 +299,32 @@ def shards_per_master(harness: RedisClusterHarness) -> list[int]:
     return [ports.count(s.port) for s in harness.masters]
 
 
+SLOTS = 16384  # of a Redis Cluster
+PLACEMENT_SHARDS = (64, 256, 1024)  # the default SHARDS, and more (1024 is the most)
+PLACEMENT_MASTERS = (3, 8, 16, 32, 64, 128, 256)
+
+
+def render_placement() -> str:
+    """Where the shards land when the 16,384 slots are split in equal ranges (as
+    ``redis-cli --cluster create`` does): the busiest master's shards over the mean.
+    Every key of an identity is in its shard's one slot, so this is the load's spread."""
+    lines = [
+        "| shards | " + " | ".join(f"{m} masters" for m in PLACEMENT_MASTERS) + " |",
+        "|--:|" + "--:|" * len(PLACEMENT_MASTERS),
+    ]
+    for shards in PLACEMENT_SHARDS:
+        keys = KeySpace(prefix=PREFIX, shards=shards)
+        slots = [key_slot(keys.index(n).encode()) for n in range(shards)]
+        cells = []
+        for masters in PLACEMENT_MASTERS:
+            held = [0] * masters
+            for slot in slots:
+                held[slot * masters // SLOTS] += 1
+            cells.append(f"{max(held) / (shards / masters):.2f}x ({max(held)}, {held.count(0)})")
+        lines.append(f"| {shards:,} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def render_standalone(rows: list[Measured], counts: dict[str, int] | None) -> str:
     """The per-shape table; with ``counts`` (instructions per check, by shape), what they
     give at this CPU's instructions per second."""
@@ -403,6 +434,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             "### The cluster, by masters in use",
             "",
             render_cluster(many, shards),
+            "### Shards per master, slots split in equal ranges",
+            "",
+            "The busiest master's shards over the mean (its shards, masters with none):",
+            "",
+            render_placement(),
         ]
     )
     print(text)
