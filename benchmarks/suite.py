@@ -192,6 +192,9 @@ def document(result: Run) -> str:
         " machines and between runs (other work shares this machine's cores), ratios much less."
         f" This run's PING medians: {_pings(result)}; a busy machine moves even those.",
         "",
+        "What one Redis core serves per policy shape, and how a Redis Cluster grows:"
+        " [scaling.md](scaling.md) (`python -m benchmarks.scaling`).",
+        "",
         "## Targets",
         "",
         "| target (issue 5) | this run | |",
