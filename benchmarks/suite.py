@@ -325,6 +325,19 @@ def where_the_time_goes(result: Run) -> str:
             " CPU) and a smaller script; the engine's script also keeps the offender index and"
             " reads overrides, and decides any number of limits and identities in that one call."
         )
+        costs = result.peers.costs
+        theirs, ours = (costs[row.name] for row in result.peers.pair(peers.DJANGO_RATELIMIT))
+        ping_cost = costs[result.peers.floor.name]
+        lines.append(
+            f"  Redis' own CPU per decision (`INFO cpu`): django-ratelimit"
+            f" {theirs.cpu_per_call:.0f} µs, its drop-in {ours.cpu_per_call:.0f} µs"
+            f" ({ours.cpu_per_call / theirs.cpu_per_call:.2f}x), of which inside commands"
+            f" {theirs.commands_per_call:.0f} and {ours.commands_per_call:.0f} µs. Reading a"
+            f" request and writing its reply costs Redis about {ping_cost.cpu_per_call:.0f} µs"
+            " whatever the command (the PING row); past that, django-ratelimit's commands are"
+            " a `SET NX` and, once the key exists, a short `EVAL`, where the engine's script"
+            " runs Lua around its commands."
+        )
     if result.server is not None:
         report = result.server
         servers = dict.fromkeys(r.server for r in report.results)
