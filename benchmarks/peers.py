@@ -14,7 +14,9 @@ client address, as in the engine benchmark):
 
 The Django rows build a fresh ``HttpRequest`` per call, as a server would.
 Every peer is also checked to limit: 11 decisions at 10/h for one address
-must allow exactly 10.
+must allow exactly 10. Redis' own CPU per decision (:mod:`benchmarks.rediscpu`)
+is taken around each row's rounds: issue 12 compares it, and the time, as
+this package's row over the peer's.
 """
 
 from __future__ import annotations
@@ -32,11 +34,15 @@ from benchmarks.kit import (
     cells,
     counting_client,
     interleave,
+    met,
     ping,
 )
+from benchmarks.rediscpu import Cost, Meter
 from devtools.redis_harness import RedisServer
 
 LIMIT = 10
+# Issue 12: this package's Redis CPU per 1-limit decision over django-ratelimit's.
+TARGET_REDIS_CPU = 1.0
 UNITS = {"s": "second", "h": "hour"}
 Decide = Callable[[str], bool]  # client address -> allowed
 Make = Callable[[str], Decide]  # a rate, "10/s" -> a decide function
@@ -61,6 +67,19 @@ class Report:
     rows: list[Row]
     rounds: int
     per_round: int
+    costs: dict[str, Cost]  # Redis' CPU, by row name
+
+    def pair(self, peer: str) -> tuple[Row, Row]:
+        """The peer's row whose name starts with ``peer``, and this package's under it."""
+        n = next(n for n, row in enumerate(self.rows) if row.name.startswith(peer))
+        return self.rows[n], self.rows[n + 1]
+
+    def ratios(self, peer: str) -> tuple[float, float]:
+        """Ours over the peer's: median time, and Redis CPU per decision."""
+        theirs, ours = self.pair(peer)
+        time = ours.scenario.median_us / theirs.scenario.median_us
+        cpu = self.costs[ours.name].cpu_per_call / self.costs[theirs.name].cpu_per_call
+        return time, cpu
 
 
 def _request(address: str) -> HttpRequest:
@@ -192,8 +211,41 @@ def run(server: RedisServer, quick: bool = False) -> Report:
         row.scenario = Scenario(row.name, call)
         once = row.make(f"{LIMIT}/h")
         row.check = [once(f"192.0.2.{tag}") for _ in range(LIMIT + 1)]
-    interleave([floor, *(row.scenario for row in peers)], rounds, per_round, stats)
-    return Report(floor, peers, rounds, per_round)
+    meter = Meter(stats)
+    interleave([floor, *(row.scenario for row in peers)], rounds, per_round, stats, meter)
+    return Report(floor, peers, rounds, per_round, meter.costs)
+
+
+# Issue 12's comparisons: (peer row, what it is).
+DJANGO_RATELIMIT = "django-ratelimit"
+LIMITS = ("limits fixed window", "limits moving window", "limits sliding window counter")
+
+
+def issue_12(report: Report) -> list[tuple[str, str, str, str]]:
+    """(figure, this run, target, met or missed) of issue 12's peer rows."""
+    time, cpu = report.ratios(DJANGO_RATELIMIT)
+    theirs, ours = (report.costs[row.name] for row in report.pair(DJANGO_RATELIMIT))
+    rows = [
+        (
+            "Redis CPU per decision, 1 limit: `django_ratelimits.compat` ÷ django-ratelimit",
+            f"{cpu:.2f}x ({ours.cpu_per_call:.1f} against {theirs.cpu_per_call:.1f} µs;"
+            f" time {time:.2f}x)",
+            f"≤ {TARGET_REDIS_CPU}x",
+            met(cpu <= TARGET_REDIS_CPU),
+        )
+    ]
+    for peer in LIMITS:
+        time, cpu = report.ratios(peer)
+        algorithm = report.pair(peer)[1].name.split()[1]
+        rows.append(
+            (
+                f"engine `check` 1 x 1 ÷ {peer} `hit` ({algorithm})",
+                f"time {time:.2f}x, Redis CPU {cpu:.2f}x",
+                "none set",
+                "-",
+            )
+        )
+    return rows
 
 
 def render(report: Report) -> str:
@@ -201,19 +253,35 @@ def render(report: Report) -> str:
         "## Peers on the same Redis",
         "",
         f"One decision, allowed, at {LIMIT}/s; {report.rounds} interleaved rounds of"
-        f" {report.per_round:,} calls per row, with their own PING row. *vs ours*: the"
-        " peer's median over the median of the row under it (this package doing the"
-        f" same job). *limits*: of {LIMIT + 1} decisions at {LIMIT}/h for one address,"
-        f" exactly the first {LIMIT} were allowed.",
+        f" {report.per_round:,} calls per row, with their own PING row. *Redis CPU*: the"
+        " server's CPU time (`INFO cpu`, user + system: commands, Lua, protocol and socket"
+        " system calls) per decision; *in commands*: the part inside commands (`INFO"
+        " commandstats`). *ours ÷ peer*: on this package's row, its median and its Redis"
+        " CPU over those of the peer's row above it (the same job). *limits*: of"
+        f" {LIMIT + 1} decisions at {LIMIT}/h for one address, exactly the first {LIMIT}"
+        " were allowed.",
         "",
-        f"| operation | {CELLS_HEAD} | vs ours | limits |",
-        f"|---|{CELLS_RULE}|--:|---|",
-        f"| {report.floor.name} | {cells(report.floor, report.floor)} | | |",
+        f"| operation | {CELLS_HEAD} | Redis CPU µs | in commands µs | ours ÷ peer: time"
+        " | ours ÷ peer: Redis CPU | limits |",
+        f"|---|{CELLS_RULE}|--:|--:|--:|--:|---|",
     ]
-    for n, row in enumerate(report.rows):
-        ours = report.rows[n + 1] if not row.ours else None
-        versus = f"{row.scenario.median_us / ours.scenario.median_us:.2f}x" if ours else ""
+
+    def line(scenario: Scenario, ratios: str, limits: str) -> str:
+        cost = report.costs[scenario.name]
+        return (
+            f"| {scenario.name} | {cells(scenario, report.floor)} | {cost.cpu_per_call:.1f}"
+            f" | {cost.commands_per_call:.1f} | {ratios} | {limits} |"
+        )
+
+    lines.append(line(report.floor, " | ", ""))
+    peer = ""
+    for row in report.rows:
+        ratios = " | "
+        if row.ours:
+            ratios = " | ".join(f"{ratio:.2f}x" for ratio in report.ratios(peer))
+        else:
+            peer = row.name
         allowed = sum(row.check)
         limits = "yes" if row.limits_at_its_limit else f"**no** ({allowed} allowed)"
-        lines.append(f"| {row.name} | {cells(row.scenario, report.floor)} | {versus} | {limits} |")
+        lines.append(line(row.scenario, ratios, limits))
     return "\n".join(lines) + "\n"

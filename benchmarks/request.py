@@ -10,6 +10,9 @@ demo's middleware stack, :class:`benchmarks.site.BenchUser` for the user):
   metadata, the engine benchmark's seed-000 row);
 * the same with 1 and 1,000 policies on paths that are never cached (more
   paths than the registry's match cache and the middleware's view cache hold);
+* ``RateLimitMiddleware`` with 1 policy of 1 limit by client address
+  (:data:`ONE_LIMIT`, the model's default algorithm and recording): issue 12's
+  match for django-ratelimit's decorator;
 * django-ratelimit's ``@ratelimit(key="ip", rate="10/s")`` on the same view,
   and ``django_ratelimits.compat.ratelimit``, its drop-in, without the middleware.
 
@@ -28,7 +31,7 @@ import itertools
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from unittest import mock
 
 from benchmarks import site
@@ -55,9 +58,18 @@ MATCHED = 5000  # paths matched to time PolicyRegistry.match alone
 DECORATOR_LIMIT = 10  # both decorators: per second on the timed views, per hour on the check's
 CHECKED = 2 * DECORATOR_LIMIT + 1  # requests to each decorator before the timing
 
+# The policy of the 1-limit row: per minute, so that its limits-bite check's requests
+# fall in one window however slow the machine (the timed requests never near it).
+ONE_LIMIT = {"name": "api", "rates": "10/m", "key": "ip", "path": r"^/api/"}
+ONE_LIMIT_ROW = f"RateLimitMiddleware, 1 policy, 1 limit by IP ({ONE_LIMIT['rates']})"
+
 # Targets of issue 5.
 TARGET_OVERHEAD = 1.5  # x PING, 10 policies with 6 limits matching
 TARGET_GROWTH = 0.10  # 1 -> 1,000 policies
+# Targets of issue 12: overheads over django-ratelimit's decorator's (1 limit), and x PING.
+TARGET_ONE_LIMIT = 0.5
+TARGET_TWO_BY_THREE = 1.0
+TARGET_TWO_BY_THREE_PING = 2.0
 
 
 @dataclass
@@ -104,19 +116,8 @@ class Report:
         return (
             c["middleware"] == [200] * site.LIMITED + [429]
             and c["no middleware"] == [200] * (site.LIMITED + 1)
-            and all(_bites(c[name]) for name in _CHECKED)
+            and all(site.bites(c[name], DECORATOR_LIMIT) for name in [*_CHECKED, ONE_LIMIT_ROW])
         )
-
-
-def _bites(statuses: list[int]) -> bool:
-    """The first allowed, at least one refused, no other status. ``CHECKED`` requests at
-    ``DECORATOR_LIMIT`` an hour span one window, or two if an hour ends among them: from
-    ``DECORATOR_LIMIT`` to ``2 * DECORATOR_LIMIT`` pass, however slow the machine."""
-    allowed = statuses.count(200)
-    refused = statuses.count(403) + statuses.count(429)
-    return (
-        statuses[0] == 200 and allowed >= DECORATOR_LIMIT and refused == len(statuses) - allowed > 0
-    )
 
 
 # The timed views (per second) and the views of the check (per hour), under each decorator.
@@ -182,17 +183,19 @@ def _handlers() -> tuple[site.WSGICall, site.WSGICall]:
     return site.wsgi_caller(bare), site.wsgi_caller(limited)
 
 
-def _registries(counts: tuple[int, ...]) -> dict[int, PolicyRegistry]:
+def _registry(rows: list[dict[str, Any]]) -> PolicyRegistry:
+    """A registry loaded from the database while it held ``rows``."""
     from django_ratelimits.policies import PolicyRegistry
 
-    registries: dict[int, PolicyRegistry] = {}
-    for n in counts:
-        site.store_policies(site.policy_rows(n))
-        registry = PolicyRegistry()
-        registry.refresh()
-        assert len(registry.all()) == n
-        registries[n] = registry
-    return registries
+    site.store_policies(rows)
+    registry = PolicyRegistry()
+    registry.refresh()
+    assert len(registry.all()) == len(rows)
+    return registry
+
+
+def _registries(counts: tuple[int, ...]) -> dict[int, PolicyRegistry]:
+    return {n: _registry(site.policy_rows(n)) for n in counts}
 
 
 def _match_us(registry: PolicyRegistry, paths: list[str]) -> float:
@@ -246,6 +249,9 @@ def run(server: RedisServer, quick: bool = False) -> Report:
     )
     report.rows.append(Row(report.python))
     registry_of[report.python.name] = registry_of[report.headline.name]
+    call = _caller(limited, _paths("/api/items", per_round), next(tag), per_round, False)
+    report.rows.append(Row(Scenario(ONE_LIMIT_ROW, call)))
+    registry_of[ONE_LIMIT_ROW] = _registry([ONE_LIMIT])
     for label, prefix in (
         ("django-ratelimit `@ratelimit`", _DECORATED["django-ratelimit"]),
         ("django_ratelimits.compat `@ratelimit`", _DECORATED["compat"]),
@@ -266,6 +272,9 @@ def run(server: RedisServer, quick: bool = False) -> Report:
     with mock.patch.object(policies, "_registry", registry_of[report.headline.name]):
         report.checks["middleware"] = [limited("/limited/1", "192.0.2.60", 1) for _ in range(6)]
     report.checks["no middleware"] = [bare("/limited/1", "192.0.2.61", 1) for _ in range(6)]
+    with mock.patch.object(policies, "_registry", registry_of[ONE_LIMIT_ROW]):
+        statuses = [limited("/api/items/1", "192.0.2.62", None) for _ in range(CHECKED)]
+        report.checks[ONE_LIMIT_ROW] = statuses
     for n, (name, prefix) in enumerate(_CHECKED.items()):
         address = f"192.0.2.{70 + n}"
         report.checks[name] = [bare(f"{prefix}/1", address, None) for _ in range(CHECKED)]
@@ -294,6 +303,36 @@ def targets(report: Report) -> list[tuple[str, str, str]]:
             f"1 → 1,000 policies adds < {TARGET_GROWTH:.0%} to the overhead",
             f"{growth:+.1%} (paths never cached: {cold:+.1%})",
             met(growth < TARGET_GROWTH and cold < TARGET_GROWTH),
+        ),
+    ]
+
+
+def issue_12(report: Report) -> list[tuple[str, str, str, str]]:
+    """(figure, this run, target, met or missed) of issue 12's request rows."""
+    ping_us = report.floor.median_us
+    decorator = report.overhead(report.scenario("django-ratelimit"))
+    one = report.overhead(report.scenario(ONE_LIMIT_ROW))
+    headline = report.overhead(report.headline)
+    against = f"django-ratelimit's `@ratelimit`, 1 limit: {decorator:.0f} µs"
+    return [
+        (
+            "request overhead, 1 policy of 1 limit by IP ÷ django-ratelimit's decorator",
+            f"{one / decorator:.2f}x ({one:.0f} µs; {against})",
+            f"≤ {TARGET_ONE_LIMIT}x",
+            met(one / decorator <= TARGET_ONE_LIMIT),
+        ),
+        (
+            f"request overhead, 2 x 3 + metadata ({HEADLINE} policies) ÷ django-ratelimit's"
+            " decorator",
+            f"{headline / decorator:.2f}x ({headline:.0f} µs; {against})",
+            f"≤ {TARGET_TWO_BY_THREE}x",
+            met(headline / decorator <= TARGET_TWO_BY_THREE),
+        ),
+        (
+            f"request overhead, 2 x 3 + metadata ({HEADLINE} policies) ÷ PING",
+            f"{headline / ping_us:.2f}x ({headline:.0f} µs; PING {ping_us:.0f} µs)",
+            f"≤ {TARGET_TWO_BY_THREE_PING}x",
+            met(headline / ping_us <= TARGET_TWO_BY_THREE_PING),
         ),
     ]
 
@@ -331,6 +370,7 @@ def render(report: Report) -> str:
         f" and 10 policies, and without it; {CHECKED} requests to each decorator on a view at"
         f" {DECORATOR_LIMIT}/h (the timed views' {DECORATOR_LIMIT}/s would let them all through"
         " on a machine slow enough to cross a second)."
+        f" {CHECKED} requests from one address with the 1-limit policy ({ONE_LIMIT['rates']})."
         f" Statuses: {checks}.",
         "",
         "| target | measured | |",

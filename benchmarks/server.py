@@ -11,6 +11,12 @@ with one ``http.client`` connection (kept alive where the server allows),
 count. Before the timed load, half a second of warm-up; after it, 6 requests
 to ``/limited/1`` (5/m per address) from an address of their own show
 whether the middleware is really there.
+
+The server without the middleware is also loaded on ``/django-ratelimit/load/<n>``:
+the same view under django-ratelimit's ``@ratelimit`` (1 limit by address, a rate
+no run reaches), so that issue 12 can set what the middleware costs a server
+beside what django-ratelimit's decorator costs it, in the same run. After it,
+21 requests to a view of that decorator at 10/h show it counted and refused.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks import site
-from benchmarks.kit import Scenario, counting_client, interleave, ping
+from benchmarks.kit import Scenario, counting_client, interleave, met, ping
 from devtools.redis_harness import RedisServer, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,6 +47,17 @@ THREADS = 4
 MAX_REQUESTS = 200_000
 START_TIMEOUT = 30.0
 WARM_SECONDS = 0.5
+CHECKED = 21  # requests to django-ratelimit's view at 10/h after its load
+
+# What limits a configuration's requests.
+NONE = "none"
+MIDDLEWARE = "RateLimitMiddleware, 2 x 3 + metadata"
+DECORATOR = "django-ratelimit `@ratelimit`, 1 limit"
+PATHS = {NONE: "/api/items", MIDDLEWARE: "/api/items", DECORATOR: "/django-ratelimit/load"}
+
+SYNC = "gunicorn sync"
+# Issue 12: requests/s that gunicorn sync loses with the middleware, at most.
+TARGET_LOSS = 0.20
 
 
 def _commands(port: int) -> dict[str, list[str]]:
@@ -50,7 +67,7 @@ def _commands(port: int) -> dict[str, list[str]]:
     # without the middleware (a stall like Nagle's against delayed ACKs), which would
     # measure that stall rather than the server.
     return {
-        "gunicorn sync": [*gunicorn, "--worker-class", "sync", wsgi],
+        SYNC: [*gunicorn, "--worker-class", "sync", wsgi],
         "gunicorn gthread": [*gunicorn, "--worker-class", "gthread", "--threads", "4", wsgi],
     }
 
@@ -80,14 +97,16 @@ class Load:
 @dataclass
 class Result:
     server: str
-    middleware: bool
+    limiter: str  # NONE, MIDDLEWARE or DECORATOR
     load: Load
-    check: list[int]  # statuses of the 6 requests to /limited/1
+    check: list[int]  # statuses of the requests that show whether the limiter limits
 
     @property
     def limits_bite(self) -> bool:
+        if self.limiter == DECORATOR:
+            return site.bites(self.check, 10)
         limited = [200] * site.LIMITED + [429]
-        return self.check == (limited if self.middleware else [200] * (site.LIMITED + 1))
+        return self.check == (limited if self.limiter == MIDDLEWARE else [200] * len(limited))
 
 
 @dataclass
@@ -95,6 +114,13 @@ class Report:
     floor: Scenario  # PING, just before the servers
     results: list[Result]
     seconds: float
+
+    def result(self, server: str, limiter: str) -> Result:
+        return next(r for r in self.results if (r.server, r.limiter) == (server, limiter))
+
+    def loss(self, server: str, limiter: str) -> float:
+        """The share of requests/s that ``limiter`` costs ``server``."""
+        return 1 - self.result(server, limiter).load.rps / self.result(server, NONE).load.rps
 
 
 def _get(connection: http.client.HTTPConnection, path: str, user: int) -> int:
@@ -104,8 +130,8 @@ def _get(connection: http.client.HTTPConnection, path: str, user: int) -> int:
     return response.status
 
 
-def load(port: int, seconds: float, threads: int = THREADS) -> Load:
-    """``GET /api/items/<n>`` from ``threads`` connections for ``seconds`` (or MAX_REQUESTS)."""
+def load(port: int, seconds: float, path: str = PATHS[NONE], threads: int = THREADS) -> Load:
+    """``GET path/<n>`` from ``threads`` connections for ``seconds`` (or MAX_REQUESTS)."""
     result = Load()
     counter = itertools.count()
     lock = threading.Lock()
@@ -117,7 +143,7 @@ def load(port: int, seconds: float, threads: int = THREADS) -> Load:
         while time.perf_counter() < deadline and (n := next(counter)) < MAX_REQUESTS:
             started = time.perf_counter_ns()
             try:
-                statuses[_get(connection, f"/api/items/{n % 1000}", 1 + n % 10_000)] += 1
+                statuses[_get(connection, f"{path}/{n % 1000}", 1 + n % 10_000)] += 1
             except (OSError, http.client.HTTPException):
                 errors += 1
                 connection.close()
@@ -182,10 +208,12 @@ def run(server: RedisServer, workdir: Path, quick: bool = False) -> Report:
     port = free_port()
     results = []
     sources = itertools.count(1)
+    # A server without the middleware serves NONE, then DECORATOR; then one with it.
+    configurations = ((False, (NONE, DECORATOR)), (True, (MIDDLEWARE,)))
     for name, argv in _commands(port).items():
-        if quick and name != "gunicorn sync":
+        if quick and name != SYNC:
             continue
-        for middleware in (False, True):
+        for middleware, limiters in configurations:
             env = {
                 **os.environ,
                 **site.environment(server, workdir, middleware=middleware),
@@ -193,16 +221,40 @@ def run(server: RedisServer, workdir: Path, quick: bool = False) -> Report:
             }
             log = workdir / f"{name.replace(' ', '-')}-{int(middleware)}.log"
             with serving(argv, env, port, log):
-                load(port, WARM_SECONDS)
-                measured = load(port, seconds)
-                source = f"127.0.1.{next(sources)}"
-                connection = http.client.HTTPConnection(
-                    "127.0.0.1", port, timeout=10, source_address=(source, 0)
-                )
-                check = [_get(connection, "/limited/1", 1) for _ in range(site.LIMITED + 1)]
-                connection.close()
-            results.append(Result(name, middleware, measured, check))
+                for limiter in limiters:
+                    load(port, WARM_SECONDS, PATHS[limiter])
+                    measured = load(port, seconds, PATHS[limiter])
+                    source = f"127.0.1.{next(sources)}"
+                    check = _check(port, source, limiter)
+                    results.append(Result(name, limiter, measured, check))
     return Report(floor, results, seconds)
+
+
+def _check(port: int, source: str, limiter: str) -> list[int]:
+    """Statuses of requests from ``source`` that show whether ``limiter`` limits."""
+    path, count = ("/django-ratelimit/check/1", CHECKED)
+    if limiter != DECORATOR:
+        path, count = "/limited/1", site.LIMITED + 1
+    connection = http.client.HTTPConnection(
+        "127.0.0.1", port, timeout=10, source_address=(source, 0)
+    )
+    try:
+        return [_get(connection, path, 1) for _ in range(count)]
+    finally:
+        connection.close()
+
+
+def issue_12(report: Report) -> list[tuple[str, str, str, str]]:
+    """(figure, this run, target, met or missed) of issue 12's server row."""
+    loss, peer = report.loss(SYNC, MIDDLEWARE), report.loss(SYNC, DECORATOR)
+    return [
+        (
+            f"{SYNC} requests/s lost with the middleware (2 x 3 + metadata)",
+            f"{loss:.0%} (django-ratelimit's decorator, 1 limit: {peer:.0%})",
+            f"≤ {TARGET_LOSS:.0%}",
+            met(loss <= TARGET_LOSS),
+        )
+    ]
 
 
 def render(report: Report) -> str:
@@ -212,31 +264,32 @@ def render(report: Report) -> str:
         "",
         f"{THREADS} client threads in the benchmark's process, one connection each, on"
         f" loopback; {report.seconds:.0f} s per configuration after {WARM_SECONDS} s of"
-        " warm-up. *p50 added*: the median latency with the middleware minus without,"
+        " warm-up. *rps change* and *p50 added*: against the same server's row with no"
+        " limiter; *p50 added* is the median latency with the row's limiter minus without,"
         f" also as a multiple of the PING median ({ping_us:.0f} µs, measured just before)."
         " Under load that includes queueing: the servers, Redis and the load generator"
         f" share this machine's {os.cpu_count()} cores. *limits bite*: of 6 requests to"
         f" `/limited/1` ({site.LIMITED}/m per address), the 6th was refused with the"
-        " middleware and none without.",
+        f" middleware and none without; of {CHECKED} requests to a view of django-ratelimit's"
+        " decorator at 10/h, the first 10 or more passed and the rest were refused. The"
+        " django-ratelimit row is the server without the middleware, loaded on a view under"
+        " that decorator (1 limit by address, never reached).",
         "",
-        "| server | middleware | requests | requests/s | p50 ms | p99 ms | not 200"
+        "| server | limiter | requests | requests/s | p50 ms | p99 ms | not 200"
         " | rps change | p50 added ms | added x PING | limits bite |",
         "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|---|",
     ]
-    without: dict[str, Result] = {}
     for result in report.results:
         load_ = result.load
         change = added = ratio = ""
-        if not result.middleware:
-            without[result.server] = result
-        else:
-            base = without[result.server].load
+        if result.limiter != NONE:
+            base = report.result(result.server, NONE).load
             change = f"{load_.rps / base.rps - 1:+.0%}"
             extra_ms = load_.p50_ms - base.p50_ms
             added, ratio = f"{extra_ms:+.2f}", f"{extra_ms * 1000 / ping_us:.1f}"
         others = sum(n for status, n in load_.statuses.items() if status != 200) + load_.errors
         lines.append(
-            f"| {result.server} | {'on' if result.middleware else 'off'}"
+            f"| {result.server} | {result.limiter}"
             f" | {len(load_.latencies_ns):,} | {load_.rps:,.0f} | {load_.p50_ms:.2f}"
             f" | {load_.percentile_ms(0.99):.2f} | {others} | {change} | {added} | {ratio}"
             f" | {'yes' if result.limits_bite else f'**no** {result.check}'} |"

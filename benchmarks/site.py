@@ -121,6 +121,15 @@ def store_policies(rows: list[dict[str, Any]]) -> None:
         policy.save()
 
 
+def bites(statuses: list[int], limit: int) -> bool:
+    """The first allowed, at least one refused, no other status: a limiter counted and
+    refused. Requests at ``limit`` an hour (or a minute) span one window, or two if one
+    ends among them: from ``limit`` to ``2 * limit`` pass, however slow the machine."""
+    allowed = statuses.count(200)
+    refused = statuses.count(403) + statuses.count(429)
+    return statuses[0] == 200 and allowed >= limit and refused == len(statuses) - allowed > 0
+
+
 @functools.cache
 def _user(pk: int) -> User:
     from django.contrib.auth.models import User

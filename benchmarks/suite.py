@@ -165,6 +165,18 @@ def targets(result: Run) -> list[tuple[str, str, str]]:
     return rows
 
 
+def issue_12(result: Run) -> list[tuple[str, str, str, str]]:
+    """(figure, this run, target, met or missed) of issue 12's rows this run measured."""
+    rows = []
+    if result.peers is not None:
+        rows += peers.issue_12(result.peers)
+    if result.request is not None:
+        rows += request.issue_12(result.request)
+    if result.server is not None:
+        rows += server.issue_12(result.server)
+    return rows
+
+
 def document(result: Run) -> str:
     total = sum(result.seconds.values())
     took = ", ".join(f"{part} {seconds:.0f} s" for part, seconds in result.seconds.items())
@@ -180,6 +192,9 @@ def document(result: Run) -> str:
         " machines and between runs (other work shares this machine's cores), ratios much less."
         f" This run's PING medians: {_pings(result)}; a busy machine moves even those.",
         "",
+        "What one Redis core serves per policy shape, and how a Redis Cluster grows:"
+        " [scaling.md](scaling.md) (`python -m benchmarks.scaling`).",
+        "",
         "## Targets",
         "",
         "| target (issue 5) | this run | |",
@@ -187,6 +202,19 @@ def document(result: Run) -> str:
         *(f"| {t} | {m} | {ok} |" for t, m, ok in targets(result)),
         "",
     ]
+    twelve = issue_12(result)
+    if twelve:
+        lines += [
+            "## Targets (issue 12)",
+            "",
+            "Each figure a ratio of two rows measured in this run (the rows are in the"
+            " sections below): this package's over the peer's, or a share of requests/s.",
+            "",
+            "| figure | this run | target | |",
+            "|---|---|---|---|",
+            *(f"| {f} | {m} | {t} | {ok} |" for f, m, t, ok in twelve),
+            "",
+        ]
     if result.engine is not None:
         lines += [engine.tables(result.engine), ""]
     if result.peers is not None:
@@ -297,16 +325,32 @@ def where_the_time_goes(result: Run) -> str:
             " CPU) and a smaller script; the engine's script also keeps the offender index and"
             " reads overrides, and decides any number of limits and identities in that one call."
         )
-    if result.server is not None:
-        changes = []
-        results = result.server.results
-        for off, on in zip(results[::2], results[1::2], strict=True):
-            changes.append(f"{on.server} {on.load.rps / off.load.rps - 1:+.0%}")
+        costs = result.peers.costs
+        theirs, ours = (costs[row.name] for row in result.peers.pair(peers.DJANGO_RATELIMIT))
+        ping_cost = costs[result.peers.floor.name]
         lines.append(
-            f"- **The servers**: requests/s with the middleware against without:"
-            f" {', '.join(changes)}. Each request adds one script call on Redis and the"
-            f" limiter's Python; with {os.cpu_count()} cores shared by the workers, Redis and"
-            " the load generator, that CPU comes straight out of throughput."
+            f"  Redis' own CPU per decision (`INFO cpu`): django-ratelimit"
+            f" {theirs.cpu_per_call:.0f} µs, its drop-in {ours.cpu_per_call:.0f} µs"
+            f" ({ours.cpu_per_call / theirs.cpu_per_call:.2f}x), of which inside commands"
+            f" {theirs.commands_per_call:.0f} and {ours.commands_per_call:.0f} µs. Reading a"
+            f" request and writing its reply costs Redis about {ping_cost.cpu_per_call:.0f} µs"
+            " whatever the command (the PING row); past that, django-ratelimit's commands are"
+            " a `SET NX` and, once the key exists, a short `EVAL`, where the engine's script"
+            " runs Lua around its commands."
+        )
+    if result.server is not None:
+        report = result.server
+        servers = dict.fromkeys(r.server for r in report.results)
+        changes = ", ".join(
+            f"{name} {-report.loss(name, server.MIDDLEWARE):+.0%}"
+            f" (django-ratelimit's decorator {-report.loss(name, server.DECORATOR):+.0%})"
+            for name in servers
+        )
+        lines.append(
+            f"- **The servers**: requests/s with the middleware against without: {changes}."
+            " Each request adds one script call on Redis and the limiter's Python; with"
+            f" {os.cpu_count()} cores shared by the workers, Redis and the load generator,"
+            " that CPU comes straight out of throughput."
         )
     return "\n".join(lines) + "\n"
 

@@ -12,6 +12,9 @@ PEER_RATE = "10/s"
 # The limits-bite check's rate: an hour, so that its requests span at most two windows
 # however slow the machine (at 10/s a slow run crosses a window and lets them all through).
 CHECK_RATE = "10/h"
+# The rate of the view that a server benchmark loads: never reached, so every request is
+# counted and allowed.
+LOAD_RATE = "1000000/s"
 
 
 def item(request: HttpRequest, n: int) -> HttpResponse:
@@ -24,5 +27,6 @@ urlpatterns = [
     path("django-ratelimit/items/<int:n>", django_ratelimit(key="ip", rate=PEER_RATE)(item)),
     path("compat/items/<int:n>", compat.ratelimit(key="ip", rate=PEER_RATE)(item)),
     path("django-ratelimit/check/<int:n>", django_ratelimit(key="ip", rate=CHECK_RATE)(item)),
+    path("django-ratelimit/load/<int:n>", django_ratelimit(key="ip", rate=LOAD_RATE)(item)),
     path("compat/check/<int:n>", compat.ratelimit(key="ip", rate=CHECK_RATE)(item)),
 ]

@@ -49,8 +49,9 @@ def _section(text: str, title: str) -> list[list[str]]:
 
 def test_the_report_has_every_part(report: str) -> None:
     assert report.startswith("# Benchmarks\n")
-    for title in ("Targets", "Peers on the same Redis", "Whole request overhead"):
+    for title in ("Targets", "Targets (issue 12)", "Peers on the same Redis"):
         assert f"\n## {title}\n" in report
+    assert "\n## Whole request overhead\n" in report
     for title in ("A real server", "Accuracy", "Where the time goes"):
         assert f"\n## {title}\n" in report
 
@@ -61,6 +62,7 @@ def test_every_peer_decides_in_redis_and_limits_at_its_limit(report: str) -> Non
     for row in rows:
         assert row[5] == "0", row  # denied: the allowed path was timed
         assert float(row[4]) >= 1, row  # round trips: each decision asked Redis
+        assert float(row[7]) > 0, row  # Redis CPU per decision: Redis did the work
     for row in rows[1:]:
         assert row[-1] == "yes", row  # 10 of 11 decisions at 10/h allowed, the 11th refused
         if row[0].startswith("django_ratelimits"):
@@ -73,19 +75,34 @@ def test_the_request_rows_ask_redis_once_and_the_limits_bite(report: str) -> Non
     for count in ("1 policy", "10 policies", "100 policies", "1,000 policies"):
         assert f"RateLimitMiddleware, {count}" in names
     assert any(name.startswith("django-ratelimit `@ratelimit`") for name in names)
+    assert any(name.startswith("RateLimitMiddleware, 1 policy, 1 limit by IP") for name in names)
     for row in rows:
         if row[0] == "no rate limiting" or row[0].endswith("the engine's answer replayed"):
             assert row[4] == "0", row  # no Redis: the middleware's Python alone
         elif row[0].startswith(("RateLimitMiddleware", "the engine call")):
             assert row[4] == "1", row  # one round trip per request, 6 limits and all
         assert row[5] == "0", row
-    assert "Limits bite (yes)" in report
+    assert "Limits bite (yes)" in report  # the 1-limit policy and both decorators refused too
     assert "middleware: [200, 200, 200, 200, 200, 429]" in report  # really enforcing
 
 
-def test_the_server_served_and_limited_only_with_the_middleware(report: str) -> None:
+def test_issue_12_has_a_figure_and_a_verdict_per_row(report: str) -> None:
+    rows = _section(report, "Targets (issue 12)")
+    # django-ratelimit's Redis CPU, three against `limits`, three of requests, one of servers
+    assert len(rows) == 8
+    for figure, measured, target, verdict in rows:
+        assert "x" in measured or "%" in measured, figure
+        assert verdict in ("met", "**missed**", "-"), figure
+        assert (target == "none set") == (verdict == "-"), figure
+
+
+def test_the_server_served_and_limited_only_with_a_limiter(report: str) -> None:
     rows = _section(report, "A real server")
-    assert [(row[0], row[1]) for row in rows] == [("gunicorn sync", "off"), ("gunicorn sync", "on")]
+    assert [(row[0], row[1]) for row in rows] == [
+        ("gunicorn sync", "none"),
+        ("gunicorn sync", "django-ratelimit `@ratelimit`, 1 limit"),  # counted, refused at 10/h
+        ("gunicorn sync", "RateLimitMiddleware, 2 x 3 + metadata"),
+    ]
     for row in rows:
         assert int(row[2].replace(",", "")) > 0, row  # requests served
         assert row[6] == "0", row  # every one a 200
