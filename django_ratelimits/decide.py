@@ -374,6 +374,9 @@ class Planned:
 
     def failed(self, error: BackendError) -> Verdict:
         breaker.failure(error)
+        cache = _cache()
+        if cache is not None:  # Redis fails: fail open or closed, as without the cache
+            cache.clear()
         return self._refused(error)
 
     def _refused(self, error: BackendError) -> Verdict:

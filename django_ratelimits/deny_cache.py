@@ -13,6 +13,8 @@ rate, algorithm and burst, so a policy edit leaves its old entries unused.
 Bounded: at most ``DENIAL_CACHE`` entries (least recently used first out;
 0 turns the cache off), each held at most :data:`HOLD_MAX_US`.
 
+A Redis failure (an engine call's, or the epoch's) drops every entry.
+
 Staff's writes bump the epoch in Redis (:mod:`django_ratelimits.engine.denials`);
 the cache reads it at most every ``POLICY_REFRESH`` seconds, before an engine
 call, while it holds entries or has denials to learn, and drops every entry
@@ -92,8 +94,8 @@ class DenialCache:
         return len(self._entries)
 
     def clear(self) -> None:
-        """Forget every cached denial (for tests, or after Redis was written by hand;
-        a new epoch in Redis does the same in every process)."""
+        """Forget every cached denial: Redis failed (or was written by hand; a new
+        epoch in Redis does the same in every process)."""
         with self._lock:
             self._entries.clear()
 
@@ -112,15 +114,17 @@ class DenialCache:
         return at is None or self.now_us() - at >= get_settings().policy_refresh * 1_000_000
 
     def read_epoch(self) -> None:
-        """Read the epoch; a new one drops every entry. Redis failing keeps them
-        (each ends within :data:`HOLD_MAX_US`), and the epoch is tried again after
-        ``POLICY_REFRESH``, not on every request of an outage."""
+        """Read the epoch; a new one drops every entry, and so does Redis failing (then
+        fail-open and fail-closed decide, as without the cache), the epoch being tried
+        again after ``POLICY_REFRESH``, not on every request of an outage."""
         at = self.now_us()
         try:
             epoch = self.denials.epoch()
         except BackendError as error:
-            logger.warning("could not read the denial epoch, keeping cached denials: %s", error)
-            self._epoch_at = at
+            logger.warning("could not read the denial epoch, dropping cached denials: %s", error)
+            with self._lock:
+                self._entries.clear()
+                self._epoch_at = at
             return
         with self._lock:
             if epoch != self._epoch:

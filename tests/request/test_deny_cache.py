@@ -297,3 +297,23 @@ def test_the_compat_layer_answers_from_the_cache_as_redis_did(
     # A peek is answered from the cache too, but is no refusal: it is not counted.
     assert is_ratelimited(request, **{**options, "increment": False})
     assert denials() == 2 + 1  # Redis' two, and the one refused from the cache
+
+
+def test_a_redis_failure_drops_cached_denials_so_policies_fail_open_as_before(
+    site_redis: redis.Redis | RedisCluster, frozen_clock: FakeClock, request: pytest.FixtureRequest
+) -> None:
+    if isinstance(site_redis, RedisCluster):
+        pytest.skip("stops the standalone server")
+    server = request.getfixturevalue("redis_standalone")
+    policy(rates="1/h")
+    me = Client(REMOTE_ADDR=ADDRESS)
+    assert flood(me, 3) == [200, 429, 429]
+    server.stop()
+    try:
+        assert me.get("/api/hello").status_code == 429  # nothing sent: the answer stands
+        # The first call that fails (anyone's) drops the cache: fail open, as before.
+        assert Client(REMOTE_ADDR="203.0.113.10").get("/api/hello").status_code == 200
+        assert len(cache()) == 0
+        assert flood(me, 3) == [200] * 3
+    finally:
+        server.start()
