@@ -13,6 +13,7 @@ One ``redis-server`` on loopback (``devtools.redis_harness``) serves every part:
 * ``peers`` (:mod:`benchmarks.peers`): django-ratelimit, DRF, ``limits``;
 * ``request`` (:mod:`benchmarks.request`): whole-request overhead in Django;
 * ``server`` (:mod:`benchmarks.server`): gunicorn (sync, gthread) under load;
+* ``flood`` (:mod:`benchmarks.flood`): one identity's flood, with and without the cache;
 * ``accuracy``: ``devtools.accuracy``'s table (reference model, fake clock).
 
 Django runs in this process with ``benchmarks.settings`` and a SQLite file in
@@ -33,13 +34,13 @@ from datetime import UTC, datetime
 from importlib.metadata import version
 from pathlib import Path
 
-from benchmarks import engine, peers, request, server, site
+from benchmarks import engine, flood, peers, request, server, site
 from benchmarks.kit import cpu, met
 from devtools import accuracy
 from devtools.redis_harness import RedisServer, temporary_workdir
 
 DOC = engine.DOC
-PARTS = ("engine", "peers", "request", "server", "accuracy")
+PARTS = ("engine", "peers", "request", "server", "flood", "accuracy")
 PACKAGES = (
     "django",
     "django-redis",
@@ -58,6 +59,7 @@ class Run:
     peers: peers.Report | None = None
     request: request.Report | None = None
     server: server.Report | None = None
+    flood: flood.Report | None = None
     accuracy: str | None = None
     seconds: dict[str, float] = field(default_factory=dict)
 
@@ -84,7 +86,7 @@ def _run(redis_server: RedisServer, workdir: Path, parts: Sequence[str], quick: 
         started = timed("engine")
         result.engine = engine.run(redis_server, quick=quick)
         result.seconds["engine"] = time.perf_counter() - started
-    if {"peers", "request", "server"} & set(parts):
+    if {"peers", "request", "server", "flood"} & set(parts):
         site.setup(redis_server, workdir)
     if "peers" in parts:
         started = timed("peers")
@@ -98,6 +100,10 @@ def _run(redis_server: RedisServer, workdir: Path, parts: Sequence[str], quick: 
         started = timed("server")
         result.server = server.run(redis_server, workdir, quick=quick)
         result.seconds["server"] = time.perf_counter() - started
+    if "flood" in parts:
+        started = timed("flood")
+        result.flood = flood.run(redis_server, workdir, quick=quick)
+        result.seconds["flood"] = time.perf_counter() - started
     if "accuracy" in parts:
         started = timed("accuracy")
         result.accuracy = accuracy.table()
@@ -162,6 +168,8 @@ def targets(result: Run) -> list[tuple[str, str, str]]:
         )
     if result.request is not None:
         rows += request.targets(result.request)
+    if result.flood is not None:
+        rows += flood.targets(result.flood)
     return rows
 
 
@@ -223,6 +231,8 @@ def document(result: Run) -> str:
         lines += [request.render(result.request)]
     if result.server is not None:
         lines += [server.render(result.server)]
+    if result.flood is not None:
+        lines += [flood.render(result.flood)]
     if result.accuracy is not None:
         lines += [
             "## Accuracy",

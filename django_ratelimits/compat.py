@@ -307,5 +307,6 @@ def _decide(request: HttpRequest, spec: PolicySpec, identity: Identity, incremen
     """One engine call: charge (``increment``) or look; a Redis failure becomes a verdict."""
     planned = Planned(request, (spec,), [Check(identity, spec.limits)])
     return planned.run(
-        lambda checks: (get_engine().check if increment else get_engine().peek)(checks)
+        lambda checks: (get_engine().check if increment else get_engine().peek)(checks),
+        charge=increment,
     )

@@ -79,6 +79,7 @@ _BOUNDS: Final[Mapping[str, tuple[float, int]]] = MappingProxyType(
         "policy_refresh": (0.05, 3600),
         "breaker_failures": (1, 1000),
         "breaker_cooldown": (0.1, 3600),
+        "denial_cache": (0, 1_000_000),
     }
 )
 _FLOATS: Final = frozenset(
@@ -181,6 +182,7 @@ class RateLimitSettings:
     fail_closed_status: int = 503
     breaker_failures: int = 3
     breaker_cooldown: float = 5.0
+    denial_cache: int = 10_000
     identity_budget: str | None = "50/h"
     # Set by __post_init__ from ``identity_budget``: the rate, or None when off.
     identity_budget_rate: Rate | None = field(init=False, repr=False, compare=False)

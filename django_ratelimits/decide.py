@@ -38,6 +38,7 @@ from django.http import HttpRequest
 from django_ratelimits import signals
 from django_ratelimits.breaker import breaker
 from django_ratelimits.conf import get_settings
+from django_ratelimits.deny_cache import DenialCache, cache_for
 from django_ratelimits.engine import (
     Check,
     Decision,
@@ -278,26 +279,79 @@ class Planned:
         elif not breaker.allow():
             self.verdict = self._refused(BackendError("circuit breaker open"))
 
-    def run(self, call: Callable[[list[Check]], Decision]) -> Verdict:
-        """The verdict, with ``call`` (an engine's ``check`` or ``peek``) if one is needed."""
+    def run(self, call: Callable[[list[Check]], Decision], *, charge: bool = True) -> Verdict:
+        """The verdict, with ``call`` (an engine's ``check``, or ``peek`` with
+        ``charge=False``) if one is needed and the cache of denials does not answer."""
         if self.verdict is not None:
             return self.verdict
-        try:
-            return self.decided(call(self.checks))
-        except BackendError as error:
-            return self.failed(error)
+        cache = _cache()
+        if cache is None:
+            return self._call(call)
+        if cache.epoch_due():
+            cache.read_epoch()
+        verdict = self._cached(cache, charge) or self._call(call, cache)
+        if cache.flush_due():
+            cache.flush()
+        return verdict
 
-    async def arun(self, call: Callable[[list[Check]], Awaitable[Decision]]) -> Verdict:
+    async def arun(
+        self, call: Callable[[list[Check]], Awaitable[Decision]], *, charge: bool = True
+    ) -> Verdict:
         """:meth:`run` with an async ``call`` (``acheck`` or ``apeek``)."""
         if self.verdict is not None:
             return self.verdict
+        cache = _cache()
+        if cache is not None and cache.epoch_due():
+            await cache.aread_epoch()
+        verdict = None if cache is None else self._cached(cache, charge)
+        if verdict is None:
+            epoch, sent = (None, 0) if cache is None else (cache.epoch(), cache.now_us())
+            try:
+                decision = await call(self.checks)
+            except BackendError as error:
+                return self.failed(error)
+            verdict = self.decided(decision)
+            if cache is not None:
+                self._learn(cache, decision, epoch, sent)
+        if cache is not None and cache.flush_due():
+            await cache.aflush()
+        return verdict
+
+    def _call(
+        self, call: Callable[[list[Check]], Decision], cache: DenialCache | None = None
+    ) -> Verdict:
+        epoch, sent = (None, 0) if cache is None else (cache.epoch(), cache.now_us())
         try:
-            return self.decided(await call(self.checks))
+            decision = call(self.checks)
         except BackendError as error:
             return self.failed(error)
+        verdict = self.decided(decision)
+        if cache is not None:
+            self._learn(cache, decision, epoch, sent)
+        return verdict
+
+    def _cached(self, cache: DenialCache, charge: bool) -> Verdict | None:
+        """The verdict the cache of denials gives without Redis, if it has one."""
+        decision = cache.refuse(self.checks, count=charge)
+        return None if decision is None else self._announced(decision)
+
+    def _learn(
+        self, cache: DenialCache, decision: Decision, epoch: int | None, sent_us: int
+    ) -> None:
+        enforced = frozenset(p.name for p in self.applied if not p.shadow)
+        if all(r.allowed or r.limit.policy not in enforced for r in decision.results):
+            return
+        if epoch is None:
+            cache.want_epoch()
+        else:
+            cache.learn(decision, enforced, epoch, sent_us)
 
     def decided(self, decision: Decision) -> Verdict:
         breaker.success()
+        return self._announced(decision)
+
+    def _announced(self, decision: Decision) -> Verdict:
+        """The verdict of ``decision``, its blocks logged and its denials signalled."""
         verdict = Verdict(self.applied, decision, considered=self.considered)
         announced: set[str] = set()
         logged: set[Identity] = set()
@@ -320,6 +374,9 @@ class Planned:
 
     def failed(self, error: BackendError) -> Verdict:
         breaker.failure(error)
+        cache = _cache()
+        if cache is not None:  # Redis fails: fail open or closed, as without the cache
+            cache.clear()
         return self._refused(error)
 
     def _refused(self, error: BackendError) -> Verdict:
@@ -332,6 +389,14 @@ class Planned:
             fail_closed=verdict.failed_closed(),
         )
         return verdict
+
+
+def _cache() -> DenialCache | None:
+    """The cache of denials of the configured engine (None if off or no engine)."""
+    try:
+        return cache_for(get_engine())
+    except BackendError:  # the engine's client could not be made: the call will say so
+        return None
 
 
 def _log_block(request: HttpRequest, result: LimitResult) -> None:

@@ -50,6 +50,8 @@ DJANGO_RATELIMITS = {
     "BREAKER_FAILURES": 3,
     # Shorter than the default 5 s, so that recovery is seen quickly.
     "BREAKER_COOLDOWN": 1.0,
+    # The default unless a test's servers say otherwise (RATELIMITS_SERVER_DENIAL_CACHE).
+    "DENIAL_CACHE": int(os.environ.get("RATELIMITS_SERVER_DENIAL_CACHE", "10000")),
 }
 
 LOGGING = SERVER_LOGGING

@@ -23,13 +23,17 @@ checks that what the script stores parses back to what was sent.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+
+from django_ratelimits.engine.keys import printable
 
 ANONYMOUS = "user:-"
 
 
 DENIED, SHADOW, ALLOWED = "D", "S", "A"
 _OUTCOMES = (DENIED, SHADOW, ALLOWED)
+_NAME_SEPARATORS = re.compile(r"[|,=]")  # as the script replaces them in policy names
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,13 @@ def ip_behind(address: str) -> str:
 def entry_head(who: str, method: str | None, path: str) -> str:
     """``<who>|<method> <path>``: what the limiter hands the engine for one request."""
     return f"{who}|{method} {path}"
+
+
+def full_entry(head: str, at_ms: int, outcome: str, policies: dict[str, str]) -> str:
+    """A whole entry, as the check script writes it: for a request refused without it
+    (:mod:`django_ratelimits.deny_cache`); ``policies`` maps each name to its outcome."""
+    named = ",".join(f"{_NAME_SEPARATORS.sub('_', n)}={s}" for n, s in policies.items())
+    return f"{printable(head, 300)}|{at_ms}|{outcome}|{named}"
 
 
 def parse(entry: bytes) -> Hit | None:

@@ -5,7 +5,9 @@ The dashboard's views and ``manage.py ratelimits`` both go through
 :class:`Offenders`; they only turn what it returns into pages or terminal
 output. Reads go through :class:`~django_ratelimits.engine.offenders.OffenderReader`
 (bounded: never KEYS or SCAN) and ``engine.peek``; writes through
-:class:`~django_ratelimits.engine.controls.Controls`. Every method raises
+:class:`~django_ratelimits.engine.controls.Controls`, each followed by a bump of the
+denial epoch, so every worker drops the denials it cached within ``POLICY_REFRESH``
+(``docs/flood.md``). Every method raises
 :class:`~django_ratelimits.exceptions.BackendError` when Redis fails.
 
 A page of rows costs four round trips (one per node on a cluster, sent
@@ -20,8 +22,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
+from django_ratelimits.deny_cache import cache_for
 from django_ratelimits.engine import Check, Engine, Identity, LimitResult, get_engine
 from django_ratelimits.engine.controls import ActiveOverrides, Controls
+from django_ratelimits.engine.denials import Denials
 from django_ratelimits.engine.hits import Hit
 from django_ratelimits.engine.keys import ident
 from django_ratelimits.engine.offenders import (
@@ -118,8 +122,13 @@ class Offenders:
     def controls(self) -> Controls:
         return Controls(self.engine)
 
+    @cached_property
+    def denials(self) -> Denials:
+        return Denials(self.engine)
+
     def listing(self, query: Query) -> OffenderList:
         """The rows ``query`` asks for, newest (or most denied) first."""
+        self._record_pending()
         if query.user is not None:
             return self._user_lookup(query)
         reader, end = self.reader, query.offset + query.limit + 1  # one more tells has_next
@@ -156,6 +165,7 @@ class Offenders:
 
     def inspect(self, identity: Identity) -> IdentityReport:
         """Everything known of ``identity``: record, hits, override, quota left now."""
+        self._record_pending()
         checks = [Check(identity, spec.limits) for spec in current().counting(identity.kind)]
         quotas: tuple[LimitResult, ...] = ()
         if checks:
@@ -178,20 +188,24 @@ class Offenders:
                 raise UnknownPolicy(policy)
         limits = [limit for spec in specs for limit in spec.limits]
         self.controls.reset(identity, limits, forget=forget)
+        self._changed()
         return tuple(spec.name for spec in specs)
 
     def block(self, identity: Identity, seconds: float, *, by: str = "") -> None:
         """Deny every request of ``identity`` for ``seconds``; ``by`` is who does it."""
         self.controls.block(identity, seconds, by=by)
+        self._changed()
 
     def allow(self, identity: Identity, seconds: float, *, by: str = "") -> None:
         """Admit every request of ``identity``, uncounted, for ``seconds``."""
         self.controls.allow(identity, seconds, by=by)
+        self._changed()
 
     def lift(self, identity: Identity) -> Override | None:
         """End a block or allow-listing of ``identity``; the one that was in force."""
         before = self.controls.override(identity)
         self.controls.lift(identity)
+        self._changed()
         return before
 
     def active(self) -> ActiveOverrides:
@@ -209,6 +223,22 @@ class Offenders:
             self.allow(identity, operation.seconds or 0, by=by)
         else:
             self.lift(identity)
+
+    def _changed(self) -> None:
+        """After a write to an identity: a new denial epoch, which every process reads
+        within ``POLICY_REFRESH``, and this one now (its cached denials go at once)."""
+        self.denials.bump()
+        cache = cache_for(self.engine)
+        if cache is not None:
+            cache.read_epoch()
+
+    def _record_pending(self) -> None:
+        """This process's pending refusals into the records first, so that what it
+        shows holds at least what it refused itself (other processes' batches come
+        within a second: ``docs/flood.md``)."""
+        cache = cache_for(self.engine)
+        if cache is not None:
+            cache.flush()
 
     def _user_lookup(self, query: Query) -> OffenderList:
         identity = Identity("user", query.user or "")

@@ -74,7 +74,11 @@ def servers(
     if not redis_standalone.is_running():
         redis_standalone.start()
     workdir = tmp_path_factory.mktemp("servers")
-    env = prepare(workdir, redis_standalone.url, POLICIES)
+    # Shared by tests that flush Redis between them and expect the next to start
+    # afresh at once: a worker's cached denials would outlive a flush by up to
+    # POLICY_REFRESH (docs/flood.md). The cache has servers of its own:
+    # test_servers_deny_cache.py.
+    env = prepare(workdir, redis_standalone.url, POLICIES, RATELIMITS_SERVER_DENIAL_CACHE="0")
     wsgi_port, asgi_port = free_port(), free_port()
     with ExitStack() as stack:
         sites = {

@@ -144,7 +144,13 @@ def test_the_invalid_settings_hint_says_the_fix_without_pointing_to_docs_a_wheel
 
 @pytest.mark.parametrize(
     "value",
-    [{"SOCKET_TIMEOUT": 0}, {"TRUSTED_PROXIES": "10.0.0.0/8"}, {"REDIS": "ftp://x"}, "redis://"],
+    [
+        {"SOCKET_TIMEOUT": 0},
+        {"TRUSTED_PROXIES": "10.0.0.0/8"},
+        {"REDIS": "ftp://x"},
+        {"DENIAL_CACHE": -1},
+        "redis://",
+    ],
 )
 def test_every_invalid_value_is_reported_not_raised(value: object) -> None:
     with override_settings(DJANGO_RATELIMITS=value):

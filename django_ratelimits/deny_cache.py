@@ -1,0 +1,310 @@
+"""Each worker's cache of denials: an identity the engine denied is refused here
+until its retry time, without Redis (issue 12; ``docs/flood.md``).
+
+:func:`decide` asks :meth:`DenialCache.refuse` before the engine and tells
+:meth:`DenialCache.learn` the engine's answer. What is cached: for each
+(identity, limit) of an enforced policy that the engine denied, until when
+(the retry time the engine gave, counted from before the call was sent, so the
+cache never refuses longer than Redis would), and whether a staff block
+denied it (a block is cached until its end, and never refuses a request on its
+way back to admin: :mod:`django_ratelimits.way_back`). A limit is a policy's
+rate, algorithm and burst, so a policy edit leaves its old entries unused.
+
+Bounded: at most ``DENIAL_CACHE`` entries (least recently used first out;
+0 turns the cache off), each held at most :data:`HOLD_MAX_US`.
+
+A Redis failure (an engine call's, or the epoch's) drops every entry.
+
+Staff's writes bump the epoch in Redis (:mod:`django_ratelimits.engine.denials`);
+the cache reads it at most every ``POLICY_REFRESH`` seconds, before an engine
+call, while it holds entries or has denials to learn, and drops every entry
+when it changed. An entry is learnt only under an epoch read before its
+engine call, so a lift can never be missed by an answer that crossed it.
+
+The offender records count the refusals made here in batches: when
+:data:`BATCH_REQUESTS` are pending, when the oldest pending one is
+:data:`BATCH_US` old (checked on the next request), and when the process exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import logging
+import threading
+import time
+from collections import OrderedDict, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from django_ratelimits.conf import get_settings
+from django_ratelimits.engine import Check, Decision, Engine, Identity, Limit, LimitResult
+from django_ratelimits.engine.denials import Denials, Tally
+from django_ratelimits.engine.errors import BackendError
+from django_ratelimits.engine.hits import DENIED, full_entry
+from django_ratelimits.engine.overrides import BLOCKED_POLICY
+
+__all__ = ["BATCH_REQUESTS", "BATCH_US", "HOLD_MAX_US", "DenialCache", "cache_for"]
+
+logger = logging.getLogger("django_ratelimits")
+
+BATCH_REQUESTS: Final = 100
+"""Pending local refusals that make the cache record a batch at once."""
+BATCH_US: Final = 1_000_000
+"""How old the oldest pending local refusal may grow before a batch is recorded."""
+HOLD_MAX_US: Final = 60_000_000
+"""The longest an entry refuses without Redis (a long block is asked again then)."""
+
+
+@dataclass(frozen=True)
+class _Entry:
+    hold_us: int  # on the cache's clock: refused here until then (at most HOLD_MAX_US)
+    until_us: int  # the retry time, from before the engine call was sent
+    slack_us: int  # how long that call took: Retry-After adds it, never too early
+    reset_until_us: int
+    remaining: int
+    blocked: bool
+    origin_us: int  # Redis' time of the denial (engine/denials.py: batches)
+    learnt_us: int  # on the cache's clock, when Redis' time was origin_us (about)
+    epoch: int
+
+    def redis_now_us(self, now: int) -> int:
+        """Redis' time when the cache's clock says ``now``, as well as it is known."""
+        return self.origin_us + now - self.learnt_us
+
+
+class DenialCache:
+    """The denials one process remembers for one engine (thread-safe)."""
+
+    def __init__(self, engine: Engine, size: int) -> None:
+        self.engine = engine
+        self.size = size
+        self.denials = Denials(engine, metadata_ttl=get_settings().metadata_ttl)
+        self._entries: OrderedDict[tuple[Identity, Limit], _Entry] = OrderedDict()
+        self._lock = threading.Lock()
+        self._epoch: int | None = None
+        self._epoch_at: int | None = None  # when it was last read (or tried)
+        self._wanted = False  # a denial came that could not be learnt: read the epoch
+        self._pending: defaultdict[tuple[Identity, int], Tally] = defaultdict(Tally)
+        self._pending_requests = 0
+        self._pending_since = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def clear(self) -> None:
+        """Forget every cached denial: Redis failed (or was written by hand; a new
+        epoch in Redis does the same in every process)."""
+        with self._lock:
+            self._entries.clear()
+
+    def now_us(self) -> int:
+        """The cache's clock: the engine's test clock if it has one, else monotonic."""
+        clock = self.engine.clock
+        return clock.now_us() if clock is not None else time.monotonic_ns() // 1000
+
+    # ------------------------------------------------------------------ the epoch
+
+    def epoch_due(self) -> bool:
+        """Whether the epoch must be read before the next engine call (no I/O)."""
+        if not (self._entries or self._wanted):
+            return False
+        at = self._epoch_at
+        return at is None or self.now_us() - at >= get_settings().policy_refresh * 1_000_000
+
+    def read_epoch(self) -> None:
+        """Read the epoch; a new one drops every entry, and so does Redis failing (then
+        fail-open and fail-closed decide, as without the cache), the epoch being tried
+        again after ``POLICY_REFRESH``, not on every request of an outage."""
+        at = self.now_us()
+        try:
+            epoch = self.denials.epoch()
+        except BackendError as error:
+            logger.warning("could not read the denial epoch, dropping cached denials: %s", error)
+            with self._lock:
+                self._entries.clear()
+                self._epoch_at = at
+            return
+        with self._lock:
+            if epoch != self._epoch:
+                self._entries.clear()
+            self._epoch, self._epoch_at, self._wanted = epoch, at, False
+
+    def epoch(self) -> int | None:
+        """The epoch an engine call starting now learns under (read, if due, just
+        before): None if it was never read, and then nothing is learnt."""
+        return self._epoch
+
+    # ------------------------------------------------------------------ refusing
+
+    def refuse(self, checks: Sequence[Check], *, count: bool = True) -> Decision | None:
+        """The cached denials of these checks, as the engine's answer, if every
+        enforced check (identity) has one in force now: otherwise Redis decides, so
+        that an identity it would admit is charged and one it would deny recorded,
+        as without the cache. Shadow checks are not looked at; a block only for a
+        check overrides decide. With ``count`` (a check, not a peek) the refusal
+        goes in the next batch.
+        """
+        if not self._entries:
+            return None
+        now = self.now_us()
+        results: list[LimitResult] = []
+        heads: dict[Identity, str] = {}
+        with self._lock:
+            for check in checks:
+                if check.shadow:
+                    continue
+                found = self._denials(check, now)
+                if not found:
+                    return None
+                results += found
+                if check.metadata is not None:
+                    heads[check.identity] = check.metadata
+            if not results:
+                return None
+            if count:
+                self._count(results, heads, now)
+            redis_now = max(self._entries[(r.identity, r.limit)].redis_now_us(now) for r in results)
+        return Decision(tuple(results), redis_now)
+
+    def _denials(self, check: Check, now: int) -> list[LimitResult]:
+        """The cached denials of ``check`` in force now, as results (lock held)."""
+        results = []
+        for limit in check.limits:
+            key = (check.identity, limit)
+            entry = self._entries.get(key)
+            if entry is None:
+                continue
+            if entry.epoch != self._epoch or entry.hold_us <= now:
+                del self._entries[key]
+                continue
+            if entry.blocked and not check.overrides:
+                continue
+            self._entries.move_to_end(key)
+            retry = entry.until_us + entry.slack_us - now
+            reset = max(retry, entry.reset_until_us + entry.slack_us - now)
+            results.append(
+                LimitResult(
+                    check.identity, limit, False, entry.remaining, retry, reset, entry.blocked
+                )
+            )
+        return results
+
+    def _count(self, results: list[LimitResult], heads: dict[Identity, str], now: int) -> None:
+        """One refused request in the pending batch: once per identity, once per
+        policy, and a hit entry for each identity whose policies record one."""
+        requests: dict[tuple[Identity, int], tuple[int, dict[str, str]]] = {}
+        for result in results:
+            entry = self._entries[(result.identity, result.limit)]
+            key = (result.identity, entry.origin_us // 1000)
+            at_ms = entry.redis_now_us(now) // 1000
+            names = requests.setdefault(key, (at_ms, {}))[1]
+            policy = BLOCKED_POLICY if result.blocked else result.limit.policy
+            if policy not in names:
+                names[policy] = DENIED
+                self._pending[key].policies[policy] += 1
+        for key, (at_ms, names) in requests.items():
+            tally = self._pending[key]
+            tally.requests += 1
+            head = heads.get(key[0])
+            if head is not None:
+                tally.hits.append(full_entry(head, at_ms, DENIED, names))
+                if len(tally.hits) > self.engine.metadata_max_entries:
+                    del tally.hits[0]
+        if not self._pending_requests:
+            self._pending_since = now
+        self._pending_requests += 1
+
+    # ------------------------------------------------------------------ learning
+
+    def learn(self, decision: Decision, enforced: frozenset[str], epoch: int, sent_us: int) -> None:
+        """Remember the denials of ``decision`` by the policies ``enforced``,
+        under ``epoch`` (read before the call, sent at ``sent_us``)."""
+        slack = max(0, self.now_us() - sent_us)
+        with self._lock:
+            if epoch != self._epoch:
+                return
+            for r in decision.results:
+                if r.allowed or r.limit.policy not in enforced:
+                    continue
+                key = (r.identity, r.limit)
+                self._entries[key] = _Entry(
+                    hold_us=sent_us + min(r.retry_after_us, HOLD_MAX_US),
+                    until_us=sent_us + r.retry_after_us,
+                    slack_us=slack,
+                    reset_until_us=sent_us + r.reset_after_us,
+                    remaining=r.remaining,
+                    blocked=r.blocked,
+                    origin_us=decision.now_us,
+                    learnt_us=sent_us,
+                    epoch=epoch,
+                )
+                self._entries.move_to_end(key)
+                if len(self._entries) > self.size:
+                    self._entries.popitem(last=False)
+
+    def want_epoch(self) -> None:
+        """A denial came while the epoch was unknown or stale: read it on the next call."""
+        self._wanted = True
+
+    # ------------------------------------------------------------------ batches
+
+    def flush_due(self) -> bool:
+        """Whether the pending refusals should be recorded now (no I/O)."""
+        if not self._pending_requests:
+            return False
+        if self._pending_requests >= BATCH_REQUESTS:
+            return True
+        return self.now_us() - self._pending_since >= BATCH_US
+
+    def flush(self) -> None:
+        """Record the pending refusals in the offender records (logged if Redis fails:
+        those counts are then lost, never retried without bound)."""
+        with self._lock:
+            batch, self._pending = self._pending, defaultdict(Tally)
+            self._pending_requests = 0
+        if not batch:
+            return
+        try:
+            self.denials.record(batch)
+        except BackendError as error:
+            logger.warning("could not record %d identities' denials: %s", len(batch), error)
+
+    async def aflush(self) -> None:
+        await asyncio.to_thread(self.flush)
+
+    async def aread_epoch(self) -> None:
+        await asyncio.to_thread(self.read_epoch)
+
+
+_current: DenialCache | None = None
+_current_lock = threading.Lock()
+
+
+def cache_for(engine: Engine) -> DenialCache | None:
+    """This process's cache for ``engine``, None when ``DENIAL_CACHE`` is 0.
+
+    A new engine (the settings changed) gets a new cache; the old one's pending
+    refusals are recorded first (an old cache left by ``DENIAL_CACHE`` = 0 is
+    recorded at exit)."""
+    global _current
+    size = get_settings().denial_cache
+    if not size:
+        return None
+    current = _current
+    if current is not None and current.engine is engine and current.size == size:
+        return current
+    with _current_lock:
+        current = _current
+        if current is None or current.engine is not engine or current.size != size:
+            if current is not None:
+                current.flush()
+            current = _current = DenialCache(engine, size)
+    return current
+
+
+@atexit.register
+def _flush_at_exit() -> None:
+    if _current is not None:
+        _current.flush()
