@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,11 @@ def engine(site_redis: Any, monkeypatch: pytest.MonkeyPatch) -> Engine:
     """The command's engine, on a fake clock: the offender index takes at most one
     update a second per identity, so :func:`scripted` spaces its requests."""
     configured = get_engine()
-    engine = Engine(configured.client, keys=configured.keys, clock=FakeClock())
+    # At the start of this minute: a test's few seconds of fake time stay in one window
+    # of a per-minute fixed window, however fast the machine is.
+    minute = 60_000_000
+    clock = FakeClock(start_us=time.time_ns() // 1000 // minute * minute)
+    engine = Engine(configured.client, keys=configured.keys, clock=clock)
     monkeypatch.setattr(ratelimits, "get_engine", lambda: engine)
     return engine
 
