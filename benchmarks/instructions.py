@@ -11,11 +11,14 @@ This starts ``redis-server`` under ``valgrind --tool=callgrind`` (Debian:
 ``apt-get install valgrind``), warms each shape up, zeroes the counters, runs
 ``CALLS`` checks and reads the total back: user-space instructions of the
 whole server per check (Lua, the commands the check calls, the protocol), not
-the kernel's. Rows:
+the kernel's, nor ``serverCron``'s (the server's timer, which runs so many times a
+second: under valgrind its share per check would follow the machine's speed). Rows:
 
 * ``floor``: a script that returns 1 (``EVALSHA``), the least a call costs;
 * per algorithm, 1 identity x 1 rate, and 2 identities x 3 rates with metadata
   recorded on every hit (seed 000's request, the engine benchmark's rows);
+* per algorithm, the same 1 x 1 check denied (its one rate is spent: a denial,
+  the offender record's counts, the index at most once a second per identity);
 * what recording who costs an allowed check (GCRA, 1 x 1): none, the default
   (an entry only on a denial: an allowed check sends the entry's head, writes
   nothing), and every hit.
@@ -62,7 +65,8 @@ class Counted:
         self.port = free_port()
         self.out = workdir / "callgrind.out"
         self.process = subprocess.Popen(
-            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={self.out}", binary,
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={self.out}",
+             "--toggle-collect=serverCron", "--collect-atstart=yes", binary,
              "--port", str(self.port), "--save", "", "--appendonly", "no"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
@@ -141,6 +145,15 @@ def rows(binary: str, quick: bool = False) -> list[tuple[str, int]]:
                     )
                     name = f"{algorithm.value}, {'2 x 3 + metadata' if two else '1 x 1'}"
                     out.append((name, counted.measure(lambda i, r=requests: engine.check(r[i]))))
+            for algorithm in algorithms:
+                # 1/h: the warm-up (first check of each identity) spends it; the rest deny.
+                requests = request_checks(algorithm, "1/h", identities, False, f"d{algorithm.code}")
+                out.append(
+                    (
+                        f"{algorithm.value}, 1 x 1, denied",
+                        counted.measure(lambda i, r=requests: engine.check(r[i])),
+                    )
+                )
             for name, requests in recording_rows(identities):
                 out.append((name, counted.measure(lambda i, r=requests: engine.check(r[i]))))
             return out
