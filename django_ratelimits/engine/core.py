@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import struct
 from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -216,7 +217,7 @@ class Engine:
     def _decode(calls: list[_Call], replies: list[Any]) -> _Found:
         found = _Found([], 0, [])
         for call, reply in zip(calls, replies, strict=True):
-            values = [int(v) for v in reply.split()]
+            values = struct.unpack(f"<{len(reply) // 8}q", reply)
             found.now_us = max(found.now_us, values[0])
             n = 1
             for part in call.parts:
