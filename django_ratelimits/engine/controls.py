@@ -19,7 +19,7 @@ from redis.exceptions import RedisClusterException, RedisError
 from django_ratelimits.engine import overrides
 from django_ratelimits.engine.core import Engine
 from django_ratelimits.engine.errors import BackendError
-from django_ratelimits.engine.keys import label
+from django_ratelimits.engine.keys import HORIZON, label
 from django_ratelimits.engine.limits import Identity, Limit
 from django_ratelimits.engine.overrides import Note, Override
 
@@ -28,6 +28,15 @@ MAX_OVERRIDE = 365 * 86_400  # seconds
 # An override index outlives the longest override it can hold; trimming keeps it small.
 _INDEX_TTL_MS = (MAX_OVERRIDE + 86_400) * 1000
 ACTIVE_MAX = 1000  # overrides :meth:`Controls.active` reads from each shard at most
+# Deletes limits' fields from a state HASH (KEYS[1]), and the HASH once nothing but
+# its TTL horizon (keys.HORIZON, ARGV[1]) is left: atomically, so no check's write
+# in between is lost.
+_RESET_FIELDS = """
+redis.call('HDEL', KEYS[1], unpack(ARGV, 2))
+if redis.call('HLEN', KEYS[1]) == 1 and redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
+  redis.call('DEL', KEYS[1])
+end
+"""
 
 
 @dataclass(frozen=True)
@@ -80,7 +89,9 @@ class Controls:
             pipe = self.engine.client.pipeline(transaction=False)
             route = self.engine._route(keys.record)  # every key here shares its slot
             if fields:
-                pipe.execute_command("HDEL", keys.state, *fields, **route)
+                pipe.execute_command(
+                    "EVAL", _RESET_FIELDS, 1, keys.state, HORIZON, *fields, **route
+                )
             if names:
                 pipe.execute_command("UNLINK", *names, **route)
             if forget:

@@ -41,6 +41,10 @@ from django_ratelimits.rates import Rate
 
 _SAFE_PART = re.compile(r"[A-Za-z0-9._:@/+=-]{1,64}")
 _LABEL_MAX = 200
+# The state HASH's field that says until when (ms, on the engine's clock) the key's
+# TTL lasts: written by the check script (HORIZON in lua/check.lua), never a limit's
+# spec (specs hold "|").
+HORIZON = "t"
 
 
 def key_part(value: str) -> str:

@@ -31,7 +31,10 @@
 -- A charge extends the state HASH's TTL only when a field it writes must
 -- outlive it, and then by a quarter more than needed, so that a busy
 -- identity's key is not given a new TTL on every request; the TTL never
--- shrinks, whatever other policies' fields the key holds.
+-- shrinks, whatever other policies' fields the key holds. The HASH's field
+-- 't' (HORIZON) says until when (ms on the engine's clock) its TTL lasts, so
+-- the HMGET that reads the limits also says whether the TTL must be extended:
+-- no PTTL per call.
 -- The metadata list is trimmed back to its cap once it is a fifth over it;
 -- readers read the newest `cap` entries. A request is one entry in a list,
 -- however many groups of the call name that list (an enforced and a shadow
@@ -43,6 +46,9 @@ local now, now_ms, charge, cost, meta_cap, meta_ttl, retention, index_cap
 local hits, hit_lists
 
 local TRIM_BATCH = 100
+-- The state HASH's field holding until when its TTL lasts (ms); never a spec,
+-- which always holds '|'.
+local HORIZON = 't'
 
 -- The struct.pack format of a reply of n numbers, built once per n where Redis
 -- keeps the code loaded.
@@ -123,13 +129,18 @@ local function override_of(key)
 end
 
 -- Charges an allowed group: one HSET of every field, the TTL extended only
--- if needed, then the sliding logs.
-local function commit(state_key, writes, live, logs)
+-- if the key's `horizon` (its HORIZON field, read with the limits) falls short
+-- of what the fields need, then the sliding logs.
+local function commit(state_key, writes, live, horizon, logs)
   if #writes > 0 then
-    redis.call('HSET', state_key, unpack(writes))
-    local need = ceil(live / 1000) + TTL_EXTRA_MS
-    if redis.call('PTTL', state_key) < need then
-      redis.call('PEXPIRE', state_key, ceil(live / 1000 * 1.25) + 1 + TTL_EXTRA_MS)
+    if (tonumber(horizon) or 0) < now_ms + ceil(live / 1000) then
+      local ttl = ceil(live / 1000 * 1.25) + 1
+      writes[#writes + 1] = HORIZON
+      writes[#writes + 1] = now_ms + ttl
+      redis.call('HSET', state_key, unpack(writes))
+      redis.call('PEXPIRE', state_key, ttl + TTL_EXTRA_MS)
+    else
+      redis.call('HSET', state_key, unpack(writes))
     end
   end
   for _, p in ipairs(logs) do
@@ -226,8 +237,8 @@ local function run_group(KEYS, ARGV, a, k, out)
     KEYS[k + 3], KEYS[k + 4]
   local override, override_until = override_of(KEYS[k + 5])
   a, k = a + 4, k + 6
-  -- Every hash-held field of the group is read with one HMGET.
-  local limits, fields = {}, {}
+  -- Every hash-held field of the group, and the key's horizon, are read with one HMGET.
+  local limits, fields = {}, {HORIZON}
   for i = 1, nlimits do
     local spec = ARGV[a]
     local l = parse_spec(spec)
@@ -243,7 +254,7 @@ local function run_group(KEYS, ARGV, a, k, out)
     a = a + 1
   end
   local values = {}
-  if override == nil and #fields > 0 then
+  if override == nil and #fields > 1 then
     values = redis.call('HMGET', state_key, unpack(fields))
   end
   local writes, live, logs, denied, all_allowed = {}, 0, {}, {}, true
@@ -283,7 +294,7 @@ local function run_group(KEYS, ARGV, a, k, out)
   end
   if charge then
     if all_allowed then
-      commit(state_key, writes, live, logs)
+      commit(state_key, writes, live, values[1], logs)
     else
       record_denial(record, index, by_count, ident, label, denied)
     end
