@@ -118,15 +118,13 @@ class Engine:
         self.clock = clock
         self._async_client = async_client
         per_shard = -(-offender_index_max // self.keys.shards)
-        self._tail = [
-            str(n).encode()
-            for n in (
-                metadata_max_entries,
-                metadata_ttl * 1000,
-                offender_retention * 1000,
-                per_shard,
-            )
-        ]
+        self._tail = b"|%d|%d|%d|%d" % (
+            metadata_max_entries,
+            metadata_ttl * 1000,
+            offender_retention * 1000,
+            per_shard,
+        )
+        self._settings: dict[tuple[str, int], bytes] = {}
 
     @property
     def check_command(self) -> str:
@@ -274,8 +272,11 @@ class Engine:
             if together:
                 own = self._group(call, keys, chk)
             call.parts.append(_Gated(fallback, own, replace(chk, gate=None)))
+        settings = self._settings.get((mode, cost))
+        if settings is None:  # the script's settings argument, one per mode and cost
+            settings = self._settings[mode, cost] = b"%s|%d%s" % (mode.encode(), cost, self._tail)
         for call in calls.values():
-            call.args[:0] = [now, mode, cost, len(call.parts), *self._tail]
+            call.args[:0] = [now, settings]
         return list(calls.values())
 
     @staticmethod
@@ -283,16 +284,17 @@ class Engine:
         """Add the group of ``chk`` (its identity's ``keys`` and its limits) to
         ``call``, without its gate; its pairs."""
         identity, limits = chk.identity, chk.limits
-        specs = [limit.encoded_spec for limit in limits]
-        if len(set(specs)) != len(specs):
+        if len({limit.encoded_spec for limit in limits}) != len(limits):
             raise ValueError(f"a limit is given twice for {label(identity)}")
-        call.keys += keys.group_for(shadow=chk.shadow, overrides=chk.overrides)
+        call.keys += keys.group_for(overrides=chk.overrides)
         call.keys += [keys.log(limit) for limit in limits if limit.is_log]
-        meta = ""
-        if chk.metadata is not None:
-            how = ("a" if chk.record_every else "d") + ("s" if chk.shadow else "e")
-            meta = how + printable(chk.metadata, 300)
-        call.args += [len(specs), keys.ident, label(identity), meta, *specs]
+        info = "s" if chk.shadow else "e"
+        if chk.metadata is None:
+            info += "n"
+        else:
+            info += ("a" if chk.record_every else "d") + printable(chk.metadata, 300)
+        framed = b"".join([limit.framed_spec for limit in limits])
+        call.args += [framed, keys.ident, label(identity), info]
         return [(identity, limit) for limit in limits]
 
     def _slot(self, key: str) -> int:

@@ -119,43 +119,22 @@ class IdentityKeys:
         return f"{self.tag}:xs"
 
     @functools.cached_property
-    def group(self) -> tuple[bytes, ...]:
+    def group(self) -> tuple[bytes, bytes]:
         """The keys every check of the identity names, in the order the script reads
-        them, encoded once (key names are cached with the identity, see ``of_ident``)."""
-        return self._group(self.record, self.index, self.count_index, self.override)
+        them: its state, its override; encoded once (key names are cached with the
+        identity, see ``of_ident``). The script names the others from the state key
+        and the ident when it writes them (``tag_of`` in lua/check.lua)."""
+        return (self.state.encode(), self.override.encode())
 
     @functools.cached_property
-    def shadow_group(self) -> tuple[bytes, ...]:
-        """:attr:`group` for a shadow check: its would-be denials go to the shadow ledger."""
-        return self._group(
-            self.shadow_record, self.shadow_index, self.shadow_count_index, self.override
-        )
-
-    @functools.cached_property
-    def group_without_override(self) -> tuple[bytes, ...]:
+    def group_without_override(self) -> tuple[bytes, bytes]:
         """:attr:`group` with a key no one writes where the override is: a check
         that names these keys is decided by its limits alone."""
-        return (*self.group[:-1], self._no_override)
+        return (self.group[0], f"{self.tag}:x-".encode())
 
-    @functools.cached_property
-    def shadow_group_without_override(self) -> tuple[bytes, ...]:
-        """:attr:`shadow_group` without the override, as :attr:`group_without_override`."""
-        return (*self.shadow_group[:-1], self._no_override)
-
-    def group_for(self, *, shadow: bool, overrides: bool) -> tuple[bytes, ...]:
-        """The group's keys for a check: its ledger (denials, or a shadow check's
-        would-be denials) and whether a block or allow-listing may decide it."""
-        if shadow:
-            return self.shadow_group if overrides else self.shadow_group_without_override
+    def group_for(self, *, overrides: bool) -> tuple[bytes, bytes]:
+        """The group's keys for a check, as a block or allow-listing may decide it or not."""
         return self.group if overrides else self.group_without_override
-
-    @property
-    def _no_override(self) -> bytes:
-        return f"{self.tag}:x-".encode()
-
-    def _group(self, record: str, index: str, count_index: str, override: str) -> tuple[bytes, ...]:
-        names = (self.state, self.metadata, record, index, count_index, override)
-        return tuple(name.encode() for name in names)
 
     @functools.cached_property
     def member(self) -> bytes:

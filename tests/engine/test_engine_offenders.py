@@ -355,8 +355,7 @@ def test_a_check_without_overrides_is_decided_by_its_limits_in_either_ledger(
     ip = Identity("ip", "203.0.113.85")
     Controls(engine).block(ip, 60)
     keys = engine.keys.of(ip)
-    assert keys.group_for(shadow=True, overrides=False)[2:5] == keys.shadow_group[2:5]
-    assert keys.override.encode() not in keys.group_for(shadow=True, overrides=False)
+    assert keys.override.encode() not in keys.group_for(overrides=False)
     head = entry_head(user_behind(None), "GET", "/admin/login/")
     checks = [
         Check(ip, LOGIN, head, overrides=False),

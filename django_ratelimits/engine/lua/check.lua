@@ -1,20 +1,24 @@
 -- The driver: decides every (identity, limit) of one request in one call.
 --
--- ARGV: now_us ('' = Redis TIME), mode ('c' check | 'p' peek), cost, entries,
---       metadata cap, metadata ttl ms, offender retention ms, index cap,
---       then per group: nlimits, ident, label, metadata ('' = none, else
---       "<d or a><e or s><head of a hit entry>": record on a denial or on every
---       hit, from an enforced or a shadow group),
---       then per limit its spec "<algorithm>|<limit>|<window_us>|<capacity>|<policy>",
---       which is also the limit's field in the state HASH. An entry is a group
---       or a gated group (see check() at the end).
--- KEYS: per group: state HASH, metadata list, offender record, offender index
---       (by last denial), offender index (by denial count), override, then
---       one ZSET per sliding-log limit. A shadow group names the shadow record
---       and indexes instead of the offender ones; a group that no override may
---       decide (the way back to admin, way_back.py) names a key no one writes
---       ("...:x-") instead of the override. All keys of a group share one hash
---       tag. A gated group starts with the client's identity budget (ZSET).
+-- ARGV: now_us ('' = Redis TIME), the call's settings "<c or p>|<cost>|
+--       <metadata cap>|<metadata ttl ms>|<offender retention ms>|<index cap>"
+--       (check or peek), then entries to the end, each a group or a gated
+--       group (see check() at the end). A group is four arguments: its limits,
+--       ident, label, and "<e or s><n, d or a><head of a hit entry>" (an
+--       enforced or a shadow group; no hit entry, or one recorded on a denial
+--       or on every hit). Its limits are one string, each limit's spec
+--       "<algorithm>|<limit>|<window_us>|<capacity>|<policy>" (also the
+--       limit's field in the state HASH) after its length and ':'. Settings
+--       and limits come back call after call: each string is parsed once
+--       where Redis keeps the code loaded (see remember).
+-- KEYS: per group: state HASH ("P:{sN}:s:<ident>"), override, then one ZSET per
+--       sliding-log limit; a group that no override may decide (the way back
+--       to admin, way_back.py) names a key no one writes ("...:x-") instead of
+--       the override. The metadata list, the offender (or shadow) record and
+--       the shard's two indexes are named from the state key and the ident
+--       (keys.py) when they are written: every key of a group shares its hash
+--       tag, so its slot. A gated group starts with the client's identity
+--       budget (ZSET).
 -- Returns one string of 64-bit little-endian integers (struct.pack): now_us,
 -- then per limit its outcome (1 allowed, 0 denied by the limit, 2 denied by a
 -- block), remaining, retry_us, reset_us, with a gate's verdict (1 or 0) before
@@ -42,7 +46,8 @@
 
 -- Set at the start of every call (check), read by the functions below.
 local now, now_ms, charge, cost, meta_cap, meta_ttl, retention, index_cap
--- The hit entries of this call, by metadata list, and the lists in order.
+-- The hit entries of this call, by metadata list, and the lists in order
+-- (nil until the call notes one).
 local hits, hit_lists
 
 local TRIM_BATCH = 100
@@ -88,10 +93,20 @@ local function trim(index, by_count, cutoff)
   end
 end
 
+-- The start of every key name of the identity whose state HASH is `state_key`
+-- ("P:{sN}", keys.py: the state key is "<tag>:s:<ident>").
+local function tag_of(state_key, ident)
+  return string.sub(state_key, 1, #state_key - #ident - 3)
+end
+
 -- Bounded bookkeeping of a denial: the counts on every denial; the time of
 -- the last denial, the shared indexes and the record's TTL at most once a
--- second per identity.
-local function record_denial(record, index, by_count, ident, label, policies)
+-- second per identity. A shadow group's go to the shadow record and indexes.
+local function record_denial(state_key, ident, label, shadow, policies)
+  local tag = tag_of(state_key, ident)
+  local record = tag .. (shadow and ':so:' or ':o:') .. ident
+  local index = tag .. (shadow and ':sox' or ':ox')
+  local by_count = index .. 'n'
   local n = redis.call('HINCRBY', record, 'n', 1)
   for policy in pairs(policies) do
     redis.call('HINCRBY', record, 'd:' .. policy, 1)
@@ -143,8 +158,10 @@ local function commit(state_key, writes, live, horizon, logs)
       redis.call('HSET', state_key, unpack(writes))
     end
   end
-  for _, p in ipairs(logs) do
-    ALG.log.commit(p[1], now, p[2], cost, p[3])
+  if logs then
+    for _, p in ipairs(logs) do
+      ALG.log.commit(p[1], now, p[2], cost, p[3])
+    end
   end
 end
 
@@ -160,27 +177,32 @@ local function push_metadata(key, entry)
   end
 end
 
--- Notes what a group decided for the request's entry in the list `key`; `meta`
--- is the group's "<d or a><e or s><head>" and `limits` its {spec, key, name,
--- allowed}. The entry's outcome is the worst of its groups': 'D' denied by an
--- enforced policy, 'S' only a shadow policy would have denied, 'A' allowed.
-local function note_hit(key, meta, limits)
+-- Notes what a group decided for the request's entry in the list `key`; `info`
+-- is the group's "<e or s><d or a><head>", `set` its limits, `verdicts` whether
+-- each was allowed, `blocked` whether a block decided them. The entry's outcome
+-- is the worst of its groups': 'D' denied by an enforced policy, 'S' only a
+-- shadow policy would have denied, 'A' allowed.
+local function note_hit(key, info, set, verdicts, blocked)
+  if hits == nil then
+    hits, hit_lists = {}, {}
+  end
   local hit = hits[key]
   if hit == nil then
-    hit = {head = string.sub(meta, 3), every = false, outcome = 'A', names = {}}
+    hit = {head = string.sub(info, 3), every = false, outcome = 'A', names = {}}
     hits[key] = hit
     hit_lists[#hit_lists + 1] = key
   end
-  hit.every = hit.every or string.byte(meta, 1) == 97 -- 'a'
-  local no = string.byte(meta, 2) == 115 and 'S' or 'D' -- 's': a shadow group
-  for _, lk in ipairs(limits) do
-    local status = lk[4] and 'A' or no
-    local seen = hit.names[lk[3]]
+  hit.every = hit.every or string.byte(info, 2) == 97 -- 'a'
+  local no = string.byte(info, 1) == 115 and 'S' or 'D' -- 's': a shadow group
+  for i, l in ipairs(set.limits) do
+    local name = blocked and '!blocked' or l[7]
+    local status = verdicts[i] and 'A' or no
+    local seen = hit.names[name]
     if seen == nil or seen == 'A' or status == 'D' then
       if seen == nil then
-        hit.names[#hit.names + 1] = lk[3]
+        hit.names[#hit.names + 1] = name
       end
-      hit.names[lk[3]] = status
+      hit.names[name] = status
     end
     if status == 'D' or (status == 'S' and hit.outcome == 'A') then
       hit.outcome = status
@@ -192,6 +214,9 @@ end
 -- hit, or only those some policy denied or would have denied. An entry reads
 -- "<head>|<ms>|<outcome>|<policy>=<A, D or S>,..." (engine/hits.py).
 local function push_hits()
+  if hits == nil then
+    return
+  end
   for _, key in ipairs(hit_lists) do
     local hit = hits[key]
     if hit.every or hit.outcome ~= 'A' then
@@ -206,115 +231,132 @@ local function push_hits()
   end
 end
 
--- A limit's spec, parsed: {algorithm, limit, window, capacity, policy, spec,
--- the policy's name as a hit entry names it (no '|', ',' or '=')}.
--- Kept between calls where Redis keeps the code loaded (a Redis 7 function
--- library), up to SPECS_MAX of them; parsed on every call otherwise.
-local SPECS, SPECS_MAX, nspecs = {}, 1000, 0
+-- Parsed arguments kept between calls where Redis keeps the code loaded (a
+-- Redis 7 function library; on every call otherwise), by the argument's
+-- string: {size, items}, emptied once it holds CACHE_MAX of them.
+local CACHE_MAX = 1000
+local SETTINGS, SETS = {size = 0, items = {}}, {size = 0, items = {}}
 
-local function parse_spec(spec)
-  local l = SPECS[spec]
-  if l == nil then
+local function remember(cache, text, value)
+  if cache.size >= CACHE_MAX then
+    cache.items, cache.size = {}, 0
+  end
+  cache.items[text], cache.size = value, cache.size + 1
+  return value
+end
+
+-- The call's settings: {charge, cost, metadata cap, metadata ttl, retention, index cap}.
+local function settings_of(text)
+  local found = SETTINGS.items[text]
+  if found == nil then
+    local mode, c, cap, ttl, keep, icap =
+      string.match(text, '^([cp])|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)$')
+    found = remember(SETTINGS, text, {mode == 'c', tonumber(c), tonumber(cap),
+      tonumber(ttl), tonumber(keep), tonumber(icap)})
+  end
+  return found
+end
+
+-- A group's limits: {limits = {...}, fields = {HORIZON, spec...}, slots = {...},
+-- logs = n}. Each limit is {algorithm, limit, window, capacity, policy, spec,
+-- the policy's name as a hit entry names it (no '|', ',' or '=')}; fields are
+-- what the group's HMGET reads, slots[i] where limit i's value is in its reply
+-- (sliding logs have none: their ZSETs, `logs` of them, are keys of the group).
+local function limits_of(text)
+  local set = SETS.items[text]
+  if set ~= nil then
+    return set
+  end
+  set = {limits = {}, fields = {HORIZON}, slots = {}, logs = 0}
+  local pos = 1
+  while pos <= #text do
+    local colon = string.find(text, ':', pos, true)
+    local stop = colon + tonumber(string.sub(text, pos, colon - 1))
+    local spec = string.sub(text, colon + 1, stop)
     local code, limit, window, capacity, policy =
       string.match(spec, '^(%a+)|(%d+)|(%d+)|(%d+)|(.*)$')
     local named = string.gsub(policy, '[|,=]', '_')
-    l = {ALG[code], tonumber(limit), tonumber(window), tonumber(capacity), policy, spec, named}
-    if nspecs >= SPECS_MAX then
-      SPECS, nspecs = {}, 0
+    local i = #set.limits + 1
+    set.limits[i] = {ALG[code], tonumber(limit), tonumber(window), tonumber(capacity),
+      policy, spec, named}
+    if ALG[code].zset then
+      set.logs = set.logs + 1
+    else
+      set.fields[#set.fields + 1] = spec
+      set.slots[i] = #set.fields
     end
-    SPECS[spec], nspecs = l, nspecs + 1
+    pos = stop + 1
   end
-  return l
+  return remember(SETS, text, set)
 end
 
--- Decides one identity's group: its six keys from KEYS[k] (state, metadata,
--- record, index, by-count index, override) then one per sliding log; its
--- arguments from ARGV[a] (count, ident, label, metadata, one spec per limit).
--- Appends a result per limit to `out`; returns where the next group starts.
+-- Decides one identity's group: its keys from KEYS[k] (state, override, then
+-- one per sliding log), its arguments from ARGV[a] (limits, ident, label,
+-- info). Appends four numbers per limit to `out`; returns where the next
+-- group starts.
 local function run_group(KEYS, ARGV, a, k, out)
-  local nlimits, ident, label, meta = tonumber(ARGV[a]), ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
-  local state_key, meta_key, record, index, by_count = KEYS[k], KEYS[k + 1], KEYS[k + 2],
-    KEYS[k + 3], KEYS[k + 4]
-  local override, override_until = override_of(KEYS[k + 5])
-  a, k = a + 4, k + 6
-  -- Every hash-held field of the group, and the key's horizon, are read with one HMGET.
-  local limits, fields = {}, {HORIZON}
-  for i = 1, nlimits do
-    local spec = ARGV[a]
-    local l = parse_spec(spec)
-    local key
-    if l[1].zset then
-      key = KEYS[k]
-      k = k + 1
-    else
-      fields[#fields + 1] = spec
-      key = #fields
-    end
-    limits[i] = {l, key}
-    a = a + 1
+  local set, info = limits_of(ARGV[a]), ARGV[a + 3]
+  local state_key = KEYS[k]
+  local override, override_until = override_of(KEYS[k + 1])
+  local values
+  if override == nil and #set.fields > 1 then
+    values = redis.call('HMGET', state_key, unpack(set.fields))
   end
-  local values = {}
-  if override == nil and #fields > 1 then
-    values = redis.call('HMGET', state_key, unpack(fields))
-  end
-  local writes, live, logs, denied, all_allowed = {}, 0, {}, {}, true
-  for _, lk in ipairs(limits) do
-    local l, key = lk[1], lk[2]
-    local alg, limit, window, capacity, policy = l[1], l[2], l[3], l[4], l[5]
+  local verdicts = string.byte(info, 2) ~= 110 and {} or nil -- 'n': no hit entry
+  local writes, live, logs, denied, lk, n = {}, 0, nil, nil, k + 2, #out
+  for i, l in ipairs(set.limits) do
+    local alg, limit, window, capacity = l[1], l[2], l[3], l[4]
     local allowed, remaining, retry, reset, new, lives
     if override == 'a' then
       allowed, remaining, retry, reset = true, limit, 0, 0
     elseif override == 'b' then
       allowed, remaining = false, 0
       retry, reset = override_until - now, override_until - now
-      policy = '!blocked' -- overrides.BLOCKED_POLICY
     elseif alg.zset then
-      allowed, remaining, retry, reset, new = alg.peek(key, now, limit, window, capacity, cost)
+      allowed, remaining, retry, reset, new = alg.peek(KEYS[lk], now, limit, window, capacity, cost)
       if allowed then
-        logs[#logs + 1] = {key, window, new}
+        logs = logs or {}
+        logs[#logs + 1] = {KEYS[lk], window, new}
       end
+      lk = lk + 1
     else
       allowed, remaining, retry, reset, new, lives =
-        alg.peek(values[key] or nil, now, limit, window, capacity, cost)
+        alg.peek(values[set.slots[i]] or nil, now, limit, window, capacity, cost)
       if allowed then
         writes[#writes + 1] = l[6]
         writes[#writes + 1] = new
         live = max(live, lives)
       end
     end
-    local n = #out
     out[n + 1] = allowed and 1 or (override == 'b' and 2 or 0)
     out[n + 2], out[n + 3], out[n + 4] = remaining, retry, reset
-    lk[3] = override == 'b' and '!blocked' or l[7]
-    lk[4] = allowed
+    n = n + 4
     if not allowed then
-      all_allowed = false
-      denied[policy] = true
+      denied = denied or {}
+      denied[override == 'b' and '!blocked' or l[5]] = true -- overrides.BLOCKED_POLICY
+    end
+    if verdicts then
+      verdicts[i] = allowed
     end
   end
   if charge then
-    if all_allowed then
-      commit(state_key, writes, live, values[1], logs)
+    local ident = ARGV[a + 1]
+    if denied == nil then
+      commit(state_key, writes, live, values and values[1], logs)
     else
-      record_denial(record, index, by_count, ident, label, denied)
+      record_denial(state_key, ident, ARGV[a + 2], string.byte(info, 1) == 115, denied)
     end
-    if meta ~= '' then
-      note_hit(meta_key, meta, limits)
+    if verdicts then
+      local list = tag_of(state_key, ident) .. ':m:' .. ident
+      note_hit(list, info, set, verdicts, override == 'b')
     end
   end
-  return a, k
+  return a + 4, k + 2 + set.logs
 end
 
 -- Where the group at ARGV[a], KEYS[k] ends, without deciding it.
 local function skip_group(ARGV, a, k)
-  local nlimits = tonumber(ARGV[a])
-  local logs = 0
-  for i = a + 4, a + 3 + nlimits do
-    if parse_spec(ARGV[i])[1].zset then
-      logs = logs + 1
-    end
-  end
-  return a + 4 + nlimits, k + 6 + logs
+  return a + 4, k + 2 + limits_of(ARGV[a]).logs
 end
 
 -- A client's identity budget (a ZSET: member = an identity's digest, score =
@@ -347,7 +389,7 @@ end
 -- The entry point: the script's body ends with `return check(KEYS, ARGV)`;
 -- on Redis 7 the same code is a function library that registers it.
 --
--- ARGV[4] entries follow the header: each is a group (run_group), or a gated
+-- The entries follow the settings: each is a group (run_group), or a gated
 -- group: 'g', budget, window, member, then 2 or 1 groups. With 2, the client
 -- IP's group (the fallback) and the identity's: the gate's verdict (1 or 0)
 -- decides which one runs; the other is skipped, unread and unwritten. With 1,
@@ -364,17 +406,14 @@ local function check(KEYS, ARGV)
     now = tonumber(t[1]) * 1000000 + tonumber(t[2])
     TTL_EXTRA_MS = 0
   end
-  charge = ARGV[2] == 'c'
-  cost = tonumber(ARGV[3])
-  meta_cap = tonumber(ARGV[5])
-  meta_ttl = tonumber(ARGV[6])
-  retention = tonumber(ARGV[7])
-  index_cap = tonumber(ARGV[8])
+  local conf = settings_of(ARGV[2])
+  charge, cost, meta_cap, meta_ttl, retention, index_cap =
+    conf[1], conf[2], conf[3], conf[4], conf[5], conf[6]
   now_ms = floor(now / 1000)
-  hits, hit_lists = {}, {}
+  hits, hit_lists = nil, nil
   local out = {now}
-  local a, k = 9, 1
-  for _ = 1, tonumber(ARGV[4]) do
+  local a, k, last = 3, 1, #ARGV
+  while a <= last do
     if ARGV[a] ~= 'g' then
       a, k = run_group(KEYS, ARGV, a, k, out)
     else
