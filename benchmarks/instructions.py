@@ -6,7 +6,13 @@
     python -m benchmarks.instructions --redis-server /path/to/redis-server
     python -m benchmarks.instructions --quick          # the floor and one algorithm, few calls
 
-Timings move with whatever else the machine runs; instruction counts do not.
+Timings move with whatever else the machine runs; instruction counts do not, as long
+as what a check finds in Redis does not depend on time either. So the engine runs on
+a test clock that advances 1 ms per check (:class:`Stepping`), not on Redis' ``TIME``:
+under valgrind a check takes milliseconds, and on ``TIME`` how many keys had expired,
+windows had turned or denials were due for the once-a-second index would follow the
+machine's speed. (The script then reads the time from its arguments instead of calling
+``TIME``: a few thousand instructions less per check than in production.)
 This starts ``redis-server`` under ``valgrind --tool=callgrind`` (Debian:
 ``apt-get install valgrind``), warms each shape up, zeroes the counters, runs
 ``CALLS`` checks and reads the total back: user-space instructions of the
@@ -44,6 +50,7 @@ from devtools.redis_harness import find_binary, free_port, temporary_workdir
 from django_ratelimits.engine import Algorithm, Check, Engine, Identity, KeySpace, Limit
 from django_ratelimits.rates import parse_rates
 
+STEP_US = 1000  # the test clock's advance per check
 CALLS = 300
 IDENTITIES = 100  # checked in turn, so the counted checks find their keys there
 QUICK = 20  # calls and identities of --quick
@@ -55,6 +62,17 @@ def _total(dump: Path) -> int:
         if line.startswith(("summary:", "totals:")):
             return int(line.split()[1])
     raise RuntimeError(f"no totals in {dump}")
+
+
+class Stepping:
+    """A test clock that advances ``STEP_US`` each time the engine reads it (once per check)."""
+
+    def __init__(self) -> None:
+        self.now = 1_800_000_000_000_000
+
+    def now_us(self) -> int:
+        self.now += STEP_US
+        return self.now
 
 
 class Counted:
@@ -133,7 +151,7 @@ def rows(binary: str, quick: bool = False) -> list[tuple[str, int]]:
     with temporary_workdir("ratelimits-callgrind-") as workdir:
         counted = Counted(binary, Path(workdir), calls, identities)
         try:
-            engine = Engine(counted.client, keys=KeySpace(prefix="cg"))
+            engine = Engine(counted.client, keys=KeySpace(prefix="cg"), clock=Stepping())
             sha = counted.client.script_load("return 1")
             floor = counted.measure(lambda i: counted.client.evalsha(sha, 0))
             out = [("floor: EVALSHA of `return 1`", floor)]
