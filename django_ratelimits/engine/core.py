@@ -286,9 +286,9 @@ class Engine:
         identity, limits = chk.identity, chk.limits
         if len({limit.encoded_spec for limit in limits}) != len(limits):
             raise ValueError(f"a limit is given twice for {label(identity)}")
-        call.keys += keys.group_for(overrides=chk.overrides)
+        call.keys.append(keys.encoded_state)
         call.keys += [keys.log(limit) for limit in limits if limit.is_log]
-        info = "s" if chk.shadow else "e"
+        info = ("s" if chk.shadow else "e") + ("o" if chk.overrides else "x")
         if chk.metadata is None:
             info += "n"
         else:

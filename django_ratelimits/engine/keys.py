@@ -2,12 +2,12 @@
 
 Layout (``P`` is the key prefix, ``{sN}`` the identity's shard tag)::
 
-    P:{sN}:s:<ident>                        state of every limit (HASH, a field per limit)
+    P:{sN}:s:<ident>                        state of every limit (HASH, a field per limit),
+                                            its TTL horizon (t), its override (x)
     P:{sN}:log:<policy>:<rate>:<ident>      a sliding log's timestamps (ZSET)
     P:{sN}:m:<ident>                        metadata list (capped)
     P:{sN}:o:<ident>                        offender record: denials (HASH)
     P:{sN}:so:<ident>                       shadow record: would-be denials of shadow policies
-    P:{sN}:x:<ident>                        override: blocked or allow-listed until a time
     P:{sN}:xn:<ident>                       the override's note: who set it, when (JSON)
     P:{sN}:g:<kind>:<n>:<us>:<ident>        identity budget of a client IP (ZSET of digests)
     P:{sN}:ox                               offender index of shard N, by last denial (ZSET)
@@ -45,6 +45,9 @@ _LABEL_MAX = 200
 # TTL lasts: written by the check script (HORIZON in lua/check.lua), never a limit's
 # spec (specs hold "|").
 HORIZON = "t"
+# The state HASH's field holding the identity's override (blocked or allow-listed
+# until a time, engine/overrides.py): read with the limits, in the same HMGET.
+OVERRIDE = "x"
 
 
 def key_part(value: str) -> str:
@@ -106,10 +109,6 @@ class IdentityKeys:
         return f"{self.tag}:so:{self.ident}"
 
     @property
-    def override(self) -> str:
-        return f"{self.tag}:x:{self.ident}"
-
-    @property
     def override_note(self) -> str:
         return f"{self.tag}:xn:{self.ident}"
 
@@ -119,22 +118,12 @@ class IdentityKeys:
         return f"{self.tag}:xs"
 
     @functools.cached_property
-    def group(self) -> tuple[bytes, bytes]:
-        """The keys every check of the identity names, in the order the script reads
-        them: its state, its override; encoded once (key names are cached with the
-        identity, see ``of_ident``). The script names the others from the state key
-        and the ident when it writes them (``tag_of`` in lua/check.lua)."""
-        return (self.state.encode(), self.override.encode())
-
-    @functools.cached_property
-    def group_without_override(self) -> tuple[bytes, bytes]:
-        """:attr:`group` with a key no one writes where the override is: a check
-        that names these keys is decided by its limits alone."""
-        return (self.group[0], f"{self.tag}:x-".encode())
-
-    def group_for(self, *, overrides: bool) -> tuple[bytes, bytes]:
-        """The group's keys for a check, as a block or allow-listing may decide it or not."""
-        return self.group if overrides else self.group_without_override
+    def encoded_state(self) -> bytes:
+        """:attr:`state`, the one key every check of the identity names, encoded once
+        (key names are cached with the identity, see ``of_ident``). The script names
+        the others from it and the ident when it writes them (``tag_of`` in
+        lua/check.lua)."""
+        return self.state.encode()
 
     @functools.cached_property
     def member(self) -> bytes:

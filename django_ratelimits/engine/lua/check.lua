@@ -4,17 +4,16 @@
 --       <metadata cap>|<metadata ttl ms>|<offender retention ms>|<index cap>"
 --       (check or peek), then entries to the end, each a group or a gated
 --       group (see check() at the end). A group is four arguments: its limits,
---       ident, label, and "<e or s><n, d or a><head of a hit entry>" (an
---       enforced or a shadow group; no hit entry, or one recorded on a denial
---       or on every hit). Its limits are one string, each limit's spec
+--       ident, label, and "<e or s><o or x><n, d or a><head of a hit entry>"
+--       (an enforced or a shadow group; decided by an override or never; no
+--       hit entry, or one recorded on a denial or on every hit). Its limits are one string, each limit's spec
 --       "<algorithm>|<limit>|<window_us>|<capacity>|<policy>" (also the
 --       limit's field in the state HASH) after its length and ':'. Settings
 --       and limits come back call after call: each string is parsed once
 --       where Redis keeps the code loaded (see remember).
--- KEYS: per group: state HASH ("P:{sN}:s:<ident>"), override, then one ZSET per
---       sliding-log limit; a group that no override may decide (the way back
---       to admin, way_back.py) names a key no one writes ("...:x-") instead of
---       the override. The metadata list, the offender (or shadow) record and
+-- KEYS: per group: state HASH ("P:{sN}:s:<ident>"), then one ZSET per
+--       sliding-log limit. A group that no override may decide (the way back
+--       to admin, way_back.py) says 'x' in its info. The metadata list, the offender (or shadow) record and
 --       the shard's two indexes are named from the state key and the ident
 --       (keys.py) when they are written: every key of a group shares its hash
 --       tag, so its slot. A gated group starts with the client's identity
@@ -28,9 +27,9 @@
 -- four numbers per limit.
 --
 -- A group is one identity and is all or nothing: if any of its limits denies,
--- none of its limits is charged. An override ("b:<until_us>" blocked, or
--- "a:<until_us>" allow-listed, until that time) decides the whole group
--- without looking at its limits.
+-- none of its limits is charged. An override (the state HASH's field 'x',
+-- OVERRIDE: "b:<until_us>" blocked, or "a:<until_us>" allow-listed, until
+-- that time) decides the whole group without looking at its limits.
 --
 -- A charge extends the state HASH's TTL only when a field it writes must
 -- outlive it, and then by a quarter more than needed, so that a busy
@@ -54,6 +53,8 @@ local TRIM_BATCH = 100
 -- The state HASH's field holding until when its TTL lasts (ms); never a spec,
 -- which always holds '|'.
 local HORIZON = 't'
+-- The state HASH's field holding the identity's override (engine/overrides.py).
+local OVERRIDE = 'x'
 
 -- The struct.pack format of a reply of n numbers, built once per n where Redis
 -- keeps the code loaded.
@@ -128,11 +129,11 @@ local function record_denial(state_key, ident, label, shadow, policies)
   redis.call('PEXPIRE', record, retention + TTL_EXTRA_MS)
 end
 
--- The override of an identity in force now: 'a' (allow-listed), 'b' (blocked)
--- or nil, and until when. The value is "<a or b>:<until_us>", digits only;
--- anything else is no override (engine/overrides.py is the Python side).
-local function override_of(key)
-  local value = redis.call('GET', key)
+-- The override in force now of an OVERRIDE field's `value`: 'a' (allow-listed),
+-- 'b' (blocked) or nil, and until when. The value is "<a or b>:<until_us>",
+-- digits only; anything else is no override (engine/overrides.py is the
+-- Python side).
+local function override_of(value)
   if value then
     local mode, until_us = string.match(value, '^([ab]):(%d+)$')
     until_us = tonumber(until_us)
@@ -178,7 +179,7 @@ local function push_metadata(key, entry)
 end
 
 -- Notes what a group decided for the request's entry in the list `key`; `info`
--- is the group's "<e or s><d or a><head>", `set` its limits, `verdicts` whether
+-- is the group's "<e or s><o or x><d or a><head>", `set` its limits, `verdicts` whether
 -- each was allowed, `blocked` whether a block decided them. The entry's outcome
 -- is the worst of its groups': 'D' denied by an enforced policy, 'S' only a
 -- shadow policy would have denied, 'A' allowed.
@@ -188,11 +189,11 @@ local function note_hit(key, info, set, verdicts, blocked)
   end
   local hit = hits[key]
   if hit == nil then
-    hit = {head = string.sub(info, 3), every = false, outcome = 'A', names = {}}
+    hit = {head = string.sub(info, 4), every = false, outcome = 'A', names = {}}
     hits[key] = hit
     hit_lists[#hit_lists + 1] = key
   end
-  hit.every = hit.every or string.byte(info, 2) == 97 -- 'a'
+  hit.every = hit.every or string.byte(info, 3) == 97 -- 'a'
   local no = string.byte(info, 1) == 115 and 'S' or 'D' -- 's': a shadow group
   for i, l in ipairs(set.limits) do
     local name = blocked and '!blocked' or l[7]
@@ -257,7 +258,7 @@ local function settings_of(text)
   return found
 end
 
--- A group's limits: {limits = {...}, fields = {HORIZON, spec...}, slots = {...},
+-- A group's limits: {limits = {...}, fields = {HORIZON, OVERRIDE, spec...}, slots = {...},
 -- logs = n}. Each limit is {algorithm, limit, window, capacity, policy, spec,
 -- the policy's name as a hit entry names it (no '|', ',' or '=')}; fields are
 -- what the group's HMGET reads, slots[i] where limit i's value is in its reply
@@ -267,7 +268,7 @@ local function limits_of(text)
   if set ~= nil then
     return set
   end
-  set = {limits = {}, fields = {HORIZON}, slots = {}, logs = 0}
+  set = {limits = {}, fields = {HORIZON, OVERRIDE}, slots = {}, logs = 0}
   local pos = 1
   while pos <= #text do
     local colon = string.find(text, ':', pos, true)
@@ -290,20 +291,21 @@ local function limits_of(text)
   return remember(SETS, text, set)
 end
 
--- Decides one identity's group: its keys from KEYS[k] (state, override, then
--- one per sliding log), its arguments from ARGV[a] (limits, ident, label,
+-- Decides one identity's group: its keys from KEYS[k] (state, then one per
+-- sliding log), its arguments from ARGV[a] (limits, ident, label,
 -- info). Appends four numbers per limit to `out`; returns where the next
 -- group starts.
 local function run_group(KEYS, ARGV, a, k, out)
   local set, info = limits_of(ARGV[a]), ARGV[a + 3]
   local state_key = KEYS[k]
-  local override, override_until = override_of(KEYS[k + 1])
-  local values
-  if override == nil and #set.fields > 1 then
-    values = redis.call('HMGET', state_key, unpack(set.fields))
+  -- The horizon, the override and every limit held in the HASH: one HMGET.
+  local values = redis.call('HMGET', state_key, unpack(set.fields))
+  local override, override_until = nil, 0
+  if string.byte(info, 2) == 111 then -- 'o': an override decides the group
+    override, override_until = override_of(values[2])
   end
-  local verdicts = string.byte(info, 2) ~= 110 and {} or nil -- 'n': no hit entry
-  local writes, live, logs, denied, lk, n = {}, 0, nil, nil, k + 2, #out
+  local verdicts = string.byte(info, 3) ~= 110 and {} or nil -- 'n': no hit entry
+  local writes, live, logs, denied, lk, n = {}, 0, nil, nil, k + 1, #out
   for i, l in ipairs(set.limits) do
     local alg, limit, window, capacity = l[1], l[2], l[3], l[4]
     local allowed, remaining, retry, reset, new, lives
@@ -342,7 +344,7 @@ local function run_group(KEYS, ARGV, a, k, out)
   if charge then
     local ident = ARGV[a + 1]
     if denied == nil then
-      commit(state_key, writes, live, values and values[1], logs)
+      commit(state_key, writes, live, values[1], logs)
     else
       record_denial(state_key, ident, ARGV[a + 2], string.byte(info, 1) == 115, denied)
     end
@@ -351,12 +353,12 @@ local function run_group(KEYS, ARGV, a, k, out)
       note_hit(list, info, set, verdicts, override == 'b')
     end
   end
-  return a + 4, k + 2 + set.logs
+  return a + 4, k + 1 + set.logs
 end
 
 -- Where the group at ARGV[a], KEYS[k] ends, without deciding it.
 local function skip_group(ARGV, a, k)
-  return a + 4, k + 2 + limits_of(ARGV[a]).logs
+  return a + 4, k + 1 + limits_of(ARGV[a]).logs
 end
 
 -- A client's identity budget (a ZSET: member = an identity's digest, score =
