@@ -72,14 +72,15 @@ end
 -- Entries last seen before `cutoff`, then the oldest past the cap, leave both
 -- indexes: at most TRIM_BATCH of each per call, so no call is ever long.
 local function trim(index, by_count, cutoff)
-  local old = redis.call('ZRANGEBYSCORE', index, '-inf', cutoff, 'LIMIT', 0, TRIM_BATCH)
+  local old = redis.call('ZRANGEBYSCORE', index, '-inf', fmt(cutoff), 'LIMIT', '0',
+    fmt(TRIM_BATCH))
   if #old > 0 then
     redis.call('ZREM', index, unpack(old))
     redis.call('ZREM', by_count, unpack(old))
   end
   local over = redis.call('ZCARD', index) - index_cap
   if over > 0 then
-    local oldest = redis.call('ZRANGE', index, 0, min(over, TRIM_BATCH) - 1)
+    local oldest = redis.call('ZRANGE', index, '0', fmt(min(over, TRIM_BATCH) - 1))
     redis.call('ZREM', index, unpack(oldest))
     redis.call('ZREM', by_count, unpack(oldest))
     -- Their offender records would outlive them by up to the retention, so that
@@ -108,25 +109,26 @@ local function record_denial(state_key, ident, label, shadow, policies)
   local record = tag .. (shadow and ':so:' or ':o:') .. ident
   local index = tag .. (shadow and ':sox' or ':ox')
   local by_count = index .. 'n'
-  local n = redis.call('HINCRBY', record, 'n', 1)
+  local n = redis.call('HINCRBY', record, 'n', '1')
   for policy in pairs(policies) do
-    redis.call('HINCRBY', record, 'd:' .. policy, 1)
+    redis.call('HINCRBY', record, 'd:' .. policy, '1')
   end
   local indexed = n > 1 and tonumber(redis.call('HGET', record, 'ix'))
   if indexed and now_ms - indexed < 1000 then
     return
   end
+  local ms, keep = fmt(now_ms), fmt(retention + TTL_EXTRA_MS)
   if n == 1 then
-    redis.call('HSET', record, 'id', label, 'first', now_ms, 'last', now_ms, 'ix', now_ms)
+    redis.call('HSET', record, 'id', label, 'first', ms, 'last', ms, 'ix', ms)
   else
-    redis.call('HSET', record, 'id', label, 'last', now_ms, 'ix', now_ms)
+    redis.call('HSET', record, 'id', label, 'last', ms, 'ix', ms)
   end
-  redis.call('ZADD', index, now_ms, ident)
-  redis.call('ZADD', by_count, n, ident)
+  redis.call('ZADD', index, ms, ident)
+  redis.call('ZADD', by_count, fmt(n), ident)
   trim(index, by_count, now_ms - retention)
-  redis.call('PEXPIRE', index, retention + TTL_EXTRA_MS)
-  redis.call('PEXPIRE', by_count, retention + TTL_EXTRA_MS)
-  redis.call('PEXPIRE', record, retention + TTL_EXTRA_MS)
+  redis.call('PEXPIRE', index, keep)
+  redis.call('PEXPIRE', by_count, keep)
+  redis.call('PEXPIRE', record, keep)
 end
 
 -- The override in force now of an OVERRIDE field's `value`: 'a' (allow-listed),
@@ -152,9 +154,9 @@ local function commit(state_key, writes, live, horizon, logs)
     if (tonumber(horizon) or 0) < now_ms + ceil(live / 1000) then
       local ttl = ceil(live / 1000 * 1.25) + 1
       writes[#writes + 1] = HORIZON
-      writes[#writes + 1] = now_ms + ttl
+      writes[#writes + 1] = fmt(now_ms + ttl)
       redis.call('HSET', state_key, unpack(writes))
-      redis.call('PEXPIRE', state_key, ttl + TTL_EXTRA_MS)
+      redis.call('PEXPIRE', state_key, fmt(ttl + TTL_EXTRA_MS))
     else
       redis.call('HSET', state_key, unpack(writes))
     end
@@ -171,10 +173,10 @@ end
 local function push_metadata(key, entry)
   local length = redis.call('LPUSH', key, entry)
   if length > meta_cap + ceil(meta_cap / 5) then
-    redis.call('LTRIM', key, 0, meta_cap - 1)
+    redis.call('LTRIM', key, '0', fmt(meta_cap - 1))
   end
   if length == 1 or redis.call('PTTL', key) < meta_ttl + TTL_EXTRA_MS then
-    redis.call('PEXPIRE', key, ceil(meta_ttl * 1.25) + TTL_EXTRA_MS)
+    redis.call('PEXPIRE', key, fmt(ceil(meta_ttl * 1.25) + TTL_EXTRA_MS))
   end
 end
 
@@ -374,7 +376,7 @@ local function pass_gate(key, member, budget, window)
   if not passed then
     local held
     if charge then
-      redis.call('ZREMRANGEBYSCORE', key, '-inf', cutoff)
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(cutoff))
       held = redis.call('ZCARD', key)
     else
       held = redis.call('ZCOUNT', key, '(' .. fmt(cutoff), '+inf')
@@ -382,7 +384,7 @@ local function pass_gate(key, member, budget, window)
     passed = held < budget
   end
   if passed and charge then
-    redis.call('ZADD', key, now, member)
+    redis.call('ZADD', key, fmt(now), member)
     expire_in(key, window)
   end
   return passed

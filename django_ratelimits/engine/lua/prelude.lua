@@ -18,8 +18,9 @@
 -- writes it itself: peek(key, ...) -> ..., state; commit(key, ..., state).
 --
 -- Times are integer microseconds held in Lua doubles (exact below 2^53).
--- Numbers reach Redis as command arguments (Redis formats them exactly) or
--- through fmt()/fmt_float(): never through `..`, which keeps only 14 digits.
+-- Numbers reach Redis through fmt()/fmt_float(), never through `..`, which
+-- keeps only 14 digits, nor as numbers: Redis would format each with '%.17g',
+-- several times dearer than fmt()'s '%d'. Constants go as strings ('1').
 
 local ALG = {}
 -- Bound by bind() at the start of every call: a Redis 7 function library
@@ -42,5 +43,5 @@ local function fmt_float(n)
 end
 
 local function expire_in(key, us)
-  redis.call('PEXPIRE', key, max(1, ceil(us / 1000)) + TTL_EXTRA_MS)
+  redis.call('PEXPIRE', key, fmt(max(1, ceil(us / 1000)) + TTL_EXTRA_MS))
 end

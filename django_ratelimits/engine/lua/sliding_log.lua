@@ -8,9 +8,9 @@ local function log_score_at(key, now, window, rank, reverse)
   local lo, hi = string.format('(%d', now - window), '+inf'
   local r
   if reverse then
-    r = redis.call('ZREVRANGEBYSCORE', key, hi, lo, 'WITHSCORES', 'LIMIT', rank, 1)
+    r = redis.call('ZREVRANGEBYSCORE', key, hi, lo, 'WITHSCORES', 'LIMIT', fmt(rank), '1')
   else
-    r = redis.call('ZRANGEBYSCORE', key, lo, hi, 'WITHSCORES', 'LIMIT', rank, 1)
+    r = redis.call('ZRANGEBYSCORE', key, lo, hi, 'WITHSCORES', 'LIMIT', fmt(rank), '1')
   end
   return tonumber(r[2])
 end
@@ -34,9 +34,9 @@ end
 function ALG.log.commit(key, now, window, cost, count)
   redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - window))
   if cost > 0 then
-    local args = {}
+    local args, stamp = {}, fmt(now)
     for i = 0, cost - 1 do
-      args[#args + 1] = now
+      args[#args + 1] = stamp
       args[#args + 1] = string.format('%d:%d', now, count + i)
     end
     redis.call('ZADD', key, unpack(args))
