@@ -50,6 +50,10 @@ local now, now_ms, charge, cost, meta_cap, meta_ttl, retention, index_cap
 local hits, hit_lists
 
 local TRIM_BATCH = 100
+-- The reply's numbers and a charge's HSET arguments, filled anew by each call
+-- up to a length it keeps (where Redis keeps the code loaded, the tables stay:
+-- no new table per call).
+local OUT, WRITES = {}, {}
 -- The state HASH's field holding until when its TTL lasts (ms); never a spec,
 -- which always holds '|'.
 local HORIZON = 't'
@@ -63,7 +67,7 @@ local PACKINGS = {}
 local function packing(n)
   local format = PACKINGS[n]
   if format == nil then
-    format = '<' .. string.rep('i8', n)
+    format = '<' .. srep('i8', n)
     PACKINGS[n] = format
   end
   return format
@@ -72,33 +76,33 @@ end
 -- Entries last seen before `cutoff`, then the oldest past the cap, leave both
 -- indexes: at most TRIM_BATCH of each per call, so no call is ever long.
 local function trim(index, by_count, cutoff)
-  local old = redis.call('ZRANGEBYSCORE', index, '-inf', fmt(cutoff), 'LIMIT', '0',
+  local old = rcall('ZRANGEBYSCORE', index, '-inf', fmt(cutoff), 'LIMIT', '0',
     fmt(TRIM_BATCH))
   if #old > 0 then
-    redis.call('ZREM', index, unpack(old))
-    redis.call('ZREM', by_count, unpack(old))
+    rcall('ZREM', index, unpack(old))
+    rcall('ZREM', by_count, unpack(old))
   end
-  local over = redis.call('ZCARD', index) - index_cap
+  local over = rcall('ZCARD', index) - index_cap
   if over > 0 then
-    local oldest = redis.call('ZRANGE', index, '0', fmt(min(over, TRIM_BATCH) - 1))
-    redis.call('ZREM', index, unpack(oldest))
-    redis.call('ZREM', by_count, unpack(oldest))
+    local oldest = rcall('ZRANGE', index, '0', fmt(min(over, TRIM_BATCH) - 1))
+    rcall('ZREM', index, unpack(oldest))
+    rcall('ZREM', by_count, unpack(oldest))
     -- Their offender records would outlive them by up to the retention, so that
     -- memory under a flood of identities would be bounded by time, not by the
     -- cap: drop them too. A record is "P:{sN}:o:<ident>" (keys.py), the index
     -- "P:{sN}:ox" (shadow: "P:{sN}:so:<ident>", "P:{sN}:sox"): same slot.
-    local tag = string.sub(index, 1, -2)
+    local tag = ssub(index, 1, -2)
     for i, who in ipairs(oldest) do
       oldest[i] = tag .. ':' .. who
     end
-    redis.call('UNLINK', unpack(oldest))
+    rcall('UNLINK', unpack(oldest))
   end
 end
 
 -- The start of every key name of the identity whose state HASH is `state_key`
 -- ("P:{sN}", keys.py: the state key is "<tag>:s:<ident>").
 local function tag_of(state_key, ident)
-  return string.sub(state_key, 1, #state_key - #ident - 3)
+  return ssub(state_key, 1, #state_key - #ident - 3)
 end
 
 -- Bounded bookkeeping of a denial: the counts on every denial; the time of
@@ -109,26 +113,26 @@ local function record_denial(state_key, ident, label, shadow, policies)
   local record = tag .. (shadow and ':so:' or ':o:') .. ident
   local index = tag .. (shadow and ':sox' or ':ox')
   local by_count = index .. 'n'
-  local n = redis.call('HINCRBY', record, 'n', '1')
+  local n = rcall('HINCRBY', record, 'n', '1')
   for policy in pairs(policies) do
-    redis.call('HINCRBY', record, 'd:' .. policy, '1')
+    rcall('HINCRBY', record, 'd:' .. policy, '1')
   end
-  local indexed = n > 1 and tonumber(redis.call('HGET', record, 'ix'))
+  local indexed = n > 1 and tonumber(rcall('HGET', record, 'ix'))
   if indexed and now_ms - indexed < 1000 then
     return
   end
   local ms, keep = fmt(now_ms), fmt(retention + TTL_EXTRA_MS)
   if n == 1 then
-    redis.call('HSET', record, 'id', label, 'first', ms, 'last', ms, 'ix', ms)
+    rcall('HSET', record, 'id', label, 'first', ms, 'last', ms, 'ix', ms)
   else
-    redis.call('HSET', record, 'id', label, 'last', ms, 'ix', ms)
+    rcall('HSET', record, 'id', label, 'last', ms, 'ix', ms)
   end
-  redis.call('ZADD', index, ms, ident)
-  redis.call('ZADD', by_count, fmt(n), ident)
+  rcall('ZADD', index, ms, ident)
+  rcall('ZADD', by_count, fmt(n), ident)
   trim(index, by_count, now_ms - retention)
-  redis.call('PEXPIRE', index, keep)
-  redis.call('PEXPIRE', by_count, keep)
-  redis.call('PEXPIRE', record, keep)
+  rcall('PEXPIRE', index, keep)
+  rcall('PEXPIRE', by_count, keep)
+  rcall('PEXPIRE', record, keep)
 end
 
 -- The override in force now of an OVERRIDE field's `value`: 'a' (allow-listed),
@@ -137,7 +141,7 @@ end
 -- Python side).
 local function override_of(value)
   if value then
-    local mode, until_us = string.match(value, '^([ab]):(%d+)$')
+    local mode, until_us = smatch(value, '^([ab]):(%d+)$')
     until_us = tonumber(until_us)
     if until_us and until_us > now then
       return mode, until_us
@@ -149,16 +153,15 @@ end
 -- Charges an allowed group: one HSET of every field, the TTL extended only
 -- if the key's `horizon` (its HORIZON field, read with the limits) falls short
 -- of what the fields need, then the sliding logs.
-local function commit(state_key, writes, live, horizon, logs)
-  if #writes > 0 then
+local function commit(state_key, writes, nw, live, horizon, logs)
+  if nw > 0 then
     if (tonumber(horizon) or 0) < now_ms + ceil(live / 1000) then
       local ttl = ceil(live / 1000 * 1.25) + 1
-      writes[#writes + 1] = HORIZON
-      writes[#writes + 1] = fmt(now_ms + ttl)
-      redis.call('HSET', state_key, unpack(writes))
-      redis.call('PEXPIRE', state_key, fmt(ttl + TTL_EXTRA_MS))
+      writes[nw + 1], writes[nw + 2] = HORIZON, fmt(now_ms + ttl)
+      rcall('HSET', state_key, unpack(writes, 1, nw + 2))
+      rcall('PEXPIRE', state_key, fmt(ttl + TTL_EXTRA_MS))
     else
-      redis.call('HSET', state_key, unpack(writes))
+      rcall('HSET', state_key, unpack(writes, 1, nw))
     end
   end
   if logs then
@@ -171,12 +174,12 @@ end
 -- The list lives at least METADATA_TTL after its newest entry, at most a quarter
 -- more: its TTL is set to 1.25 times that only once less than the whole is left.
 local function push_metadata(key, entry)
-  local length = redis.call('LPUSH', key, entry)
+  local length = rcall('LPUSH', key, entry)
   if length > meta_cap + ceil(meta_cap / 5) then
-    redis.call('LTRIM', key, '0', fmt(meta_cap - 1))
+    rcall('LTRIM', key, '0', fmt(meta_cap - 1))
   end
-  if length == 1 or redis.call('PTTL', key) < meta_ttl + TTL_EXTRA_MS then
-    redis.call('PEXPIRE', key, fmt(ceil(meta_ttl * 1.25) + TTL_EXTRA_MS))
+  if length == 1 or rcall('PTTL', key) < meta_ttl + TTL_EXTRA_MS then
+    rcall('PEXPIRE', key, fmt(ceil(meta_ttl * 1.25) + TTL_EXTRA_MS))
   end
 end
 
@@ -191,12 +194,12 @@ local function note_hit(key, info, set, verdicts, blocked)
   end
   local hit = hits[key]
   if hit == nil then
-    hit = {head = string.sub(info, 4), every = false, outcome = 'A', names = {}}
+    hit = {head = ssub(info, 4), every = false, outcome = 'A', names = {}}
     hits[key] = hit
     hit_lists[#hit_lists + 1] = key
   end
-  hit.every = hit.every or string.byte(info, 3) == 97 -- 'a'
-  local no = string.byte(info, 1) == 115 and 'S' or 'D' -- 's': a shadow group
+  hit.every = hit.every or sbyte(info, 3) == 97 -- 'a'
+  local no = sbyte(info, 1) == 115 and 'S' or 'D' -- 's': a shadow group
   for i, l in ipairs(set.limits) do
     local name = blocked and '!blocked' or l[7]
     local status = verdicts[i] and 'A' or no
@@ -227,8 +230,8 @@ local function push_hits()
       for i, name in ipairs(hit.names) do
         names[i] = name .. '=' .. hit.names[name]
       end
-      local entry = string.format('%s|%d|%s|%s', hit.head, now_ms, hit.outcome,
-        table.concat(names, ','))
+      local entry = sformat('%s|%d|%s|%s', hit.head, now_ms, hit.outcome,
+        tconcat(names, ','))
       push_metadata(key, entry)
     end
   end
@@ -253,7 +256,7 @@ local function settings_of(text)
   local found = SETTINGS.items[text]
   if found == nil then
     local mode, c, cap, ttl, keep, icap =
-      string.match(text, '^([cp])|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)$')
+      smatch(text, '^([cp])|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)$')
     found = remember(SETTINGS, text, {mode == 'c', tonumber(c), tonumber(cap),
       tonumber(ttl), tonumber(keep), tonumber(icap)})
   end
@@ -273,12 +276,12 @@ local function limits_of(text)
   set = {limits = {}, fields = {HORIZON, OVERRIDE}, slots = {}, logs = 0}
   local pos = 1
   while pos <= #text do
-    local colon = string.find(text, ':', pos, true)
-    local stop = colon + tonumber(string.sub(text, pos, colon - 1))
-    local spec = string.sub(text, colon + 1, stop)
+    local colon = sfind(text, ':', pos, true)
+    local stop = colon + tonumber(ssub(text, pos, colon - 1))
+    local spec = ssub(text, colon + 1, stop)
     local code, limit, window, capacity, policy =
-      string.match(spec, '^(%a+)|(%d+)|(%d+)|(%d+)|(.*)$')
-    local named = string.gsub(policy, '[|,=]', '_')
+      smatch(spec, '^(%a+)|(%d+)|(%d+)|(%d+)|(.*)$')
+    local named = sgsub(policy, '[|,=]', '_')
     local i = #set.limits + 1
     set.limits[i] = {ALG[code], tonumber(limit), tonumber(window), tonumber(capacity),
       policy, spec, named}
@@ -295,19 +298,19 @@ end
 
 -- Decides one identity's group: its keys from KEYS[k] (state, then one per
 -- sliding log), its arguments from ARGV[a] (limits, ident, label,
--- info). Appends four numbers per limit to `out`; returns where the next
--- group starts.
-local function run_group(KEYS, ARGV, a, k, out)
+-- info). Puts four numbers per limit in OUT after its first `n`; returns where
+-- the next group starts and how many numbers OUT holds.
+local function run_group(KEYS, ARGV, a, k, n)
   local set, info = limits_of(ARGV[a]), ARGV[a + 3]
   local state_key = KEYS[k]
   -- The horizon, the override and every limit held in the HASH: one HMGET.
-  local values = redis.call('HMGET', state_key, unpack(set.fields))
+  local values = rcall('HMGET', state_key, unpack(set.fields))
   local override, override_until = nil, 0
-  if string.byte(info, 2) == 111 then -- 'o': an override decides the group
+  if sbyte(info, 2) == 111 then -- 'o': an override decides the group
     override, override_until = override_of(values[2])
   end
-  local verdicts = string.byte(info, 3) ~= 110 and {} or nil -- 'n': no hit entry
-  local writes, live, logs, denied, lk, n = {}, 0, nil, nil, k + 1, #out
+  local verdicts = sbyte(info, 3) ~= 110 and {} or nil -- 'n': no hit entry
+  local nw, live, logs, denied, lk = 0, 0, nil, nil, k + 1
   for i, l in ipairs(set.limits) do
     local alg, limit, window, capacity = l[1], l[2], l[3], l[4]
     local allowed, remaining, retry, reset, new, lives
@@ -327,13 +330,12 @@ local function run_group(KEYS, ARGV, a, k, out)
       allowed, remaining, retry, reset, new, lives =
         alg.peek(values[set.slots[i]] or nil, now, limit, window, capacity, cost)
       if allowed then
-        writes[#writes + 1] = l[6]
-        writes[#writes + 1] = new
+        WRITES[nw + 1], WRITES[nw + 2], nw = l[6], new, nw + 2
         live = max(live, lives)
       end
     end
-    out[n + 1] = allowed and 1 or (override == 'b' and 2 or 0)
-    out[n + 2], out[n + 3], out[n + 4] = remaining, retry, reset
+    OUT[n + 1] = allowed and 1 or (override == 'b' and 2 or 0)
+    OUT[n + 2], OUT[n + 3], OUT[n + 4] = remaining, retry, reset
     n = n + 4
     if not allowed then
       denied = denied or {}
@@ -346,16 +348,16 @@ local function run_group(KEYS, ARGV, a, k, out)
   if charge then
     local ident = ARGV[a + 1]
     if denied == nil then
-      commit(state_key, writes, live, values[1], logs)
+      commit(state_key, WRITES, nw, live, values[1], logs)
     else
-      record_denial(state_key, ident, ARGV[a + 2], string.byte(info, 1) == 115, denied)
+      record_denial(state_key, ident, ARGV[a + 2], sbyte(info, 1) == 115, denied)
     end
     if verdicts then
       local list = tag_of(state_key, ident) .. ':m:' .. ident
       note_hit(list, info, set, verdicts, override == 'b')
     end
   end
-  return a + 4, k + 1 + set.logs
+  return a + 4, k + 1 + set.logs, n
 end
 
 -- Where the group at ARGV[a], KEYS[k] ends, without deciding it.
@@ -371,20 +373,20 @@ end
 -- identity passed.
 local function pass_gate(key, member, budget, window)
   local cutoff = now - window
-  local seen = tonumber(redis.call('ZSCORE', key, member))
+  local seen = tonumber(rcall('ZSCORE', key, member))
   local passed = seen ~= nil and seen > cutoff
   if not passed then
     local held
     if charge then
-      redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(cutoff))
-      held = redis.call('ZCARD', key)
+      rcall('ZREMRANGEBYSCORE', key, '-inf', fmt(cutoff))
+      held = rcall('ZCARD', key)
     else
-      held = redis.call('ZCOUNT', key, '(' .. fmt(cutoff), '+inf')
+      held = rcall('ZCOUNT', key, '(' .. fmt(cutoff), '+inf')
     end
     passed = held < budget
   end
   if passed and charge then
-    redis.call('ZADD', key, fmt(now), member)
+    rcall('ZADD', key, fmt(now), member)
     expire_in(key, window)
   end
   return passed
@@ -406,7 +408,7 @@ local function check(KEYS, ARGV)
     now = tonumber(ARGV[1])
     TTL_EXTRA_MS = 60000
   else
-    local t = redis.call('TIME')
+    local t = rcall('TIME')
     now = tonumber(t[1]) * 1000000 + tonumber(t[2])
     TTL_EXTRA_MS = 0
   end
@@ -415,23 +417,24 @@ local function check(KEYS, ARGV)
     conf[1], conf[2], conf[3], conf[4], conf[5], conf[6]
   now_ms = floor(now / 1000)
   hits, hit_lists = nil, nil
-  local out = {now}
+  OUT[1] = now
+  local n = 1
   local a, k, last = 3, 1, #ARGV
   while a <= last do
     if ARGV[a] ~= 'g' then
-      a, k = run_group(KEYS, ARGV, a, k, out)
+      a, k, n = run_group(KEYS, ARGV, a, k, n)
     else
       local passed = pass_gate(KEYS[k], ARGV[a + 3], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]))
       local both = ARGV[a + 4] == '2'
-      out[#out + 1] = passed and 1 or 0
+      OUT[n + 1], n = passed and 1 or 0, n + 1
       a, k = a + 5, k + 1
       if passed then
         a, k = skip_group(ARGV, a, k)
         if both then
-          a, k = run_group(KEYS, ARGV, a, k, out)
+          a, k, n = run_group(KEYS, ARGV, a, k, n)
         end
       else
-        a, k = run_group(KEYS, ARGV, a, k, out)
+        a, k, n = run_group(KEYS, ARGV, a, k, n)
         if both then
           a, k = skip_group(ARGV, a, k)
         end
@@ -439,5 +442,5 @@ local function check(KEYS, ARGV)
     end
   end
   push_hits()
-  return struct.pack(packing(#out), unpack(out))
+  return spack(packing(n), unpack(OUT, 1, n))
 end
