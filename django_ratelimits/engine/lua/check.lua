@@ -32,8 +32,8 @@
 -- that time) decides the whole group without looking at its limits.
 --
 -- A charge extends the state HASH's TTL only when a field it writes must
--- outlive it, and then by a quarter more than needed, so that a busy
--- identity's key is not given a new TTL on every request; the TTL never
+-- outlive it, and then by a quarter more than needed and at least TTL_SLACK_MS
+-- more, so that a busy identity's key is not given a new TTL on every request; the TTL never
 -- shrinks, whatever other policies' fields the key holds. The HASH's field
 -- 't' (HORIZON) says until when (ms on the engine's clock) its TTL lasts, so
 -- the HMGET that reads the limits also says whether the TTL must be extended:
@@ -50,6 +50,7 @@ local now, now_ms, charge, cost, meta_cap, meta_ttl, retention, index_cap
 local hits, hit_lists
 
 local TRIM_BATCH = 100
+local TTL_SLACK_MS = 1000
 -- The reply's numbers and a charge's HSET arguments, filled anew by each call
 -- up to a length it keeps (where Redis keeps the code loaded, the tables stay:
 -- no new table per call).
@@ -156,7 +157,7 @@ end
 local function commit(state_key, writes, nw, live, horizon, logs)
   if nw > 0 then
     if (tonumber(horizon) or 0) < now_ms + ceil(live / 1000) then
-      local ttl = ceil(live / 1000 * 1.25) + 1
+      local ttl = ceil(live / 1000 + max(live / 4000, TTL_SLACK_MS)) + 1
       writes[nw + 1], writes[nw + 2] = HORIZON, fmt(now_ms + ttl)
       rcall('HSET', state_key, unpack(writes, 1, nw + 2))
       rcall('PEXPIRE', state_key, fmt(ttl + TTL_EXTRA_MS))
