@@ -112,6 +112,9 @@ class Engine:
         async_client: Callable[[], AsyncClient | None] | None = None,
     ) -> None:
         self.client = client
+        # Known once: isinstance() against redis-py's cluster class is slow (a protocol
+        # in its bases), and the engine asks on every call.
+        self._cluster = client if isinstance(client, RedisCluster) else None
         self.keys = keys or KeySpace()
         self.metadata_max_entries = metadata_max_entries
         self._functions = True  # FCALL until Redis says it has no functions (Redis 6)
@@ -298,8 +301,8 @@ class Engine:
         return [(identity, limit) for limit in limits]
 
     def _slot(self, key: str) -> int:
-        if isinstance(self.client, RedisCluster):
-            return int(self.client.keyslot(key))
+        if self._cluster is not None:
+            return int(self._cluster.keyslot(key))
         return 0
 
     def _execute(self, calls: list[_Call]) -> list[Any]:
@@ -316,8 +319,8 @@ class Engine:
         """On a cluster, name the node that serves ``key``'s slot, so redis-py
         does not ask the server which keys a command has (COMMAND GETKEYS:
         one more round trip per command)."""
-        if isinstance(self.client, RedisCluster):
-            return {"target_nodes": self.client.get_node_from_key(key)}
+        if self._cluster is not None:
+            return {"target_nodes": self._cluster.get_node_from_key(key)}
         return {}
 
     def _command(self, call: _Call) -> tuple[Any, ...]:
