@@ -19,7 +19,7 @@ from redis.exceptions import RedisClusterException, RedisError
 from django_ratelimits.engine import overrides
 from django_ratelimits.engine.core import Engine
 from django_ratelimits.engine.errors import BackendError
-from django_ratelimits.engine.keys import BOOKKEEPING, HORIZON, OVERRIDE, label
+from django_ratelimits.engine.keys import HORIZON, OVERRIDE, label
 from django_ratelimits.engine.limits import Identity, Limit
 from django_ratelimits.engine.overrides import Note, Override
 
@@ -29,16 +29,11 @@ MAX_OVERRIDE = 365 * 86_400  # seconds
 _INDEX_TTL_MS = (MAX_OVERRIDE + 86_400) * 1000
 ACTIVE_MAX = 1000  # overrides :meth:`Controls.active` reads from each shard at most
 # Deletes fields (ARGV[2]...: limits', or the override) from a state HASH (KEYS[1]),
-# and the HASH once nothing but its bookkeeping (keys.BOOKKEEPING, ARGV[1]: the TTL
-# horizon, when denials were last indexed) is left: atomically, so no check's write
-# in between is lost.
+# and the HASH once nothing but its TTL horizon (keys.HORIZON, ARGV[1]) is left:
+# atomically, so no check's write in between is lost.
 _DROP_FIELDS = """
 redis.call('HDEL', KEYS[1], unpack(ARGV, 2))
-local left = redis.call('HLEN', KEYS[1])
-for field in string.gmatch(ARGV[1], '[^,]+') do
-  left = left - redis.call('HEXISTS', KEYS[1], field)
-end
-if left == 0 then
+if redis.call('HLEN', KEYS[1]) == 1 and redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
   redis.call('DEL', KEYS[1])
 end
 """
@@ -106,9 +101,7 @@ class Controls:
             pipe = self.engine.client.pipeline(transaction=False)
             route = self.engine._route(keys.record)  # every key here shares its slot
             if fields:
-                pipe.execute_command(
-                    "EVAL", _DROP_FIELDS, 1, keys.state, BOOKKEEPING, *fields, **route
-                )
+                pipe.execute_command("EVAL", _DROP_FIELDS, 1, keys.state, HORIZON, *fields, **route)
             if names:
                 pipe.execute_command("UNLINK", *names, **route)
             if forget:
@@ -135,9 +128,7 @@ class Controls:
         try:
             pipe = self.engine.client.pipeline(transaction=False)
             route = self.engine._route(keys.state)
-            pipe.execute_command(
-                "EVAL", _DROP_FIELDS, 1, keys.state, BOOKKEEPING, OVERRIDE, **route
-            )
+            pipe.execute_command("EVAL", _DROP_FIELDS, 1, keys.state, HORIZON, OVERRIDE, **route)
             pipe.execute_command("UNLINK", keys.override_note, **route)
             pipe.execute_command("ZREM", keys.override_index, keys.ident, **route)
             pipe.execute()

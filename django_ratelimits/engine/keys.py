@@ -3,8 +3,7 @@
 Layout (``P`` is the key prefix, ``{sN}`` the identity's shard tag)::
 
     P:{sN}:s:<ident>                        state of every limit (HASH, a field per limit),
-                                            its TTL horizon (t), its override (x), when
-                                            denials last indexed it (i, si)
+                                            its TTL horizon (t), its override (x)
     P:{sN}:log:<policy>:<rate>:<ident>      a sliding log's timestamps (ZSET)
     P:{sN}:m:<ident>                        metadata list (capped)
     P:{sN}:o:<ident>                        offender record: denials (HASH)
@@ -49,10 +48,6 @@ HORIZON = "t"
 # The state HASH's field holding the identity's override (blocked or allow-listed
 # until a time, engine/overrides.py): read with the limits, in the same HMGET.
 OVERRIDE = "x"
-# The state HASH's fields that are bookkeeping, not state: the TTL horizon, and when
-# a denial last indexed the identity (i) or a shadow one its shadow record (si)
-# (record_denial in lua/check.lua), comma-separated.
-BOOKKEEPING = f"{HORIZON},i,si"
 
 
 def key_part(value: str) -> str:

@@ -60,9 +60,6 @@ local OUT, WRITES = {}, {}
 local HORIZON = 't'
 -- The state HASH's field holding the identity's override (engine/overrides.py).
 local OVERRIDE = 'x'
--- The state HASH's fields holding when a denial last updated the offender
--- (shadow) record's time and the shard's indexes (ms; see record_denial).
-local INDEXED, SHADOW_INDEXED = 'i', 'si'
 
 -- The struct.pack format of a reply of n numbers, built once per n where Redis
 -- keeps the code loaded.
@@ -109,34 +106,27 @@ local function tag_of(state_key, ident)
   return ssub(state_key, 1, #state_key - #ident - 3)
 end
 
--- Bounded bookkeeping of a denial: the counts on every denial (`counted`:
--- the record's fields "d:<policy>" to count); the time of the last denial,
--- the shared indexes and the record's TTL at most once a second per identity.
--- When they were last written is the state HASH's field INDEXED (SHADOW_INDEXED
--- for a shadow group, whose go to the shadow record and indexes), read with
--- the limits: `values` is the group's HMGET reply. It is written only where
--- the HASH exists (then it has a TTL): without it, the next denial indexes.
-local function record_denial(state_key, ident, label, shadow, counted, values)
+-- Bounded bookkeeping of a denial: the counts on every denial; the time of
+-- the last denial, the shared indexes and the record's TTL at most once a
+-- second per identity. A shadow group's go to the shadow record and indexes.
+local function record_denial(state_key, ident, label, shadow, policies)
   local tag = tag_of(state_key, ident)
   local record = tag .. (shadow and ':so:' or ':o:') .. ident
+  local index = tag .. (shadow and ':sox' or ':ox')
+  local by_count = index .. 'n'
   local n = rcall('HINCRBY', record, 'n', '1')
-  for field in pairs(counted) do
-    rcall('HINCRBY', record, field, '1')
+  for policy in pairs(policies) do
+    rcall('HINCRBY', record, 'd:' .. policy, '1')
   end
-  local indexed = n > 1 and tonumber(values[shadow and 4 or 3])
+  local indexed = n > 1 and tonumber(rcall('HGET', record, 'ix'))
   if indexed and now_ms - indexed < 1000 then
     return
   end
-  local index = tag .. (shadow and ':sox' or ':ox')
-  local by_count = index .. 'n'
   local ms, keep = fmt(now_ms), fmt(retention + TTL_EXTRA_MS)
   if n == 1 then
-    rcall('HSET', record, 'id', label, 'first', ms, 'last', ms)
+    rcall('HSET', record, 'id', label, 'first', ms, 'last', ms, 'ix', ms)
   else
-    rcall('HSET', record, 'id', label, 'last', ms)
-  end
-  if values[1] then
-    rcall('HSET', state_key, shadow and SHADOW_INDEXED or INDEXED, ms)
+    rcall('HSET', record, 'id', label, 'last', ms, 'ix', ms)
   end
   rcall('ZADD', index, ms, ident)
   rcall('ZADD', by_count, fmt(n), ident)
@@ -274,10 +264,9 @@ local function settings_of(text)
   return found
 end
 
--- A group's limits: {limits = {...}, fields = {HORIZON, OVERRIDE, INDEXED,
--- SHADOW_INDEXED, spec...}, slots = {...}, logs = n}. Each limit is {algorithm,
--- limit, window, capacity, policy, spec, the policy's name as a hit entry names
--- it (no '|', ',' or '='), its count's field in an offender record}; fields are
+-- A group's limits: {limits = {...}, fields = {HORIZON, OVERRIDE, spec...}, slots = {...},
+-- logs = n}. Each limit is {algorithm, limit, window, capacity, policy, spec,
+-- the policy's name as a hit entry names it (no '|', ',' or '=')}; fields are
 -- what the group's HMGET reads, slots[i] where limit i's value is in its reply
 -- (sliding logs have none: their ZSETs, `logs` of them, are keys of the group).
 local function limits_of(text)
@@ -285,7 +274,7 @@ local function limits_of(text)
   if set ~= nil then
     return set
   end
-  set = {limits = {}, fields = {HORIZON, OVERRIDE, INDEXED, SHADOW_INDEXED}, slots = {}, logs = 0}
+  set = {limits = {}, fields = {HORIZON, OVERRIDE}, slots = {}, logs = 0}
   local pos = 1
   while pos <= #text do
     local colon = sfind(text, ':', pos, true)
@@ -296,7 +285,7 @@ local function limits_of(text)
     local named = sgsub(policy, '[|,=]', '_')
     local i = #set.limits + 1
     set.limits[i] = {ALG[code], tonumber(limit), tonumber(window), tonumber(capacity),
-      policy, spec, named, 'd:' .. policy}
+      policy, spec, named}
     if ALG[code].zset then
       set.logs = set.logs + 1
     else
@@ -351,7 +340,7 @@ local function run_group(KEYS, ARGV, a, k, n)
     n = n + 4
     if not allowed then
       denied = denied or {}
-      denied[override == 'b' and 'd:!blocked' or l[8]] = true -- overrides.BLOCKED_POLICY
+      denied[override == 'b' and '!blocked' or l[5]] = true -- overrides.BLOCKED_POLICY
     end
     if verdicts then
       verdicts[i] = allowed
@@ -362,7 +351,7 @@ local function run_group(KEYS, ARGV, a, k, n)
     if denied == nil then
       commit(state_key, WRITES, nw, live, values[1], logs)
     else
-      record_denial(state_key, ident, ARGV[a + 2], sbyte(info, 1) == 115, denied, values)
+      record_denial(state_key, ident, ARGV[a + 2], sbyte(info, 1) == 115, denied)
     end
     if verdicts then
       local list = tag_of(state_key, ident) .. ':m:' .. ident
