@@ -108,7 +108,7 @@ def _memory(
         keys = engine.keys.of(identity)
         engine.check([Check(identity, [limit])])
         state = keys.log(limit) if limit.is_log else keys.state
-        names = [state, keys.metadata, keys.record, keys.override]
+        names = [state, keys.metadata, keys.record]
         present = [k for k in names if stats.exists(k)]
         after_one = sum(int(stats.memory_usage(k, samples=0) or 0) for k in present)
         for _ in range(rate.limit - 1):  # up to the limit, all allowed

@@ -6,16 +6,25 @@
     python -m benchmarks.instructions --redis-server /path/to/redis-server
     python -m benchmarks.instructions --quick          # the floor and one algorithm, few calls
 
-Timings move with whatever else the machine runs; instruction counts do not.
+Timings move with whatever else the machine runs; instruction counts do not, as long
+as what a check finds in Redis does not depend on time either. So the engine runs on
+a test clock that advances 1 ms per check (:class:`Stepping`), not on Redis' ``TIME``:
+under valgrind a check takes milliseconds, and on ``TIME`` how many keys had expired,
+windows had turned or denials were due for the once-a-second index would follow the
+machine's speed. (The script then reads the time from its arguments instead of calling
+``TIME``: a few thousand instructions less per check than in production.)
 This starts ``redis-server`` under ``valgrind --tool=callgrind`` (Debian:
 ``apt-get install valgrind``), warms each shape up, zeroes the counters, runs
 ``CALLS`` checks and reads the total back: user-space instructions of the
 whole server per check (Lua, the commands the check calls, the protocol), not
-the kernel's. Rows:
+the kernel's, nor ``serverCron``'s (the server's timer, which runs so many times a
+second: under valgrind its share per check would follow the machine's speed). Rows:
 
 * ``floor``: a script that returns 1 (``EVALSHA``), the least a call costs;
 * per algorithm, 1 identity x 1 rate, and 2 identities x 3 rates with metadata
   recorded on every hit (seed 000's request, the engine benchmark's rows);
+* per algorithm, the same 1 x 1 check denied (its one rate is spent: a denial,
+  the offender record's counts, the index at most once a second per identity);
 * what recording who costs an allowed check (GCRA, 1 x 1): none, the default
   (an entry only on a denial: an allowed check sends the entry's head, writes
   nothing), and every hit.
@@ -41,6 +50,7 @@ from devtools.redis_harness import find_binary, free_port, temporary_workdir
 from django_ratelimits.engine import Algorithm, Check, Engine, Identity, KeySpace, Limit
 from django_ratelimits.rates import parse_rates
 
+STEP_US = 1000  # the test clock's advance per check
 CALLS = 300
 IDENTITIES = 100  # checked in turn, so the counted checks find their keys there
 QUICK = 20  # calls and identities of --quick
@@ -54,6 +64,17 @@ def _total(dump: Path) -> int:
     raise RuntimeError(f"no totals in {dump}")
 
 
+class Stepping:
+    """A test clock that advances ``STEP_US`` each time the engine reads it (once per check)."""
+
+    def __init__(self) -> None:
+        self.now = 1_800_000_000_000_000
+
+    def now_us(self) -> int:
+        self.now += STEP_US
+        return self.now
+
+
 class Counted:
     """A redis-server under callgrind, and the instructions of what ``measure`` runs."""
 
@@ -62,7 +83,8 @@ class Counted:
         self.port = free_port()
         self.out = workdir / "callgrind.out"
         self.process = subprocess.Popen(
-            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={self.out}", binary,
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={self.out}",
+             "--toggle-collect=serverCron", "--collect-atstart=yes", binary,
              "--port", str(self.port), "--save", "", "--appendonly", "no"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
@@ -129,7 +151,7 @@ def rows(binary: str, quick: bool = False) -> list[tuple[str, int]]:
     with temporary_workdir("ratelimits-callgrind-") as workdir:
         counted = Counted(binary, Path(workdir), calls, identities)
         try:
-            engine = Engine(counted.client, keys=KeySpace(prefix="cg"))
+            engine = Engine(counted.client, keys=KeySpace(prefix="cg"), clock=Stepping())
             sha = counted.client.script_load("return 1")
             floor = counted.measure(lambda i: counted.client.evalsha(sha, 0))
             out = [("floor: EVALSHA of `return 1`", floor)]
@@ -141,6 +163,15 @@ def rows(binary: str, quick: bool = False) -> list[tuple[str, int]]:
                     )
                     name = f"{algorithm.value}, {'2 x 3 + metadata' if two else '1 x 1'}"
                     out.append((name, counted.measure(lambda i, r=requests: engine.check(r[i]))))
+            for algorithm in algorithms:
+                # 1/h: the warm-up (first check of each identity) spends it; the rest deny.
+                requests = request_checks(algorithm, "1/h", identities, False, f"d{algorithm.code}")
+                out.append(
+                    (
+                        f"{algorithm.value}, 1 x 1, denied",
+                        counted.measure(lambda i, r=requests: engine.check(r[i])),
+                    )
+                )
             for name, requests in recording_rows(identities):
                 out.append((name, counted.measure(lambda i, r=requests: engine.check(r[i]))))
             return out

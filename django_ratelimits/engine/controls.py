@@ -19,7 +19,7 @@ from redis.exceptions import RedisClusterException, RedisError
 from django_ratelimits.engine import overrides
 from django_ratelimits.engine.core import Engine
 from django_ratelimits.engine.errors import BackendError
-from django_ratelimits.engine.keys import label
+from django_ratelimits.engine.keys import HORIZON, OVERRIDE, label
 from django_ratelimits.engine.limits import Identity, Limit
 from django_ratelimits.engine.overrides import Note, Override
 
@@ -28,6 +28,27 @@ MAX_OVERRIDE = 365 * 86_400  # seconds
 # An override index outlives the longest override it can hold; trimming keeps it small.
 _INDEX_TTL_MS = (MAX_OVERRIDE + 86_400) * 1000
 ACTIVE_MAX = 1000  # overrides :meth:`Controls.active` reads from each shard at most
+# Deletes fields (ARGV[2]...: limits', or the override) from a state HASH (KEYS[1]),
+# and the HASH once nothing but its TTL horizon (keys.HORIZON, ARGV[1]) is left:
+# atomically, so no check's write in between is lost.
+_DROP_FIELDS = """
+redis.call('HDEL', KEYS[1], unpack(ARGV, 2))
+if redis.call('HLEN', KEYS[1]) == 1 and redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
+  redis.call('DEL', KEYS[1])
+end
+"""
+# Sets the override field (ARGV[1]) of a state HASH (KEYS[1]) to a marker (ARGV[2]) and
+# makes the HASH live until the override ends (ARGV[4], ms on the engine's clock; the
+# TTL ARGV[5] ms) unless its horizon (keys.HORIZON, ARGV[3]) says it already does, so
+# the TTL a check set for its limits never shrinks.
+_SET_OVERRIDE = """
+if (tonumber(redis.call('HGET', KEYS[1], ARGV[3])) or 0) < tonumber(ARGV[4]) then
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
+  redis.call('PEXPIRE', KEYS[1], ARGV[5])
+else
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+end
+"""
 
 
 @dataclass(frozen=True)
@@ -80,7 +101,7 @@ class Controls:
             pipe = self.engine.client.pipeline(transaction=False)
             route = self.engine._route(keys.record)  # every key here shares its slot
             if fields:
-                pipe.execute_command("HDEL", keys.state, *fields, **route)
+                pipe.execute_command("EVAL", _DROP_FIELDS, 1, keys.state, HORIZON, *fields, **route)
             if names:
                 pipe.execute_command("UNLINK", *names, **route)
             if forget:
@@ -106,8 +127,9 @@ class Controls:
         keys = self.engine.keys.of(identity)
         try:
             pipe = self.engine.client.pipeline(transaction=False)
-            route = self.engine._route(keys.override)
-            pipe.execute_command("UNLINK", keys.override, keys.override_note, **route)
+            route = self.engine._route(keys.state)
+            pipe.execute_command("EVAL", _DROP_FIELDS, 1, keys.state, HORIZON, OVERRIDE, **route)
+            pipe.execute_command("UNLINK", keys.override_note, **route)
             pipe.execute_command("ZREM", keys.override_index, keys.ident, **route)
             pipe.execute()
         except _REDIS_ERRORS as exc:
@@ -131,7 +153,7 @@ class Controls:
             pipe = engine.client.pipeline(transaction=False)
             for who in idents:
                 keys = engine.keys.of_ident(who)
-                pipe.get(keys.override)
+                pipe.hget(keys.state, OVERRIDE)
                 pipe.get(keys.override_note)
             values = pipe.execute()
         except _REDIS_ERRORS as exc:
@@ -159,7 +181,7 @@ class Controls:
     def override(self, identity: Identity) -> Override | None:
         """The block or allow-listing of ``identity`` in force, or ``None``."""
         try:
-            value = self.engine.client.get(self.engine.keys.of(identity).override)
+            value = self.engine.client.hget(self.engine.keys.of(identity).state, OVERRIDE)
             now = self.engine.now_us()
         except _REDIS_ERRORS as exc:
             raise BackendError(f"could not read the override of {label(identity)}: {exc}") from exc
@@ -178,10 +200,12 @@ class Controls:
             note = Note(label(identity), by[:150], now).encode()
             # Every key here shares the identity's slot: one pipeline to one node.
             pipe = engine.client.pipeline(transaction=False)
-            route = engine._route(keys.override)
+            route = engine._route(keys.state)
+            marker = overrides.marker(mode, until)
             pipe.execute_command(
-                "SET", keys.override, overrides.marker(mode, until), "PX", ttl_ms, **route
-            )
+                "EVAL", _SET_OVERRIDE, 1, keys.state, OVERRIDE, marker, HORIZON, until // 1000,
+                ttl_ms, **route,
+            )  # fmt: skip
             pipe.execute_command("SET", keys.override_note, note, "PX", ttl_ms, **route)
             index = keys.override_index
             pipe.execute_command("ZREMRANGEBYSCORE", index, "-inf", now // 1000, **route)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import struct
 from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -111,21 +112,22 @@ class Engine:
         async_client: Callable[[], AsyncClient | None] | None = None,
     ) -> None:
         self.client = client
+        # Known once: isinstance() against redis-py's cluster class is slow (a protocol
+        # in its bases), and the engine asks on every call.
+        self._cluster = client if isinstance(client, RedisCluster) else None
         self.keys = keys or KeySpace()
         self.metadata_max_entries = metadata_max_entries
         self._functions = True  # FCALL until Redis says it has no functions (Redis 6)
         self.clock = clock
         self._async_client = async_client
         per_shard = -(-offender_index_max // self.keys.shards)
-        self._tail = [
-            str(n).encode()
-            for n in (
-                metadata_max_entries,
-                metadata_ttl * 1000,
-                offender_retention * 1000,
-                per_shard,
-            )
-        ]
+        self._tail = b"|%d|%d|%d|%d" % (
+            metadata_max_entries,
+            metadata_ttl * 1000,
+            offender_retention * 1000,
+            per_shard,
+        )
+        self._settings: dict[tuple[str, int], bytes] = {}
 
     @property
     def check_command(self) -> str:
@@ -216,7 +218,7 @@ class Engine:
     def _decode(calls: list[_Call], replies: list[Any]) -> _Found:
         found = _Found([], 0, [])
         for call, reply in zip(calls, replies, strict=True):
-            values = [int(v) for v in reply.split()]
+            values = struct.unpack(f"<{len(reply) // 8}q", reply)
             found.now_us = max(found.now_us, values[0])
             n = 1
             for part in call.parts:
@@ -273,8 +275,11 @@ class Engine:
             if together:
                 own = self._group(call, keys, chk)
             call.parts.append(_Gated(fallback, own, replace(chk, gate=None)))
+        settings = self._settings.get((mode, cost))
+        if settings is None:  # the script's settings argument, one per mode and cost
+            settings = self._settings[mode, cost] = b"%s|%d%s" % (mode.encode(), cost, self._tail)
         for call in calls.values():
-            call.args[:0] = [now, mode, cost, len(call.parts), *self._tail]
+            call.args[:0] = [now, settings]
         return list(calls.values())
 
     @staticmethod
@@ -282,21 +287,22 @@ class Engine:
         """Add the group of ``chk`` (its identity's ``keys`` and its limits) to
         ``call``, without its gate; its pairs."""
         identity, limits = chk.identity, chk.limits
-        specs = [limit.encoded_spec for limit in limits]
-        if len(set(specs)) != len(specs):
+        if len({limit.encoded_spec for limit in limits}) != len(limits):
             raise ValueError(f"a limit is given twice for {label(identity)}")
-        call.keys += keys.group_for(shadow=chk.shadow, overrides=chk.overrides)
+        call.keys.append(keys.encoded_state)
         call.keys += [keys.log(limit) for limit in limits if limit.is_log]
-        meta = ""
-        if chk.metadata is not None:
-            how = ("a" if chk.record_every else "d") + ("s" if chk.shadow else "e")
-            meta = how + printable(chk.metadata, 300)
-        call.args += [len(specs), keys.ident, label(identity), meta, *specs]
+        info = ("s" if chk.shadow else "e") + ("o" if chk.overrides else "x")
+        if chk.metadata is None:
+            info += "n"
+        else:
+            info += ("a" if chk.record_every else "d") + printable(chk.metadata, 300)
+        framed = b"".join([limit.framed_spec for limit in limits])
+        call.args += [framed, keys.ident, label(identity), info]
         return [(identity, limit) for limit in limits]
 
     def _slot(self, key: str) -> int:
-        if isinstance(self.client, RedisCluster):
-            return int(self.client.keyslot(key))
+        if self._cluster is not None:
+            return int(self._cluster.keyslot(key))
         return 0
 
     def _execute(self, calls: list[_Call]) -> list[Any]:
@@ -313,8 +319,8 @@ class Engine:
         """On a cluster, name the node that serves ``key``'s slot, so redis-py
         does not ask the server which keys a command has (COMMAND GETKEYS:
         one more round trip per command)."""
-        if isinstance(self.client, RedisCluster):
-            return {"target_nodes": self.client.get_node_from_key(key)}
+        if self._cluster is not None:
+            return {"target_nodes": self._cluster.get_node_from_key(key)}
         return {}
 
     def _command(self, call: _Call) -> tuple[Any, ...]:

@@ -2,12 +2,12 @@
 
 Layout (``P`` is the key prefix, ``{sN}`` the identity's shard tag)::
 
-    P:{sN}:s:<ident>                        state of every limit (HASH, a field per limit)
+    P:{sN}:s:<ident>                        state of every limit (HASH, a field per limit),
+                                            its TTL horizon (t), its override (x)
     P:{sN}:log:<policy>:<rate>:<ident>      a sliding log's timestamps (ZSET)
     P:{sN}:m:<ident>                        metadata list (capped)
     P:{sN}:o:<ident>                        offender record: denials (HASH)
     P:{sN}:so:<ident>                       shadow record: would-be denials of shadow policies
-    P:{sN}:x:<ident>                        override: blocked or allow-listed until a time
     P:{sN}:xn:<ident>                       the override's note: who set it, when (JSON)
     P:{sN}:g:<kind>:<n>:<us>:<ident>        identity budget of a client IP (ZSET of digests)
     P:{sN}:ox                               offender index of shard N, by last denial (ZSET)
@@ -41,6 +41,13 @@ from django_ratelimits.rates import Rate
 
 _SAFE_PART = re.compile(r"[A-Za-z0-9._:@/+=-]{1,64}")
 _LABEL_MAX = 200
+# The state HASH's field that says until when (ms, on the engine's clock) the key's
+# TTL lasts: written by the check script (HORIZON in lua/check.lua), never a limit's
+# spec (specs hold "|").
+HORIZON = "t"
+# The state HASH's field holding the identity's override (blocked or allow-listed
+# until a time, engine/overrides.py): read with the limits, in the same HMGET.
+OVERRIDE = "x"
 
 
 def key_part(value: str) -> str:
@@ -102,10 +109,6 @@ class IdentityKeys:
         return f"{self.tag}:so:{self.ident}"
 
     @property
-    def override(self) -> str:
-        return f"{self.tag}:x:{self.ident}"
-
-    @property
     def override_note(self) -> str:
         return f"{self.tag}:xn:{self.ident}"
 
@@ -115,43 +118,12 @@ class IdentityKeys:
         return f"{self.tag}:xs"
 
     @functools.cached_property
-    def group(self) -> tuple[bytes, ...]:
-        """The keys every check of the identity names, in the order the script reads
-        them, encoded once (key names are cached with the identity, see ``of_ident``)."""
-        return self._group(self.record, self.index, self.count_index, self.override)
-
-    @functools.cached_property
-    def shadow_group(self) -> tuple[bytes, ...]:
-        """:attr:`group` for a shadow check: its would-be denials go to the shadow ledger."""
-        return self._group(
-            self.shadow_record, self.shadow_index, self.shadow_count_index, self.override
-        )
-
-    @functools.cached_property
-    def group_without_override(self) -> tuple[bytes, ...]:
-        """:attr:`group` with a key no one writes where the override is: a check
-        that names these keys is decided by its limits alone."""
-        return (*self.group[:-1], self._no_override)
-
-    @functools.cached_property
-    def shadow_group_without_override(self) -> tuple[bytes, ...]:
-        """:attr:`shadow_group` without the override, as :attr:`group_without_override`."""
-        return (*self.shadow_group[:-1], self._no_override)
-
-    def group_for(self, *, shadow: bool, overrides: bool) -> tuple[bytes, ...]:
-        """The group's keys for a check: its ledger (denials, or a shadow check's
-        would-be denials) and whether a block or allow-listing may decide it."""
-        if shadow:
-            return self.shadow_group if overrides else self.shadow_group_without_override
-        return self.group if overrides else self.group_without_override
-
-    @property
-    def _no_override(self) -> bytes:
-        return f"{self.tag}:x-".encode()
-
-    def _group(self, record: str, index: str, count_index: str, override: str) -> tuple[bytes, ...]:
-        names = (self.state, self.metadata, record, index, count_index, override)
-        return tuple(name.encode() for name in names)
+    def encoded_state(self) -> bytes:
+        """:attr:`state`, the one key every check of the identity names, encoded once
+        (key names are cached with the identity, see ``of_ident``). The script names
+        the others from it and the ident when it writes them (``tag_of`` in
+        lua/check.lua)."""
+        return self.state.encode()
 
     @functools.cached_property
     def member(self) -> bytes:

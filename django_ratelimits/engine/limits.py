@@ -125,6 +125,12 @@ class Limit:
         """:attr:`spec` as sent to Redis, encoded once."""
         return self.spec.encode()
 
+    @cached_property
+    def framed_spec(self) -> bytes:
+        """:attr:`encoded_spec` after its length and ``:``, as the check script reads a
+        group's limits (one argument, the limits' framed specs one after the other)."""
+        return b"%d:%s" % (len(self.encoded_spec), self.encoded_spec)
+
     @property
     def is_log(self) -> bool:
         """Whether the state is a key of its own (the sliding log's ZSET)."""

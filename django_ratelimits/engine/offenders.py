@@ -27,6 +27,7 @@ from django_ratelimits.engine import hits as hit_entries
 from django_ratelimits.engine.core import Engine
 from django_ratelimits.engine.errors import BackendError
 from django_ratelimits.engine.hits import Hit
+from django_ratelimits.engine.keys import OVERRIDE
 from django_ratelimits.engine.limits import Identity
 from django_ratelimits.engine.overrides import Override, decode
 
@@ -162,7 +163,7 @@ class OffenderReader:
         pipe = self._pipeline()
         pipe.hgetall(keys.record)
         pipe.lrange(keys.metadata, 0, self.engine.metadata_max_entries - 1)
-        pipe.get(keys.override)
+        pipe.hget(keys.state, OVERRIDE)
         pipe.hgetall(keys.shadow_record)
         record, entries, override, shadow = self._run(pipe)
         return OffenderDetail(
@@ -181,7 +182,7 @@ class OffenderReader:
         pipe = self._pipeline()
         for offender in offenders:
             keys = self.engine.keys.of_ident(offender.ident)
-            pipe.get(keys.override)
+            pipe.hget(keys.state, OVERRIDE)
             if hits:
                 pipe.lrange(keys.metadata, 0, hits - 1)
         replies = iter(self._run(pipe))

@@ -4,7 +4,8 @@ Staff write it (:class:`~django_ratelimits.engine.controls.Controls`); the
 check script obeys it; the offender reader shows it. This module is the
 Python side of the format, the one place that writes and parses it.
 
-The value of an identity's override key (``keys.IdentityKeys.override``) is
+The value of the override field (``keys.OVERRIDE``) of an identity's state HASH
+(``keys.IdentityKeys.state``, read by the check script with the limits) is
 ``<mode>:<until_us>``: ``b`` (blocked) or ``a`` (allow-listed), then the end
 of the override in microseconds on the engine's clock. Any other value is no
 override at all. The Lua side is ``override_of`` in ``lua/check.lua``: it reads
@@ -41,14 +42,14 @@ class Override(NamedTuple):
 
 
 def marker(mode: str, until_us: int) -> str:
-    """The override key's value for ``mode`` (:data:`BLOCKED` or :data:`ALLOWED`)."""
+    """The override field's value for ``mode`` (:data:`BLOCKED` or :data:`ALLOWED`)."""
     if mode not in _STATES:
         raise ValueError(f"an override is {BLOCKED!r} or {ALLOWED!r}, not {mode!r}")
     return f"{mode}:{until_us}"
 
 
 def decode(value: bytes | str | None, now_us: int) -> Override | None:
-    """The override an override key's ``value`` puts in force at ``now_us``, if any."""
+    """The override an override field's ``value`` puts in force at ``now_us``, if any."""
     if value is None:
         return None
     text = value.decode("ascii", "replace") if isinstance(value, bytes) else value

@@ -24,3 +24,4 @@ def test_instructions_per_check_are_counted() -> None:
     one, six = rows["gcra, 1 x 1"], rows["gcra, 2 x 3 + metadata"]
     # A check does more than an empty script, and six limits more than one.
     assert 0 < floor < one < six
+    assert floor < rows["gcra, 1 x 1, denied"]

@@ -6,7 +6,7 @@ function ALG.fw.peek(v, now, limit, window, capacity, cost)
   local w = floor(now / window)
   local n = 0
   if v then
-    local sw, sn = string.match(v, '^(%d+) (%d+)$')
+    local sw, sn = smatch(v, '^(%d+) (%d+)$')
     if tonumber(sw) == w then
       n = tonumber(sn)
     end

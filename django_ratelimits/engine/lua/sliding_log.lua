@@ -5,18 +5,18 @@
 ALG.log = {zset = true}
 
 local function log_score_at(key, now, window, rank, reverse)
-  local lo, hi = string.format('(%d', now - window), '+inf'
+  local lo, hi = sformat('(%d', now - window), '+inf'
   local r
   if reverse then
-    r = redis.call('ZREVRANGEBYSCORE', key, hi, lo, 'WITHSCORES', 'LIMIT', rank, 1)
+    r = rcall('ZREVRANGEBYSCORE', key, hi, lo, 'WITHSCORES', 'LIMIT', fmt(rank), '1')
   else
-    r = redis.call('ZRANGEBYSCORE', key, lo, hi, 'WITHSCORES', 'LIMIT', rank, 1)
+    r = rcall('ZRANGEBYSCORE', key, lo, hi, 'WITHSCORES', 'LIMIT', fmt(rank), '1')
   end
   return tonumber(r[2])
 end
 
 function ALG.log.peek(key, now, limit, window, capacity, cost)
-  local count = redis.call('ZCOUNT', key, string.format('(%d', now - window), '+inf')
+  local count = rcall('ZCOUNT', key, sformat('(%d', now - window), '+inf')
   if count + cost <= limit then
     local reset = window
     if cost == 0 then
@@ -32,14 +32,14 @@ function ALG.log.peek(key, now, limit, window, capacity, cost)
 end
 
 function ALG.log.commit(key, now, window, cost, count)
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - window))
+  rcall('ZREMRANGEBYSCORE', key, '-inf', sformat('%d', now - window))
   if cost > 0 then
-    local args = {}
+    local args, stamp = {}, fmt(now)
     for i = 0, cost - 1 do
-      args[#args + 1] = now
-      args[#args + 1] = string.format('%d:%d', now, count + i)
+      args[#args + 1] = stamp
+      args[#args + 1] = sformat('%d:%d', now, count + i)
     end
-    redis.call('ZADD', key, unpack(args))
+    rcall('ZADD', key, unpack(args))
   end
   expire_in(key, window)
 end

@@ -13,7 +13,7 @@ function ALG.sw.peek(v, now, limit, window, capacity, cost)
   local oldest = b - SW_BUCKETS
   local live, total, newest = {}, 0, nil
   if v then
-    for si, sc in string.gmatch(v, '(%d+) (%d+)') do
+    for si, sc in sgmatch(v, '(%d+) (%d+)') do
       local idx, c = tonumber(si), tonumber(sc)
       if idx >= oldest then
         live[#live + 1] = {idx, c}
@@ -40,12 +40,12 @@ function ALG.sw.peek(v, now, limit, window, capacity, cost)
     if not charged then
       parts[#parts + 1] = fmt(b) .. ' ' .. fmt(cost)
     end
-    return true, limit - total - cost, 0, reset, table.concat(parts, ' '),
+    return true, limit - total - cost, 0, reset, tconcat(parts, ' '),
       (b + SW_BUCKETS + 1) * step - now
   end
   local reset = (newest + SW_BUCKETS + 1) * step - now
   -- Retry when the oldest buckets have slid out far enough to fit the cost.
-  table.sort(live, function(x, y) return x[1] < y[1] end)
+  tsort(live, function(x, y) return x[1] < y[1] end)
   local need, freed, retry = total + cost - limit, 0, reset
   for _, e in ipairs(live) do
     freed = freed + e[2]

@@ -27,7 +27,7 @@ function ALG.swc.peek(v, now, limit, window, capacity, cost)
   local w = floor(now / window)
   local cur, prev = 0, 0
   if v then
-    local sw, sc, sp = string.match(v, '^(%d+) (%d+) (%d+)$')
+    local sw, sc, sp = smatch(v, '^(%d+) (%d+) (%d+)$')
     sw = tonumber(sw)
     if sw == w then
       cur, prev = tonumber(sc), tonumber(sp)

@@ -6,7 +6,7 @@ ALG.tb = {}
 function ALG.tb.peek(v, now, limit, window, capacity, cost)
   local tokens, ts = capacity, nil
   if v then
-    local st, sts = string.match(v, '^(%S+) (%d+)$')
+    local st, sts = smatch(v, '^(%S+) (%d+)$')
     tokens, ts = tonumber(st), tonumber(sts)
     if now > ts then
       tokens = min(capacity, tokens + (now - ts) * limit / window)
