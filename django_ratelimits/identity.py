@@ -66,30 +66,33 @@ def client_ip(request: HttpRequest) -> str:
     ``"2001:db8:1:2::/64"``; :data:`UNKNOWN` when ``REMOTE_ADDR`` is missing
     or is not an address.
     """
-    client = client_address(request)
-    if client is None:
-        return UNKNOWN
-    config = get_settings()
-    return group(client, config.ipv4_prefix, config.ipv6_prefix)
+    return _client(request)[2]
 
 
 def client_address(request: HttpRequest) -> IPAddress | None:
     """The client's own address, not grouped (``None`` if ``REMOTE_ADDR`` is unusable).
 
     For allow-lists, which must match single addresses inside an IPv6 /64.
-    Worked out once per request (every policy, exemption and metadata entry
-    of a request asks), and again only if the settings change.
     """
+    return _client(request)[1]
+
+
+def _client(request: HttpRequest) -> tuple[RateLimitSettings, IPAddress | None, str]:
+    """The settings, the client's address and its group, worked out once per request
+    (every policy, gate, exemption and metadata entry of a request asks), and again
+    only if the settings change."""
     config = get_settings()
-    cached: tuple[RateLimitSettings, IPAddress | None] | None = getattr(request, _CACHE, None)
+    cached: tuple[RateLimitSettings, IPAddress | None, str] | None = getattr(request, _CACHE, None)
     if cached is not None and cached[0] is config:
-        return cached[1]
+        return cached
     address = _client_address(request, config)
-    setattr(request, _CACHE, (config, address))
-    return address
+    grouped = UNKNOWN if address is None else group(address, config.ipv4_prefix, config.ipv6_prefix)
+    cached = (config, address, grouped)
+    setattr(request, _CACHE, cached)
+    return cached
 
 
-_CACHE = "_ratelimits_client_address"
+_CACHE = "_ratelimits_client"
 
 
 def _client_address(request: HttpRequest, config: RateLimitSettings) -> IPAddress | None:

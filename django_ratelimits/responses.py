@@ -12,6 +12,7 @@ the one closest to denying. A policy with several rates names each item
 
 from __future__ import annotations
 
+import functools
 import math
 
 from django.apps import apps
@@ -42,19 +43,26 @@ def rate_limit_headers(verdict: Verdict) -> dict[str, str]:
     headline = verdict.headline()
     if headline is None:
         return {}
-    limits = [p.limits for p in verdict.policies if not p.shadow]
-    items = [
-        f"{_item(lim, len(group) > 1)};q={lim.rate.limit};w={lim.rate.period}"
-        for group in limits
-        for lim in group
-    ]
     policy = next(p for p in verdict.policies if p.name == headline.limit.policy)
     wait = headline.reset_after_us if headline.allowed else headline.retry_after_us
     current = (
         f"{_item(headline.limit, len(policy.limits) > 1)};"
         f"r={max(0, headline.remaining)};t={math.ceil(wait / 1_000_000)}"
     )
-    return {"RateLimit-Policy": ", ".join(dict.fromkeys(items)), "RateLimit": current}
+    limits = tuple(p.limits for p in verdict.policies if not p.shadow)
+    return {"RateLimit-Policy": _policy_field(limits), "RateLimit": current}
+
+
+@functools.lru_cache(maxsize=1024)
+def _policy_field(limits: tuple[tuple[Limit, ...], ...]) -> str:
+    """``RateLimit-Policy`` of the enforced policies' ``limits``: the same on every
+    request of those policies, so formatted once."""
+    items = [
+        f"{_item(lim, len(group) > 1)};q={lim.rate.limit};w={lim.rate.period}"
+        for group in limits
+        for lim in group
+    ]
+    return ", ".join(dict.fromkeys(items))
 
 
 def add_headers(response: HttpResponseBase, verdict: Verdict | None) -> HttpResponseBase:

@@ -55,12 +55,13 @@ class _Gated:
 
     ``own`` is ``None`` when the identity lives in another slot (a cluster): the
     call holds only the gate and the fallback, and ``later`` goes in a second
-    round trip if the gate lets the identity through.
+    round trip if the gate lets the identity through (``later`` is ``None`` when
+    ``own`` is not).
     """
 
     fallback: Pairs
     own: Pairs | None
-    later: Check
+    later: Check | None
 
 
 @dataclass
@@ -226,7 +227,7 @@ class Engine:
                     pairs = part
                 else:
                     passed, n = values[n], n + 1
-                    if passed and part.own is None:
+                    if passed and part.later is not None:
                         found.later.append(part.later)
                     pairs = (part.own or []) if passed else part.fallback
                 for identity, limit in pairs:
@@ -270,11 +271,11 @@ class Engine:
             budget = gate.budget
             call.keys.append(client.gate(chk.identity.kind, budget))
             call.args += [b"g", budget.limit, budget.window_us, keys.member, 2 if together else 1]
-            fallback = self._group(call, client, replace(chk, identity=gate.client, metadata=None))
-            own = None
+            fallback = self._group(call, client, chk, gate.client)
             if together:
-                own = self._group(call, keys, chk)
-            call.parts.append(_Gated(fallback, own, replace(chk, gate=None)))
+                call.parts.append(_Gated(fallback, self._group(call, keys, chk), None))
+            else:
+                call.parts.append(_Gated(fallback, None, replace(chk, gate=None)))
         settings = self._settings.get((mode, cost))
         if settings is None:  # the script's settings argument, one per mode and cost
             settings = self._settings[mode, cost] = b"%s|%d%s" % (mode.encode(), cost, self._tail)
@@ -283,19 +284,24 @@ class Engine:
         return list(calls.values())
 
     @staticmethod
-    def _group(call: _Call, keys: IdentityKeys, chk: Check) -> Pairs:
+    def _group(
+        call: _Call, keys: IdentityKeys, chk: Check, fallback: Identity | None = None
+    ) -> Pairs:
         """Add the group of ``chk`` (its identity's ``keys`` and its limits) to
-        ``call``, without its gate; its pairs."""
-        identity, limits = chk.identity, chk.limits
+        ``call``, without its gate; its pairs. With ``fallback`` (a gate's client IP,
+        whose ``keys`` are given), the group counts that identity instead, without
+        the check's metadata."""
+        identity, limits = chk.identity if fallback is None else fallback, chk.limits
+        metadata = chk.metadata if fallback is None else None
         if len({limit.encoded_spec for limit in limits}) != len(limits):
             raise ValueError(f"a limit is given twice for {label(identity)}")
         call.keys.append(keys.encoded_state)
         call.keys += [keys.log(limit) for limit in limits if limit.is_log]
         info = ("s" if chk.shadow else "e") + ("o" if chk.overrides else "x")
-        if chk.metadata is None:
+        if metadata is None:
             info += "n"
         else:
-            info += ("a" if chk.record_every else "d") + printable(chk.metadata, 300)
+            info += ("a" if chk.record_every else "d") + printable(metadata, 300)
         framed = b"".join([limit.framed_spec for limit in limits])
         call.args += [framed, keys.ident, label(identity), info]
         return [(identity, limit) for limit in limits]
