@@ -299,11 +299,10 @@ def test_the_compat_layer_answers_from_the_cache_as_redis_did(
     assert denials() == 2 + 1  # Redis' two, and the one refused from the cache
 
 
+@pytest.mark.parametrize("redis_client", ["standalone"], indirect=True)  # stops the server
 def test_a_redis_failure_drops_cached_denials_so_policies_fail_open_as_before(
     site_redis: redis.Redis | RedisCluster, frozen_clock: FakeClock, request: pytest.FixtureRequest
 ) -> None:
-    if isinstance(site_redis, RedisCluster):
-        pytest.skip("stops the standalone server")
     server = request.getfixturevalue("redis_standalone")
     policy(rates="1/h")
     me = Client(REMOTE_ADDR=ADDRESS)
