@@ -64,7 +64,7 @@ def test_a_server_whose_port_another_holds_does_not_pass_for_started(
     # neighbour answered its PING, and the cluster never formed.
     intruder = RedisServer(tmp_path, port=redis_standalone.port, name="intruder")
     # Refused either way: its PING answered by the other server, or it exited first.
-    with pytest.raises(redis_harness.RedisStartError, match="held by another|exited with code"):
+    with pytest.raises(redis_harness.RedisStartError, match=r"held by another|exited with code"):
         intruder.start()
     assert not intruder.is_running()
     moved = RedisServer(tmp_path / "moved", name="moved")
