@@ -18,7 +18,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext, pgettext_lazy
 
 from django_ratelimits.engine import Identity, LimitResult
-from django_ratelimits.engine.hits import ALLOWED, ANONYMOUS, DENIED, SHADOW, Hit
+from django_ratelimits.engine.hits import ANONYMOUS, DENIED, SHADOW, Hit
 from django_ratelimits.engine.offenders import Offender, OffenderDetail
 from django_ratelimits.engine.overrides import BLOCKED_POLICY, Override
 from django_ratelimits.offenders import Row
@@ -127,23 +127,25 @@ class RowView:
 
 @dataclass(frozen=True)
 class HitView:
-    """One entry of a metadata list: when, who, what, whether it passed (``outcome``
-    is the hit's: ``D``, ``S`` or ``A``), and the policies that counted it."""
+    """One entry of a metadata list as shown: the ``hit`` (what, outcome, the policies
+    that counted it), when as a date and an age, and who as a link."""
 
+    hit: Hit
     at: datetime
     ago: str
     who: Who
-    what: str
-    outcome: str
-    policies: tuple[tuple[str, str], ...]
+
+    @property
+    def what(self) -> str:
+        return self.hit.what
 
     @property
     def allowed(self) -> bool:
-        return self.outcome == ALLOWED
+        return self.hit.allowed
 
     @property
     def shadow(self) -> bool:
-        return self.outcome == SHADOW
+        return self.hit.shadow
 
     @property
     def policies_text(self) -> str:
@@ -151,7 +153,7 @@ class HitView:
         marks = {DENIED: gettext("denied"), SHADOW: gettext("would have denied")}
         return ", ".join(
             f"{policy_label(name)} ({marks[status]})" if status in marks else policy_label(name)
-            for name, status in self.policies
+            for name, status in self.hit.policies
         )
 
 
@@ -314,12 +316,10 @@ def hit_views(
 ) -> tuple[HitView, ...]:
     return tuple(
         HitView(
+            hit=hit,
             at=to_datetime(hit.at_ms),
             ago=ago(hit.at_ms, now_ms),
             who=who_view(hit.who, 1, names, url_for),
-            what=hit.what,
-            outcome=hit.outcome,
-            policies=hit.policies,
         )
         for hit in hits
     )

@@ -41,6 +41,12 @@ def log_in(page: Any, username: str, password: str = "pw", then: str = OFFENDERS
         page.click("input[type=submit]")
 
 
+def open_offenders(page: Any, username: str = "boss") -> None:
+    """Sign in as ``username`` (password "pw") and wait for the offenders table."""
+    log_in(page, username)
+    page.wait_for_selector("#offenders-table")
+
+
 def phone_width(browser: Any, base: str, then: str, selector: str, image: str) -> int:
     """How wide ``then`` is on a phone, signed in as "boss" (password "pw"), once
     ``selector`` is there; its screenshot is saved as ``image``."""

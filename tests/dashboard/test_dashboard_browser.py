@@ -15,7 +15,15 @@ from django_ratelimits.models import Policy
 from django_ratelimits.offenders import Offenders
 from django_ratelimits.policies import get_registry
 from django_ratelimits.rates import parse_rates
-from tests.dashboard.browsing import IMAGES, OFFENDERS, PHONE, log_in, phone_width, tab
+from tests.dashboard.browsing import (
+    IMAGES,
+    OFFENDERS,
+    PHONE,
+    log_in,
+    open_offenders,
+    phone_width,
+    tab,
+)
 
 LOGIN = [Limit("login", r, Algorithm.SLIDING_LOG) for r in parse_rates("2/m")]
 API = [Limit("api", r, Algorithm.SLIDING_WINDOW) for r in parse_rates("5/m")]
@@ -48,8 +56,7 @@ def idents(page: Any) -> set[str]:
 def test_staff_find_reset_and_lose_an_offender(site_redis: Any, page: Any) -> None:
     User.objects.create_superuser("boss", password="pw")
     traffic()
-    log_in(page, "boss")
-    page.wait_for_selector("#offenders-table")
+    open_offenders(page)
     assert idents(page) == {
         "ip:203.0.113.5",
         "user:alice",
@@ -105,8 +112,7 @@ def test_the_identity_page_is_not_a_long_scroll_on_a_phone(
     User.objects.create_superuser("boss", password="pw")
     traffic()
     with tab(browser, live_server.url, PHONE) as phone:
-        log_in(phone, "boss")
-        phone.wait_for_selector("#offenders-table")
+        open_offenders(phone)
         phone.goto(f"{live_server.url}{OFFENDERS}identity/?kind=ip&value=203.0.113.5")
         phone.wait_for_selector("#offender-summary")
         height = phone.evaluate("document.documentElement.scrollHeight")
@@ -146,8 +152,7 @@ def test_people_without_the_permission_cannot_reach_it(site_redis: Any, page: An
 @pytest.mark.parametrize("redis_client", ["standalone"], indirect=True)
 def test_a_garbage_identity_is_refused_with_the_reason(site_redis: Any, page: Any) -> None:
     User.objects.create_superuser("boss", password="pw")
-    log_in(page, "boss")
-    page.wait_for_selector("#offenders-table")
+    open_offenders(page)
     response = page.goto(f"{page.base}{OFFENDERS}identity/?kind=ip&value=garbage")
     assert response.status == 404
     assert "is not an IP address or network" in page.inner_text("#no-identity")
@@ -161,8 +166,7 @@ def test_staff_who_block_themselves_are_warned_and_can_log_in_and_lift(
     User.objects.create_superuser("boss", password="pw")
     Policy.objects.create(name="all", rates="1000/h", algorithm="gcra", key="ip", path="^/")
     get_registry().refresh()
-    log_in(page, "boss")
-    page.wait_for_selector("#offenders-table")
+    open_offenders(page)
     page.goto(f"{page.base}{OFFENDERS}identity/?kind=ip&value=127.0.0.1")
     page.select_option("#action-block select[name=seconds]", "300")
     page.click("#action-block button[type=submit]")
@@ -172,8 +176,7 @@ def test_staff_who_block_themselves_are_warned_and_can_log_in_and_lift(
         page.click("#confirm-yes")
 
     page.context.clear_cookies()  # signed out, from a blocked address
-    log_in(page, "boss")
-    page.wait_for_selector("#offenders-table")
+    open_offenders(page)
     page.click("#offenders-blocks-link")
     page.wait_for_selector('tr.rl-block[data-ident="ip:127.0.0.1"]')
     page.click('tr.rl-block[data-ident="ip:127.0.0.1"] button[type=submit]')
@@ -189,8 +192,7 @@ def test_the_active_blocks_page_lists_and_lifts(
     offenders = Offenders()
     offenders.block(Identity("ip", "203.0.113.7"), 300, by="boss")
     offenders.allow(Identity("header", "key-123"), 3600, by="ops (manage.py)")
-    log_in(page, "boss")
-    page.wait_for_selector("#offenders-table")
+    open_offenders(page)
     page.click("#offenders-blocks-link")
     page.wait_for_selector("#blocks-table")
     rows = page.query_selector_all("tr.rl-block")
@@ -213,8 +215,7 @@ def test_a_minute_with_nothing_recorded_is_said_in_words_not_a_blank_box(
     site_redis: Any, page: Any
 ) -> None:
     User.objects.create_superuser("boss", password="pw")
-    log_in(page, "boss")
-    page.wait_for_selector("#offenders-table")
+    open_offenders(page)
     quiet = "No recorded traffic in the last minute."
     assert page.inner_text("#offenders-chart .rl-no-traffic") == quiet
     assert page.locator("#offenders-chart svg").count() == 0
@@ -226,8 +227,7 @@ def test_a_minute_with_nothing_recorded_is_said_in_words_not_a_blank_box(
 def test_the_last_denial_s_age_stays_on_one_line(site_redis: Any, page: Any) -> None:
     User.objects.create_superuser("boss", password="pw")
     traffic()
-    log_in(page, "boss")
-    page.wait_for_selector("#offenders-table")
+    open_offenders(page)
     for age in page.locator("td.rl-last time").all():
         box = age.bounding_box()
         assert box is not None and box["height"] < 2 * 16, f"{age.inner_text()!r} wraps"
@@ -242,8 +242,7 @@ def said_once(page: Any, error: str) -> bool:
 
 def test_with_redis_down_the_error_shows_once(redis_down: None, page: Any) -> None:
     User.objects.create_superuser("boss", password="pw")
-    log_in(page, "boss")
-    page.wait_for_selector("#offenders-table")
+    open_offenders(page)
     assert said_once(page, "#offenders-error")
     page.goto(f"{page.base}{OFFENDERS}identity/?kind=ip&value=192.0.2.99")
     assert said_once(page, "#offender-error")

@@ -18,7 +18,7 @@ from django.test import Client
 
 from django_ratelimits.models import Policy
 from django_ratelimits.policies import current
-from tests.dashboard.browsing import IMAGES, phone_width
+from tests.dashboard.browsing import IMAGES, open_offenders, phone_width
 
 OFFENDERS = "/admin/django_ratelimits/policy/offenders/"
 DETAIL = "/admin/django_ratelimits/policy/offenders/identity/"
@@ -31,12 +31,8 @@ def page(browser: Any, live_server: Any, frozen_clock: Any) -> Iterator[Any]:
     User.objects.create_superuser("boss", password="pw")
     context = browser.new_context(viewport={"width": 1280, "height": 860})
     tab = context.new_page()
-    tab.goto(f"{live_server.url}/admin/login/?next={OFFENDERS}")
-    tab.fill("#id_username", "boss")
-    tab.fill("#id_password", "pw")
-    tab.click("input[type=submit]")
-    tab.wait_for_selector("#offenders-table")
     tab.base = live_server.url
+    open_offenders(tab)
     yield tab
     context.close()
 
