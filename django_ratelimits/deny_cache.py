@@ -193,21 +193,28 @@ class DenialCache:
 
     def _count(self, results: list[LimitResult], heads: dict[Identity, str], now: int) -> None:
         """One refused request in the pending batch: once per identity, once per
-        policy, and a hit entry for each identity whose policies record one."""
-        requests: dict[tuple[Identity, int], tuple[int, dict[str, str]]] = {}
+        policy, and a hit entry for each identity whose policies record one.
+
+        An identity's denials may have been learnt from different engine calls: the
+        request is filed under the earliest (the batch adds to a record only if its
+        first denial is no later), never once per call."""
+        by_identity: dict[Identity, list[tuple[LimitResult, _Entry]]] = defaultdict(list)
         for result in results:
-            entry = self._entries[(result.identity, result.limit)]
-            key = (result.identity, entry.origin_us // 1000)
-            at_ms = entry.redis_now_us(now) // 1000
-            names = requests.setdefault(key, (at_ms, {}))[1]
-            policy = BLOCKED_POLICY if result.blocked else result.limit.policy
-            if policy not in names:
-                names[policy] = DENIED
-                self._pending[key].policies[policy] += 1
-        for key, (at_ms, names) in requests.items():
-            tally = self._pending[key]
+            by_identity[result.identity].append(
+                (result, self._entries[(result.identity, result.limit)])
+            )
+        for identity, found in by_identity.items():
+            origin_ms = min(entry.origin_us for _, entry in found) // 1000
+            at_ms = max(entry.redis_now_us(now) for _, entry in found) // 1000
+            names = dict.fromkeys(
+                (BLOCKED_POLICY if result.blocked else result.limit.policy for result, _ in found),
+                DENIED,
+            )
+            tally = self._pending[identity, origin_ms]
             tally.requests += 1
-            head = heads.get(key[0])
+            for policy in names:
+                tally.policies[policy] += 1
+            head = heads.get(identity)
             if head is not None:
                 tally.hits.append(full_entry(head, at_ms, DENIED, names))
                 if len(tally.hits) > self.engine.metadata_max_entries:

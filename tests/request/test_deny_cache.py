@@ -130,6 +130,25 @@ def test_the_offender_count_is_the_true_count_after_a_batch(frozen_clock: FakeCl
     assert {h.who for h in detail.hits} == {"user:-"}
 
 
+def test_a_request_refused_by_denials_learnt_at_two_times_counts_once(
+    frozen_clock: FakeClock,
+) -> None:
+    Policy.objects.create(name="a", rates="1/h", path=r"^/api/hello")
+    Policy.objects.create(name="b", rates="3/h", path=r"^/api/")
+    get_registry().refresh()
+    me = Client(REMOTE_ADDR=ADDRESS)
+    # a denies twice (the second is learnt); ten seconds later b denies, learnt too.
+    assert [me.get("/api/hello").status_code for _ in range(3)] == [200, 429, 429]
+    frozen_clock.advance(10)
+    assert [me.get("/api/other").status_code for _ in range(3)] == [200, 200, 429]
+    assert denials() == 3
+    assert me.get("/api/hello").status_code == 429  # both cached: refused without Redis
+    cache().flush()
+    offender = Offenders().inspect(ME).detail.offender
+    assert offender is not None and offender.denials == 4  # one request, counted once
+    assert offender.by_policy == {"a": 3, "b": 2}
+
+
 def test_a_lift_reaches_the_worker_within_policy_refresh(frozen_clock: FakeClock) -> None:
     policy(rates="100/h")
     me = Client(REMOTE_ADDR=ADDRESS)
