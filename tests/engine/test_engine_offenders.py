@@ -367,3 +367,20 @@ def test_a_check_without_overrides_is_decided_by_its_limits_in_either_ledger(
     assert redis_client.hgetall(keys.shadow_record)[b"d:watch"] == b"1"
     (hit,) = OffenderReader(engine).detail(ip).hits
     assert hit.outcome == "S" and hit.policies == (("login", "A"), ("watch", "S"))
+
+
+def test_one_request_is_one_denial_however_many_groups_name_the_identity(
+    redis_client: Any,
+) -> None:
+    # Two groups of one address in one call (the decider makes them for two gates, or
+    # for a gate's fallback beside the address's own policies): one request, one denial.
+    engine = fresh_engine(redis_client, FakeClock(EPOCH_US))
+    ip = Identity("ip", "203.0.113.86")
+    one = [Limit("one", rate, Algorithm.GCRA) for rate in parse_rates("1/m")]
+    two = [Limit("two", rate, Algorithm.FIXED_WINDOW) for rate in parse_rates("1/m")]
+    head = entry_head(user_behind(None), "GET", "/")
+    for _ in range(3):
+        engine.check([Check(ip, one, head), Check(ip, two, head)])
+    offender = OffenderReader(engine).detail(ip).offender
+    assert offender is not None
+    assert (offender.denials, offender.by_policy) == (2, {"one": 2, "two": 2})

@@ -48,6 +48,10 @@ local now, now_ms, charge, cost, meta_cap, meta_ttl, retention, index_cap
 -- The hit entries of this call, by metadata list, and the lists in order
 -- (nil until the call notes one).
 local hits, hit_lists
+-- The denials of this call, by offender record, and the records in order (nil
+-- until one): a request is one denial of an identity, however many of the
+-- call's groups name it (two gates, or a gate's fallback and the IP's own).
+local denials, denial_records
 
 local TRIM_BATCH = 100
 local TTL_SLACK_MS = 1000
@@ -134,6 +138,35 @@ local function record_denial(state_key, ident, label, shadow, policies)
   rcall('PEXPIRE', index, keep)
   rcall('PEXPIRE', by_count, keep)
   rcall('PEXPIRE', record, keep)
+end
+
+-- Notes a group's denial (its `denied` policies) for record_denial at the end of
+-- the call, merged with the other groups' of the same record.
+local function note_denial(state_key, ident, label, shadow, denied)
+  local record = tag_of(state_key, ident) .. (shadow and ':so:' or ':o:') .. ident
+  if denials == nil then
+    denials, denial_records = {}, {}
+  end
+  local noted = denials[record]
+  if noted == nil then
+    denials[record] = {state_key, ident, label, shadow, denied}
+    denial_records[#denial_records + 1] = record
+  else
+    for policy in pairs(denied) do
+      noted[5][policy] = true
+    end
+  end
+end
+
+-- Records the denials noted in this call, once per offender record.
+local function record_denials()
+  if denials == nil then
+    return
+  end
+  for _, record in ipairs(denial_records) do
+    local d = denials[record]
+    record_denial(d[1], d[2], d[3], d[4], d[5])
+  end
 end
 
 -- The override in force now of an OVERRIDE field's `value`: 'a' (allow-listed),
@@ -351,7 +384,7 @@ local function run_group(KEYS, ARGV, a, k, n)
     if denied == nil then
       commit(state_key, WRITES, nw, live, values[1], logs)
     else
-      record_denial(state_key, ident, ARGV[a + 2], sbyte(info, 1) == 115, denied)
+      note_denial(state_key, ident, ARGV[a + 2], sbyte(info, 1) == 115, denied)
     end
     if verdicts then
       local list = tag_of(state_key, ident) .. ':m:' .. ident
@@ -417,7 +450,7 @@ local function check(KEYS, ARGV)
   charge, cost, meta_cap, meta_ttl, retention, index_cap =
     conf[1], conf[2], conf[3], conf[4], conf[5], conf[6]
   now_ms = floor(now / 1000)
-  hits, hit_lists = nil, nil
+  hits, hit_lists, denials, denial_records = nil, nil, nil, nil
   OUT[1] = now
   local n = 1
   local a, k, last = 3, 1, #ARGV
@@ -442,6 +475,7 @@ local function check(KEYS, ARGV)
       end
     end
   end
+  record_denials()
   push_hits()
   return spack(packing(n), unpack(OUT, 1, n))
 end
