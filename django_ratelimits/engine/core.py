@@ -22,6 +22,7 @@ from django_ratelimits.engine.limits import Check, Identity, Limit
 
 RedisClient = Redis | RedisCluster
 _REDIS_ERRORS = (RedisError, RedisClusterException)
+_SETTINGS_KEPT = 64  # settings arguments an engine keeps encoded (by mode and cost)
 _ATTEMPTS = 3  # sends of one check: the call, then at most two after "not loaded" errors
 
 
@@ -278,7 +279,9 @@ class Engine:
                 call.parts.append(_Gated(fallback, None, replace(chk, gate=None)))
         settings = self._settings.get((mode, cost))
         if settings is None:  # the script's settings argument, one per mode and cost
-            settings = self._settings[mode, cost] = b"%s|%d%s" % (mode.encode(), cost, self._tail)
+            settings = b"%s|%d%s" % (mode.encode(), cost, self._tail)
+            if len(self._settings) < _SETTINGS_KEPT:  # a cost per request cannot grow it
+                self._settings[mode, cost] = settings
         for call in calls.values():
             call.args[:0] = [now, settings]
         return list(calls.values())

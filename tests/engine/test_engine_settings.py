@@ -6,7 +6,7 @@ from typing import Any
 
 from django.test import override_settings
 
-from django_ratelimits.engine import Algorithm, Check, Identity, Limit, get_engine
+from django_ratelimits.engine import Algorithm, Check, Engine, Identity, Limit, get_engine
 from django_ratelimits.rates import Rate
 
 
@@ -33,3 +33,11 @@ def test_get_engine_follows_the_settings(redis_standalone: Any) -> None:
     with override_settings(DJANGO_RATELIMITS={**config, "KEY_PREFIX": "cfg2"}):
         assert get_engine() is not engine
         assert get_engine().keys.prefix == "cfg2"
+
+
+def test_a_cost_chosen_per_request_never_grows_the_engine(redis_client: Any) -> None:
+    engine = Engine(redis_client)
+    limits = [Limit("big", Rate(1_000_000, 60), Algorithm.GCRA)]
+    for cost in range(1, 500):
+        assert engine.check([Check(Identity("ip", "192.0.2.5"), limits)], cost=cost).allowed
+    assert len(engine._settings) <= 64  # the encoded settings arguments it keeps
