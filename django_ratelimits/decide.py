@@ -55,10 +55,9 @@ from django_ratelimits.identity import client_address, client_ip, identities
 from django_ratelimits.policies.registry import PolicyRegistry, acurrent, current
 from django_ratelimits.policies.spec import PolicySpec, Recording
 from django_ratelimits.rates import Rate
-from django_ratelimits.way_back import way_back
+from django_ratelimits.way_back import away_back, way_back
 
 __all__ = [
-    "VIEW_POLICIES",
     "Planned",
     "RateLimited",
     "Verdict",
@@ -69,9 +68,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("django_ratelimits")
-
-VIEW_POLICIES: Final = "ratelimit_policies"
-"""Attribute ``@ratelimit`` sets on a view: the names of the policies it applies."""
 
 
 @dataclass(frozen=True)
@@ -182,8 +178,12 @@ def decide(request: HttpRequest, policies: Iterable[PolicySpec]) -> Verdict:
 async def adecide(request: HttpRequest, policies: Iterable[PolicySpec]) -> Verdict:
     """:func:`decide` for async code: never blocks the event loop."""
     policies = tuple(policies)
-    if any(_needs_user(p) for p in policies) and hasattr(request, "auser"):
-        request.user = await request.auser()  # the lazy user would query the DB synchronously
+    if policies and hasattr(request, "auser"):
+        # The lazy user, and whether staff may lift blocks, would query the
+        # database on the event loop: both are asked here, where they can wait.
+        if any(_reads_user(p) for p in policies):
+            request.user = await request.auser()
+        await away_back(request)
     return await Planned(request, policies).arun(lambda checks: get_engine().acheck(checks))
 
 
@@ -416,8 +416,15 @@ def _names(policies: tuple[PolicySpec, ...]) -> frozenset[str]:
     return frozenset(p.name for p in policies)
 
 
-def _needs_user(policy: PolicySpec) -> bool:
-    return "user" in policy.key.identity_kinds or policy.exempt_staff or policy.exempt_superusers
+def _reads_user(policy: PolicySpec) -> bool:
+    """Whether planning ``policy`` reads ``request.user``: to count by it, to exempt it, or
+    to name the user behind an address in hit entries."""
+    return (
+        "user" in policy.key.identity_kinds
+        or policy.exempt_staff
+        or policy.exempt_superusers
+        or policy.record_metadata != Recording.NONE
+    )
 
 
 def _plan(

@@ -27,12 +27,13 @@ from asgiref.sync import iscoroutinefunction
 from django.http import HttpRequest
 
 from django_ratelimits import key_functions
-from django_ratelimits.decide import VIEW_POLICIES, adecide_policy, decide_policy
+from django_ratelimits.decide import adecide_policy, decide_policy
 from django_ratelimits.engine import Algorithm
 from django_ratelimits.policies.parse import parse_cidrs, parse_identity_budget
 from django_ratelimits.policies.registry import get_registry
 from django_ratelimits.policies.spec import KeyKind, Mode, PolicySpec, Recording
 from django_ratelimits.rates import parse_rates
+from django_ratelimits.resolved import VIEW_POLICIES
 from django_ratelimits.responses import refusal
 
 View = TypeVar("View", bound=Callable[..., Any])

@@ -14,19 +14,15 @@ Place it after ``AuthenticationMiddleware``, so per-user policies see the user.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Awaitable, Callable
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
-from django.conf import settings
-from django.core.signals import setting_changed
-from django.dispatch import receiver
-from django.http import Http404, HttpRequest, HttpResponseBase
-from django.urls import resolve
+from django.http import HttpRequest, HttpResponseBase
 
-from django_ratelimits.decide import VIEW_POLICIES, RateLimited, adecide, decide
-from django_ratelimits.policies.registry import CACHE_PATH_MAX, PolicyRegistry, acurrent, current
+from django_ratelimits.decide import RateLimited, adecide, decide
+from django_ratelimits.policies.registry import PolicyRegistry, acurrent, current
 from django_ratelimits.policies.spec import PolicySpec
+from django_ratelimits.resolved import resolved
 from django_ratelimits.responses import add_headers, refusal, too_many_requests
 
 GetResponse = Callable[[HttpRequest], HttpResponseBase | Awaitable[HttpResponseBase]]
@@ -74,36 +70,8 @@ def _policies(registry: PolicyRegistry, request: HttpRequest) -> tuple[set[str],
     method = request.method or "GET"
     policies = list(registry.match(request.path_info, method))
     path_names = {p.name for p in policies}
-    for name in _view_policies(request):
+    for name in resolved(request).policies:
         spec = registry.get(name)
         if spec is not None and spec.name not in path_names and spec.applies_to_method(method):
             policies.append(spec)
     return path_names, policies
-
-
-def _view_policies(request: HttpRequest) -> tuple[str, ...]:
-    """The policies the view of this path names with ``@ratelimit``.
-
-    Resolving costs about as much as a tenth of a Redis round trip and Django
-    resolves again for the view, so answers are cached per (URLconf, path).
-    """
-    urlconf = getattr(request, "urlconf", None) or settings.ROOT_URLCONF
-    path = request.path_info
-    if len(path) > CACHE_PATH_MAX:  # rare, often hostile: resolved without being cached
-        return _resolve_policies.__wrapped__(urlconf, path)
-    return _resolve_policies(urlconf, path)
-
-
-@functools.lru_cache(maxsize=4096)
-def _resolve_policies(urlconf: str, path: str) -> tuple[str, ...]:
-    try:
-        match = resolve(path, urlconf)
-    except Http404:
-        return ()
-    return getattr(match.func, VIEW_POLICIES, ())
-
-
-@receiver(setting_changed)
-def _forget_views(*, setting: str, **kwargs: object) -> None:
-    if setting == "ROOT_URLCONF":
-        _resolve_policies.cache_clear()

@@ -11,29 +11,44 @@ from admin. So a block or allow-listing set by staff does not decide:
 Their rate limits still count these requests as any other's: a blocked
 address gets no more login attempts than the login's policy gives anyone.
 ``docs/dashboard.md`` says so for staff. Which view a path is comes from
-Django's resolver, cached per (URLconf, path) as the middleware does.
+:mod:`django_ratelimits.resolved`. The answer is kept on the request: async
+code asks :func:`away_back` first, off the event loop where the permission
+check reads the database, and the planning that follows finds it there.
 """
 
 from __future__ import annotations
 
-import functools
-from typing import Final, Literal
+from typing import Final
 
-from django.conf import settings
-from django.http import Http404, HttpRequest
-from django.urls import resolve
+from asgiref.sync import sync_to_async
+from django.http import HttpRequest
+
+from django_ratelimits.resolved import resolved
+
+__all__ = ["LIFT_PERMISSION", "away_back", "way_back"]
 
 LIFT_PERMISSION: Final = "django_ratelimits.block_offenders"
-_CACHED_PATH_MAX: Final = 2048
-
-AdminView = Literal["login", "other"] | None
+_ANSWER: Final = "_ratelimits_way_back"
 
 
 def way_back(request: HttpRequest) -> bool:
     """Whether a block or allow-listing must not decide ``request``."""
-    view = _admin_view(
-        getattr(request, "urlconf", None) or settings.ROOT_URLCONF, request.path_info
-    )
+    answer: bool | None = getattr(request, _ANSWER, None)
+    if answer is None:
+        answer = _way_back(request)
+        setattr(request, _ANSWER, answer)
+    return answer
+
+
+async def away_back(request: HttpRequest) -> bool:
+    """:func:`way_back` for async code: the permission check runs in a thread."""
+    if resolved(request).admin == "other" and getattr(request, _ANSWER, None) is None:
+        setattr(request, _ANSWER, await sync_to_async(_way_back)(request))
+    return way_back(request)
+
+
+def _way_back(request: HttpRequest) -> bool:
+    view = resolved(request).admin
     if view == "login":
         return True
     if view is None:
@@ -42,21 +57,3 @@ def way_back(request: HttpRequest) -> bool:
     return bool(
         user is not None and user.is_active and user.is_staff and user.has_perm(LIFT_PERMISSION)
     )
-
-
-def _admin_view(urlconf: str, path: str) -> AdminView:
-    if len(path) > _CACHED_PATH_MAX:  # rare, often hostile: resolved without being cached
-        return _resolve.__wrapped__(urlconf, path)
-    return _resolve(urlconf, path)
-
-
-@functools.lru_cache(maxsize=4096)
-def _resolve(urlconf: str, path: str) -> AdminView:
-    """``"login"``, ``"other"`` (another view of an admin site) or ``None``."""
-    try:
-        match = resolve(path, urlconf)
-    except Http404:
-        return None
-    if match.app_name != "admin":  # every AdminSite's URLs have the app name "admin"
-        return None
-    return "login" if match.url_name == "login" else "other"

@@ -44,9 +44,9 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.urls.resolvers import RoutePattern
 
-from django_ratelimits.decide import VIEW_POLICIES
 from django_ratelimits.policies import PolicyRegistry, current
 from django_ratelimits.policies.spec import PolicySpec
+from django_ratelimits.resolved import VIEW_POLICIES
 from django_ratelimits.signals import rate_limited
 
 ROUND_SECONDS = 0.25

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple, cast
 from django.conf import settings
 from django.urls import URLPattern, URLResolver, get_resolver
 
-from django_ratelimits.decide import VIEW_POLICIES
+from django_ratelimits.resolved import VIEW_POLICIES
 
 __all__ = ["Reference", "references"]
 

@@ -20,7 +20,19 @@ from typing import Final, Generic, Protocol, TypeVar
 
 import re2
 
-__all__ = ["PathIndex", "PathPattern", "PathRule", "PatternError", "literal_prefix"]
+__all__ = [
+    "CACHE_PATH_MAX",
+    "PathIndex",
+    "PathPattern",
+    "PathRule",
+    "PatternError",
+    "literal_prefix",
+]
+
+CACHE_PATH_MAX: Final = 256
+"""Per-path answers (the policies a path matches, what the resolver says of it) are
+cached for paths up to this length. Longer paths are rare and often hostile: each
+is answered afresh rather than evicting an answer a real path still needs."""
 
 _SPECIAL: Final = frozenset(".^$*+?{}[]\\|()")
 _ATOM_ESCAPES: Final = frozenset("dDwWsS")

@@ -37,7 +37,7 @@ from django.db import DatabaseError, router, transaction
 
 from django_ratelimits.conf import get_settings
 from django_ratelimits.models import Policy, PolicyVersion, spec_fields
-from django_ratelimits.policies.matching import PathIndex
+from django_ratelimits.policies.matching import CACHE_PATH_MAX, PathIndex
 from django_ratelimits.policies.spec import PolicySpec
 
 __all__ = ["CACHE_PATH_MAX", "PolicyRegistry", "acurrent", "current", "get_registry"]
@@ -46,7 +46,6 @@ __all__ = ["CACHE_PATH_MAX", "PolicyRegistry", "acurrent", "current", "get_regis
 logger = logging.getLogger("django_ratelimits.policies")
 
 CACHE_SIZE: Final = 4096
-CACHE_PATH_MAX: Final = 256
 _NEVER: Final = object()
 
 

@@ -3,12 +3,13 @@ and the warning before staff block themselves: through the test client, on real 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
 import pytest
 from django.contrib.admin.models import LogEntry
-from django.test import Client
+from django.test import AsyncClient, Client
 from django.urls import reverse
 
 from django_ratelimits.engine import Identity, get_engine
@@ -154,6 +155,22 @@ def test_staff_who_block_themselves_can_still_log_in_and_lift(
     assert me.get(reverse(BLOCKS)).status_code == 200
     done = act(me, kind="ip", value="127.0.0.1", action="lift", back="blocks")
     assert done.status_code == 302 and Offenders().active().overrides == ()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_way_back_holds_through_the_async_stack(
+    everything_limited: None, admin_user: Any
+) -> None:
+    # Whether a staff user may lift blocks is a database question: under ASGI it must
+    # be asked off the event loop, or the request fails instead of getting through.
+    Offenders().block(Identity("ip", "127.0.0.1"), 300)
+
+    async def visit() -> list[int]:
+        staff = AsyncClient(REMOTE_ADDR="127.0.0.1")
+        await staff.aforce_login(admin_user)
+        return [(await staff.get(reverse(BLOCKS))).status_code for _ in range(2)]
+
+    assert asyncio.run(visit()) == [200, 200]
 
 
 def test_a_blocked_address_gets_no_more_logins_than_anyone(

@@ -281,6 +281,26 @@ def test_by_default_each_denial_records_who_was_behind_the_ip(site_redis: Any) -
     ] * 2  # the allowed request costs no entry
 
 
+@pytest.mark.django_db(transaction=True)
+def test_who_was_behind_the_ip_is_recorded_through_the_async_stack(site_redis: Any) -> None:
+    # Naming the user behind an address reads the session's user from the database:
+    # under ASGI that must happen off the event loop, or the request fails instead.
+    import asyncio
+
+    from django.test import AsyncClient
+
+    policy(name="api", rates="1/m", path=r"^/api/")
+    user = User.objects.create_user("mallory", password="pw")
+
+    async def run() -> list[int]:
+        client = AsyncClient()
+        await client.aforce_login(user)
+        return [(await client.get("/api/hello")).status_code for _ in range(2)]
+
+    assert asyncio.run(run()) == [200, 429]
+    assert [h.who for h in hits_of_ip()] == [f"user:{user.pk}"]
+
+
 def test_a_request_counted_by_an_enforced_and_a_shadow_policy_is_one_hit(site_redis: Any) -> None:
     policy(name="api", rates="5/m", path=r"^/api/", record_metadata="every")
     policy(name="watch", rates="1/m", path=r"^/api/", mode="shadow")
