@@ -29,6 +29,7 @@ from django.utils.translation import ngettext
 from django_ratelimits.conf import get_settings
 from django_ratelimits.decide import RateLimited, Verdict
 from django_ratelimits.engine import Limit
+from django_ratelimits.offenders.text import words
 
 _JSON_TYPES = ("application/json", "application/problem+json")
 
@@ -87,31 +88,6 @@ def _wants_json(request: HttpRequest) -> bool:
 #: template of the same name that comes first (their ``DIRS``, or an app listed before).
 TEMPLATE = "django_ratelimits/429.html"
 
-_UNITS = (86_400, 3600, 60, 1)
-
-
-def _unit(count: int, size: int) -> str:
-    if size == 86_400:
-        return ngettext("%(count)d day", "%(count)d days", count) % {"count": count}
-    if size == 3600:
-        return ngettext("%(count)d hour", "%(count)d hours", count) % {"count": count}
-    if size == 60:
-        return ngettext("%(count)d minute", "%(count)d minutes", count) % {"count": count}
-    return ngettext("%(count)d second", "%(count)d seconds", count) % {"count": count}
-
-
-def in_words(seconds: int) -> str:
-    """``1 second``, ``1 minute 13 seconds``, ``2 hours``: the two largest units, a zero
-    second one left out."""
-    rest, parts = max(1, seconds), list[str]()
-    for size in _UNITS:
-        count, rest = divmod(rest, size)
-        if count and len(parts) < 2:
-            parts.append(_unit(count, size))
-        elif parts:
-            break
-    return " ".join(parts)
-
 
 def _host(request: HttpRequest) -> str:
     try:
@@ -130,7 +106,7 @@ def site_name(request: HttpRequest) -> str:
     return _host(request)
 
 
-def way_back(request: HttpRequest) -> str | None:
+def _back_url(request: HttpRequest) -> str | None:
     """The referring page if it is on this site (same host, and https if this is), else None."""
     referer = request.headers.get("Referer", "")
     host = _host(request)
@@ -154,7 +130,7 @@ def _problem(
     if _wants_json(request):
         body = {"type": "about:blank", "title": title, "status": status, "detail": detail}
         return JsonResponse(body, status=status, content_type="application/problem+json")
-    back = way_back(request)
+    back = _back_url(request)
     html = render_to_string(
         TEMPLATE,
         {
@@ -163,7 +139,7 @@ def _problem(
             "detail": detail,
             "site_name": site_name(request),
             "retry_after": retry,
-            "retry_after_words": in_words(retry) if retry is not None else "",
+            "retry_after_words": words(retry) if retry is not None else "",
             "back_url": back or "/",
             "back_is_referer": back is not None,
         },

@@ -1,6 +1,7 @@
 """Short texts for times and durations: the dashboard's, the command's, admin's.
 
 - :func:`duration` and :func:`ago`, translated, for pages: ``1 min 13 s``, ``12 s ago``;
+- :func:`words`, translated, for a sentence: ``1 minute 13 seconds``;
 - :func:`span` and :func:`parse_span`, for the terminal: ``1h 30m``, and ``90s``,
   ``5m``, ``1h`` or ``7d`` read back;
 - :func:`period`, translated, for a rate's period in admin: ``minute``, ``5 minutes``.
@@ -46,6 +47,14 @@ def _largest_two(seconds: int) -> list[tuple[int, int]]:
 def duration(seconds: float) -> str:
     """``45 s``, ``4 min 59 s``, ``2 h``, ``1 d 3 h``: the two largest units, zeros left out."""
     return " ".join(str(_TEXTS[n]) % {"count": count} for count, n in _largest_two(int(seconds)))
+
+
+def words(seconds: int) -> str:
+    """``1 second``, ``1 minute 13 seconds``, ``2 hours``: :func:`duration` in words, for a
+    sentence such as the 429 page's. Under a second is ``1 second``."""
+    return " ".join(
+        str(_PERIODS[n][1] % {"count": count}) for count, n in _largest_two(max(1, seconds))
+    )
 
 
 def ago(at_ms: int, now_ms: int) -> str:

@@ -11,6 +11,7 @@ from django.test import Client
 
 from django_ratelimits import responses
 from django_ratelimits.models import Policy
+from django_ratelimits.offenders import text
 from django_ratelimits.policies import get_registry
 from django_ratelimits.testing import FakeClock
 
@@ -114,5 +115,5 @@ def test_a_project_overrides_the_template(
         (90_000, "1 day 1 hour"),
     ],
 )
-def test_in_words(seconds: int, words: str) -> None:
-    assert responses.in_words(seconds) == words
+def test_the_wait_in_words(seconds: int, words: str) -> None:
+    assert text.words(seconds) == words
