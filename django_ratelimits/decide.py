@@ -38,7 +38,7 @@ from django.http import HttpRequest
 from django_ratelimits import signals
 from django_ratelimits.breaker import breaker
 from django_ratelimits.conf import get_settings
-from django_ratelimits.deny_cache import DenialCache, cache_for
+from django_ratelimits.deny_cache import DenialCache, Sending, cache_for
 from django_ratelimits.engine import (
     Check,
     Decision,
@@ -301,50 +301,48 @@ class Planned:
         if self.verdict is not None:
             return self.verdict
         cache = _cache()
-        if cache is not None and cache.epoch_due():
+        if cache is None:
+            return await self._acall(call)
+        if cache.epoch_due():
             await cache.aread_epoch()
-        verdict = None if cache is None else self._cached(cache, charge)
-        if verdict is None:
-            epoch, sent = (None, 0) if cache is None else (cache.epoch(), cache.now_us())
-            try:
-                decision = await call(self.checks)
-            except BackendError as error:
-                return self.failed(error)
-            verdict = self.decided(decision)
-            if cache is not None:
-                self._learn(cache, decision, epoch, sent)
-        if cache is not None and cache.flush_due():
+        verdict = self._cached(cache, charge) or await self._acall(call, cache)
+        if cache.flush_due():
             await cache.aflush()
         return verdict
 
     def _call(
         self, call: Callable[[list[Check]], Decision], cache: DenialCache | None = None
     ) -> Verdict:
-        epoch, sent = (None, 0) if cache is None else (cache.epoch(), cache.now_us())
+        sent = None if cache is None else cache.sending()
         try:
             decision = call(self.checks)
         except BackendError as error:
-            return self.failed(error)
+            return self.failed(error, cache)
+        return self._received(decision, cache, sent)
+
+    async def _acall(
+        self, call: Callable[[list[Check]], Awaitable[Decision]], cache: DenialCache | None = None
+    ) -> Verdict:
+        sent = None if cache is None else cache.sending()
+        try:
+            decision = await call(self.checks)
+        except BackendError as error:
+            return self.failed(error, cache)
+        return self._received(decision, cache, sent)
+
+    def _received(
+        self, decision: Decision, cache: DenialCache | None, sent: Sending | None
+    ) -> Verdict:
         verdict = self.decided(decision)
-        if cache is not None:
-            self._learn(cache, decision, epoch, sent)
+        if cache is not None and sent is not None:
+            enforced = frozenset(p.name for p in self.applied if not p.shadow)
+            cache.learn(decision, enforced, sent)
         return verdict
 
     def _cached(self, cache: DenialCache, charge: bool) -> Verdict | None:
         """The verdict the cache of denials gives without Redis, if it has one."""
         decision = cache.refuse(self.checks, count=charge)
         return None if decision is None else self._announced(decision)
-
-    def _learn(
-        self, cache: DenialCache, decision: Decision, epoch: int | None, sent_us: int
-    ) -> None:
-        enforced = frozenset(p.name for p in self.applied if not p.shadow)
-        if all(r.allowed or r.limit.policy not in enforced for r in decision.results):
-            return
-        if epoch is None:
-            cache.want_epoch()
-        else:
-            cache.learn(decision, enforced, epoch, sent_us)
 
     def decided(self, decision: Decision) -> Verdict:
         breaker.success()
@@ -372,9 +370,8 @@ class Planned:
                 )
         return verdict
 
-    def failed(self, error: BackendError) -> Verdict:
+    def failed(self, error: BackendError, cache: DenialCache | None = None) -> Verdict:
         breaker.failure(error)
-        cache = _cache()
         if cache is not None:  # Redis fails: fail open or closed, as without the cache
             cache.clear()
         return self._refused(error)

@@ -36,7 +36,7 @@ import time
 from collections import OrderedDict, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple
 
 from django_ratelimits.conf import get_settings
 from django_ratelimits.engine import Check, Decision, Engine, Identity, Limit, LimitResult
@@ -45,7 +45,14 @@ from django_ratelimits.engine.errors import BackendError
 from django_ratelimits.engine.hits import DENIED, full_entry
 from django_ratelimits.engine.overrides import BLOCKED_POLICY
 
-__all__ = ["BATCH_REQUESTS", "BATCH_US", "HOLD_MAX_US", "DenialCache", "cache_for"]
+__all__ = [
+    "BATCH_REQUESTS",
+    "BATCH_US",
+    "HOLD_MAX_US",
+    "DenialCache",
+    "Sending",
+    "cache_for",
+]
 
 logger = logging.getLogger("django_ratelimits")
 
@@ -55,6 +62,13 @@ BATCH_US: Final = 1_000_000
 """How old the oldest pending local refusal may grow before a batch is recorded."""
 HOLD_MAX_US: Final = 60_000_000
 """The longest an entry refuses without Redis (a long block is asked again then)."""
+
+
+class Sending(NamedTuple):
+    """An engine call as the cache saw it go: the epoch it learns under, and when."""
+
+    epoch: int | None
+    at_us: int
 
 
 @dataclass(frozen=True)
@@ -131,10 +145,10 @@ class DenialCache:
                 self._entries.clear()
             self._epoch, self._epoch_at, self._wanted = epoch, at, False
 
-    def epoch(self) -> int | None:
-        """The epoch an engine call starting now learns under (read, if due, just
-        before): None if it was never read, and then nothing is learnt."""
-        return self._epoch
+    def sending(self) -> Sending:
+        """What an engine call sent now learns under: the epoch (read, if due, just
+        before; None if never read, and then nothing is learnt) and the time."""
+        return Sending(self._epoch, self.now_us())
 
     # ------------------------------------------------------------------ refusing
 
@@ -225,12 +239,19 @@ class DenialCache:
 
     # ------------------------------------------------------------------ learning
 
-    def learn(self, decision: Decision, enforced: frozenset[str], epoch: int, sent_us: int) -> None:
-        """Remember the denials of ``decision`` by the policies ``enforced``,
-        under ``epoch`` (read before the call, sent at ``sent_us``)."""
+    def learn(self, decision: Decision, enforced: frozenset[str], sent: Sending) -> None:
+        """Remember the denials of ``decision`` by the policies ``enforced``, for the
+        call ``sent``. A denial while the epoch is unknown asks for it instead: the
+        next call reads it, and learns."""
+        if all(r.allowed or r.limit.policy not in enforced for r in decision.results):
+            return
+        if sent.epoch is None:
+            self._wanted = True
+            return
+        sent_us = sent.at_us
         slack = max(0, self.now_us() - sent_us)
         with self._lock:
-            if epoch != self._epoch:
+            if sent.epoch != self._epoch:
                 return
             for r in decision.results:
                 if r.allowed or r.limit.policy not in enforced:
@@ -245,15 +266,11 @@ class DenialCache:
                     blocked=r.blocked,
                     origin_us=decision.now_us,
                     learnt_us=sent_us,
-                    epoch=epoch,
+                    epoch=sent.epoch,
                 )
                 self._entries.move_to_end(key)
                 if len(self._entries) > self.size:
                     self._entries.popitem(last=False)
-
-    def want_epoch(self) -> None:
-        """A denial came while the epoch was unknown or stale: read it on the next call."""
-        self._wanted = True
 
     # ------------------------------------------------------------------ batches
 
