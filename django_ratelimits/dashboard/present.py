@@ -64,6 +64,11 @@ class Activity:
     def svg(self, css_class: str, label: str) -> SafeString:
         return activity_svg(self, css_class, label)
 
+    def chart(self) -> str:
+        """A page's chart of requests per second, or "" when nothing was recorded (the
+        page says so in words)."""
+        return self.svg("rl-activity", gettext("Requests per second")) if self.recorded else ""
+
     def json(self) -> dict[str, Any]:
         return {
             "seconds": len(self.hits),

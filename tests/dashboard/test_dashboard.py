@@ -566,3 +566,21 @@ def test_shadow_hits_are_not_offences_and_show_apart(
     assert '<dd id="offender-shadow">3 ' in page
     assert page.count("<em>would have been denied</em>") == 3
     assert "watch (would have denied)" in page
+
+
+def test_the_summary_says_how_far_pages_reach_for_shadow_hits_too(
+    site_redis: Any, admin_client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django_ratelimits.dashboard.views import offenders as offenders_view
+
+    monkeypatch.setattr(offenders_view, "MAX_PAGE", 1)  # pages reach the first 25
+    Policy.objects.create(name="enf", rates="1/m", path="^/api/other")
+    Policy.objects.create(name="watch", rates="1/m", path="^/api/hello", mode="shadow")
+    current().refresh()
+    for n in range(26):
+        assert hit("/api/other", f"203.0.113.{n}", times=2) == [200, 429]
+        assert hit("/api/hello", f"203.0.113.{n}", times=2) == [200, 200]
+    note = "Pages reach the first 25: filter to find the others."
+    for shown in ({}, {"shown": "shadow"}):
+        summary = admin_client.get(reverse(PAGE), shown).content.decode()
+        assert "26 identities" in summary and note in summary, shown

@@ -94,7 +94,7 @@ def _report(report: IdentityReport, site: AdminSite) -> dict[str, Any]:
         "behind": [who_view(who, count, names, url_for) for who, count in seen_with],
         "more_behind": len(everyone) - len(seen_with),
         "quotas": quota_views(report.quotas),
-        "chart": chart.svg("rl-activity", gettext("Requests per second")) if chart.recorded else "",
+        "chart": chart.chart(),
         "hits": hit_views(hits, report.now_ms, names, url_for),
         "more_hits": len(detail.hits) - len(hits),
     }

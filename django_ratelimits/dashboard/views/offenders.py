@@ -86,9 +86,7 @@ class Board:
             "listing": self.listing,
             "error": self.error,
             "period": PERIODS[self.filters.period],
-            "chart": self.activity.svg("rl-activity", gettext("Requests per second"))
-            if self.activity and self.activity.recorded
-            else "",
+            "chart": self.activity.chart() if self.activity else "",
             "shadow": self.filters.shadow,
             "page": page,
             "pages": self.pages,
