@@ -129,6 +129,18 @@ def redis_client(request: pytest.FixtureRequest) -> Iterator[redis.Redis | Redis
         client.close()
 
 
+# --------------------------------------------------------------------------- markers
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Marks every test that drives Chromium ``browser``: CI's leg 3 runs them beside the
+    quick tests, as they are what a new Django changes (admin's markup and CSS)."""
+    for item in items:
+        if "browser" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.browser)
+
+
 # --------------------------------------------------------------------------- session end
 
 
