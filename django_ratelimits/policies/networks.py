@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ipaddress
 import math
+import socket
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -35,7 +36,7 @@ BROADEST_PREFIX: Final[Mapping[int, int]] = {4: 8, 6: 16}
 """The shortest prefix an entry may have, per IP version: a /0 (every address) or a
 /4 is a mistake that would lock out everyone, the admins included, and is refused."""
 
-_MAPPED: Final = ipaddress.IPv6Network("::ffff:0:0/96")
+_MAPPED: Final = 0xFFFF  # ::ffff:0:0/96, the IPv4-mapped addresses, shifted right by 32
 
 
 def parse_network(text: str) -> IPNetwork:
@@ -52,13 +53,10 @@ def parse_network(text: str) -> IPNetwork:
             _("Enter an IP address or network such as 203.0.113.0/24 or 2001:db8::/32."),
             code="network",
         )
-    try:
-        network: IPNetwork = ipaddress.ip_network(item)
-    except ValueError:
-        raise cidr_error(item) from None
-    if isinstance(network, ipaddress.IPv6Network) and network.subnet_of(_MAPPED):
-        mapped = int(network.network_address) & 0xFFFF_FFFF
-        network = ipaddress.IPv4Network((mapped, network.prefixlen - 96))
+    network = _network(item)
+    value = int(network.network_address)
+    if network.version == 6 and network.prefixlen >= 96 and value >> 32 == _MAPPED:
+        network = ipaddress.IPv4Network((value & 0xFFFF_FFFF, network.prefixlen - 96))
     broadest = BROADEST_PREFIX[network.version]
     if network.prefixlen < broadest:
         raise ValidationError(
@@ -70,6 +68,31 @@ def parse_network(text: str) -> IPNetwork:
             params={"network": str(network), "prefix": broadest},
         )
     return network
+
+
+def _network(item: str) -> IPNetwork:
+    """``ipaddress.ip_network(item)``, about four times faster on the usual forms
+    (``address/prefix``, the stored one): a worker parses every entry on each reload."""
+    address, slash, prefix = item.partition("/")
+    if not slash or (prefix.isdigit() and len(prefix) <= 3):
+        try:
+            packed = socket.inet_pton(
+                socket.AF_INET6 if ":" in address else socket.AF_INET, address
+            )
+            bits = int(prefix) if slash else len(packed) * 8
+            value = int.from_bytes(packed, "big")
+            # Strict: host bits set, or a prefix too long, raise ValueError.
+            return (
+                ipaddress.IPv4Network((value, bits))
+                if len(packed) == 4
+                else (ipaddress.IPv6Network((value, bits)))
+            )
+        except (OSError, ValueError):
+            pass  # ip_network decides, and says why
+    try:
+        return ipaddress.ip_network(item)
+    except ValueError:
+        raise cidr_error(item) from None
 
 
 @dataclass(frozen=True)

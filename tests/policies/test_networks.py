@@ -109,3 +109,39 @@ def test_ten_thousand_entries_answer_as_a_linear_scan_would() -> None:
         assert (index.find(address, 0) is not None) is expected
         answers.add(expected)
     assert answers == {True, False}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "10.0.0.0/255.0.0.0",
+        "2001:0DB8:0000::/48",
+        "::ffff:10.0.0.0/104",
+        "01.2.3.4",
+        "1.2.3.4/08",
+        "1.2.3.4/ 8",
+        "fe80::1%eth0",
+        "1.2.3.4/+8",
+        "1.2.3.4/1_6",
+        "1.2.3.4/",
+        "1.2.3.4/33",
+        "::/129",
+        "10.0.0.1/8",
+    ],
+)
+def test_the_fast_path_agrees_with_ip_network(text: str) -> None:
+    try:
+        expected: object = ipaddress.ip_network(text)
+    except ValueError:
+        expected = None
+    try:
+        parsed: object = parse_network(text)
+    except ValidationError as exc:
+        parsed = None
+        assert exc.code in ("cidr", "cidr_host_bits")
+    if isinstance(expected, ipaddress.IPv6Network) and expected.subnet_of(
+        ipaddress.IPv6Network("::ffff:0:0/96")
+    ):
+        mapped = int(expected.network_address) & 0xFFFFFFFF
+        expected = ipaddress.IPv4Network((mapped, expected.prefixlen - 96))
+    assert parsed == expected
