@@ -15,7 +15,8 @@ not asked to come back later. ``BLOCKED_RESPONSE_VIEW`` replaces it, as
 
 Refusals are logged at most once per blocked network per :data:`LOG_EVERY`
 seconds and per process, each line counting the refusals since the last one, so
-a flood from a blocked network cannot flood the logs. ``docs/blocklist.md``
+a flood from a blocked network cannot flood the logs; the ``network_blocked``
+signal is sent for every refusal, for a project's own counters. ``docs/blocklist.md``
 describes it all.
 """
 
@@ -32,6 +33,7 @@ from django.http import HttpRequest, HttpResponseBase
 from django.utils.module_loading import import_string
 from django.utils.translation import gettext as _
 
+from django_ratelimits import signals
 from django_ratelimits.conf import IPNetwork, get_settings
 from django_ratelimits.errors import RateLimitsError
 from django_ratelimits.identity import client_address
@@ -68,6 +70,7 @@ def refusal(request: HttpRequest, registry: PolicyRegistry) -> HttpResponseBase 
     if entry is None:
         return None
     _note(request, entry)
+    signals.network_blocked.send(sender=BlockedEntry, request=request, entry=entry)
     return forbidden(request, NetworkBlocked(entry))
 
 

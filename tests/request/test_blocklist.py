@@ -20,6 +20,7 @@ from django.test import Client, override_settings
 from django_ratelimits import blocklist
 from django_ratelimits.models import BlockedNetwork, Policy
 from django_ratelimits.policies import get_registry
+from django_ratelimits.signals import network_blocked
 from tests.engine_helpers import check_calls
 
 pytestmark = [
@@ -227,16 +228,22 @@ def test_enabled_false_turns_the_blocklist_off_too(clocks: Clocks) -> None:
         assert Client(REMOTE_ADDR="203.0.113.5").get("/api/hello").status_code == 200
 
 
-def test_a_flood_logs_one_line_per_network_per_minute(
+def test_a_flood_logs_one_line_per_network_per_minute_and_signals_each_refusal(
     clocks: Clocks, caplog: pytest.LogCaptureFixture
 ) -> None:
     block("203.0.113.0/24", reason="scraper")
     client = Client(REMOTE_ADDR="203.0.113.5")
-    with caplog.at_level(logging.WARNING, logger="django_ratelimits"):
-        for _ in range(50):
-            client.get("/api/hello\nforged log line")
-        clocks.monotonic += blocklist.LOG_EVERY
-        client.get("/api/hello")
+    sent: list[Any] = []
+    network_blocked.connect(lambda **kw: sent.append(kw["entry"]), weak=False, dispatch_uid="t")
+    try:
+        with caplog.at_level(logging.WARNING, logger="django_ratelimits"):
+            for _ in range(50):
+                client.get("/api/hello\nforged log line")
+            clocks.monotonic += blocklist.LOG_EVERY
+            client.get("/api/hello")
+    finally:
+        network_blocked.disconnect(dispatch_uid="t")
+    assert len(sent) == 51 and {str(e.network) for e in sent} == {"203.0.113.0/24"}
     lines = [r.getMessage() for r in caplog.records if "is blocked" in r.getMessage()]
     assert len(lines) == 2
     assert "203.0.113.0/24 is blocked (scraper)" in lines[0] and "\n" not in lines[0]
