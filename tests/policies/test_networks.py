@@ -145,3 +145,23 @@ def test_the_fast_path_agrees_with_ip_network(text: str) -> None:
         mapped = int(expected.network_address) & 0xFFFFFFFF
         expected = ipaddress.IPv4Network((mapped, expected.prefixlen - 96))
     assert parsed == expected
+
+
+@pytest.mark.django_db
+def test_rows_written_around_the_checks_are_skipped_and_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from django_ratelimits.models import BlockedNetwork, PolicyVersion
+    from django_ratelimits.policies import PolicyRegistry
+
+    texts = ["garbage", "0.0.0.0/0", "10.0.0.5/8", "::ffff:10.0.0.0/104", "192.0.2.0/24"]
+    BlockedNetwork.objects.bulk_create(BlockedNetwork(network=t) for t in texts)
+    PolicyVersion.bump()  # bulk_create sends no signal
+    registry = PolicyRegistry()
+    registry.refresh()
+    assert sorted(str(e.network) for e in registry.blocklist.entries) == [
+        "10.0.0.0/8",
+        "192.0.2.0/24",
+    ]
+    skipped = [r.getMessage() for r in caplog.records if "is invalid and skipped" in r.getMessage()]
+    assert len(skipped) == 3

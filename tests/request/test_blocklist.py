@@ -254,3 +254,30 @@ def _limits() -> dict[str, object]:
     from django.conf import settings
 
     return dict(settings.DJANGO_RATELIMITS)
+
+
+def test_the_async_middleware_refuses_before_the_view(clocks: Clocks) -> None:
+    import asyncio
+
+    from django.test import RequestFactory
+
+    from django_ratelimits.middleware import RateLimitMiddleware
+
+    block("2001:db8::/32")
+    reached: list[str] = []
+
+    async def view(request: HttpRequest) -> HttpResponse:
+        reached.append(request.META["REMOTE_ADDR"])
+        return HttpResponse("ok")
+
+    middleware = RateLimitMiddleware(view)
+    assert middleware.async_mode
+
+    async def call(address: str) -> int:
+        request = RequestFactory().get("/api/hello", REMOTE_ADDR=address)
+        response = await middleware(request)  # type: ignore[misc]
+        return int(response.status_code)
+
+    assert asyncio.run(call("2001:db8::1")) == 403
+    assert asyncio.run(call("2001:db9::1")) == 200
+    assert reached == ["2001:db9::1"]
