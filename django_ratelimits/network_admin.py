@@ -106,6 +106,7 @@ class BlockedNetworkAdmin(admin.ModelAdmin):
     list_filter = (ExpiryFilter, "enabled")
     search_fields = ("network", "reason")
     date_hierarchy = "created_at"
+    list_select_related = ("created_by",)
 
     def get_form(
         self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any
