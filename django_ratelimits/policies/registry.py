@@ -136,9 +136,10 @@ class PolicyRegistry:
                 if stamp != self._stamp:
                     self._snapshot = self._load()
                     blocklist = self._load_blocklist()
-                    with self._blocklist_lock:
-                        self._blocklist = blocklist
-                    self._stamp = stamp
+                    if blocklist is not None:  # else the next interval tries again
+                        with self._blocklist_lock:
+                            self._blocklist = blocklist
+                        self._stamp = stamp
             except DatabaseError as exc:
                 logger.error(
                     "could not refresh rate-limit policies, keeping the %d loaded: %s",
@@ -231,10 +232,22 @@ class PolicyRegistry:
             names.add(row.name)
         return _Snapshot(specs, frozenset(names))
 
-    def _load_blocklist(self) -> NetworkIndex:
+    def _load_blocklist(self) -> NetworkIndex | None:
+        """The enabled blocked networks, or None if their table cannot be read (policies
+        still apply: a deploy that has not run this migration yet keeps its limits)."""
         entries = []
-        rows = BlockedNetwork.objects.filter(enabled=True)
-        for pk, text, reason, expires in rows.values_list("pk", "network", "reason", "expires_at"):
+        try:
+            query = BlockedNetwork.objects.filter(enabled=True)
+            rows = list(query.values_list("pk", "network", "reason", "expires_at"))
+        except DatabaseError as exc:
+            logger.error(
+                "could not load the blocked networks, keeping the %d loaded "
+                "(has manage.py migrate run?): %s",
+                len(self._blocklist),
+                exc,
+            )
+            return None
+        for pk, text, reason, expires in rows:
             try:
                 network = parse_network(text)
             except ValidationError:  # written around clean(): raw SQL, bulk_create

@@ -165,3 +165,29 @@ def test_rows_written_around_the_checks_are_skipped_and_logged(
     ]
     skipped = [r.getMessage() for r in caplog.records if "is invalid and skipped" in r.getMessage()]
     assert len(skipped) == 3
+
+
+@pytest.mark.django_db
+def test_an_unreadable_blocklist_table_keeps_the_policies_and_is_tried_again(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django.db import DatabaseError
+
+    from django_ratelimits.models import BlockedNetwork, Policy
+    from django_ratelimits.policies import PolicyRegistry
+
+    Policy.objects.create(name="api", rates="5/m", path="^/api/")
+    BlockedNetwork.objects.create(network="192.0.2.0/24")
+    registry = PolicyRegistry()
+
+    def unreadable(*args: object, **kwargs: object) -> None:
+        raise DatabaseError("no such table: django_ratelimits_blockednetwork")
+
+    with monkeypatch.context() as patch:  # as before migration 0008 ran
+        patch.setattr(BlockedNetwork.objects, "filter", unreadable)
+        registry.refresh()
+    assert registry.get("api") is not None
+    assert len(registry.blocklist) == 0
+    assert "could not load the blocked networks" in caplog.text
+    registry.refresh()  # the stamp was not taken: the next refresh loads them
+    assert len(registry.blocklist) == 1
