@@ -14,8 +14,10 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connection
 from django.http import HttpRequest, HttpResponse
 from django.test import Client, override_settings
+from django.test.utils import CaptureQueriesContext
 
 from django_ratelimits import blocklist
 from django_ratelimits.models import BlockedNetwork, Policy
@@ -29,6 +31,7 @@ pytestmark = [
     pytest.mark.parametrize("redis_client", ["standalone"], indirect=True),
 ]
 
+JSON = {"Accept": "application/json"}
 NOW = 1_800_000_000.0  # the wall clock's start, in seconds since the epoch
 
 
@@ -74,13 +77,16 @@ def test_a_blocked_ipv4_network_is_refused_everywhere_with_403(clocks: Clocks) -
     assert Client(REMOTE_ADDR="203.0.114.1").get("/api/hello").status_code == 200
 
 
-def test_the_refusal_makes_no_redis_call(clocks: Clocks, site_redis: Any) -> None:
+def test_the_refusal_makes_no_redis_call_nor_a_query(clocks: Clocks, site_redis: Any) -> None:
     Policy.objects.create(name="api", rates="100/m", path=r"^/api/")
     block("203.0.113.0/24")
     Client(REMOTE_ADDR="198.51.100.1").get("/api/hello")  # the script is loaded
     before = check_calls(site_redis)
-    assert Client(REMOTE_ADDR="203.0.113.5").get("/api/hello").status_code == 403
+    with CaptureQueriesContext(connection) as queries:
+        blocked = Client(REMOTE_ADDR="203.0.113.5").get("/api/hello", headers=JSON)
+    assert blocked.status_code == 403
     assert check_calls(site_redis) == before
+    assert len(queries) == 0  # nor a database query: the registry's index answered
     assert Client(REMOTE_ADDR="198.51.100.1").get("/api/hello").status_code == 200
     assert check_calls(site_redis) == before + 1
 
