@@ -14,6 +14,7 @@ One ``redis-server`` on loopback (``devtools.redis_harness``) serves every part:
 * ``request`` (:mod:`benchmarks.request`): whole-request overhead in Django;
 * ``server`` (:mod:`benchmarks.server`): gunicorn (sync, gthread) under load;
 * ``flood`` (:mod:`benchmarks.flood`): one identity's flood, with and without the cache;
+* ``blocklist`` (:mod:`benchmarks.blocklist`): the blocked networks' lookup per request;
 * ``accuracy``: ``devtools.accuracy``'s table (reference model, fake clock).
 
 Django runs in this process with ``benchmarks.settings`` and a SQLite file in
@@ -34,13 +35,13 @@ from datetime import UTC, datetime
 from importlib.metadata import version
 from pathlib import Path
 
-from benchmarks import engine, flood, peers, request, server, site
+from benchmarks import blocklist, engine, flood, peers, request, server, site
 from benchmarks.kit import cpu, met
 from devtools import accuracy
 from devtools.redis_harness import RedisServer, temporary_workdir
 
 DOC = engine.DOC
-PARTS = ("engine", "peers", "request", "server", "flood", "accuracy")
+PARTS = ("engine", "peers", "request", "server", "flood", "blocklist", "accuracy")
 PACKAGES = (
     "django",
     "django-redis",
@@ -60,6 +61,7 @@ class Run:
     request: request.Report | None = None
     server: server.Report | None = None
     flood: flood.Report | None = None
+    blocklist: blocklist.Report | None = None
     accuracy: str | None = None
     seconds: dict[str, float] = field(default_factory=dict)
 
@@ -86,7 +88,7 @@ def _run(redis_server: RedisServer, workdir: Path, parts: Sequence[str], quick: 
         started = timed("engine")
         result.engine = engine.run(redis_server, quick=quick)
         result.seconds["engine"] = time.perf_counter() - started
-    if {"peers", "request", "server", "flood"} & set(parts):
+    if {"peers", "request", "server", "flood", "blocklist"} & set(parts):
         site.setup(redis_server, workdir)
     if "peers" in parts:
         started = timed("peers")
@@ -104,6 +106,10 @@ def _run(redis_server: RedisServer, workdir: Path, parts: Sequence[str], quick: 
         started = timed("flood")
         result.flood = flood.run(redis_server, workdir, quick=quick)
         result.seconds["flood"] = time.perf_counter() - started
+    if "blocklist" in parts:
+        started = timed("blocklist")
+        result.blocklist = blocklist.run(redis_server, quick=quick)
+        result.seconds["blocklist"] = time.perf_counter() - started
     if "accuracy" in parts:
         started = timed("accuracy")
         result.accuracy = accuracy.table()
@@ -233,6 +239,8 @@ def document(result: Run) -> str:
         lines += [server.render(result.server)]
     if result.flood is not None:
         lines += [flood.render(result.flood)]
+    if result.blocklist is not None:
+        lines += [blocklist.render(result.blocklist)]
     if result.accuracy is not None:
         lines += [
             "## Accuracy",

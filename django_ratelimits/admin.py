@@ -21,7 +21,10 @@ from django.utils.text import capfirst, get_text_list
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
-from django_ratelimits import key_functions
+from django_ratelimits import (
+    key_functions,
+    network_admin,  # noqa: F401  (registers the blocklist's admin)
+)
 from django_ratelimits.dashboard.urls import dashboard_urls
 from django_ratelimits.engine import Algorithm
 from django_ratelimits.models import OffenderDashboard, Policy

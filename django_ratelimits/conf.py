@@ -179,6 +179,7 @@ class RateLimitSettings:
     policy_refresh: float = 2.0
     headers_on_allowed: bool = True
     response_view: str | None = None
+    blocked_response_view: str | None = None
     fail_closed_status: int = 503
     breaker_failures: int = 3
     breaker_cooldown: float = 5.0
@@ -232,13 +233,13 @@ class RateLimitSettings:
                 f"{_name('client_ip_header')} must be a header name such as "
                 f"'X-Forwarded-For' or 'Forwarded', not {_describe(self.client_ip_header)}"
             )
-        if self.response_view is not None and not (
-            isinstance(self.response_view, str) and DOTTED_PATH.fullmatch(self.response_view)
-        ):
-            yield (
-                f"{_name('response_view')} must be None or the dotted path of a view, "
-                f"not {_describe(self.response_view)}"
-            )
+        for attribute in ("response_view", "blocked_response_view"):
+            view = getattr(self, attribute)
+            if view is not None and not (isinstance(view, str) and DOTTED_PATH.fullmatch(view)):
+                yield (
+                    f"{_name(attribute)} must be None or the dotted path of a view, "
+                    f"not {_describe(view)}"
+                )
         if self.fail_closed_status not in (429, 503):
             yield (
                 f"{_name('fail_closed_status')} must be 429 or 503, "

@@ -12,6 +12,10 @@ limited). Works on function views, async views and, with ``method_decorator``,
 class-based views. With ``block=False`` the view always runs and decides
 itself from ``request.ratelimit`` (a :class:`~django_ratelimits.decide.Verdict`).
 
+A request from a blocked network is refused (403) before anything else, even
+with ``block=False``: a blocklist entry is an admin's decision, not a policy's
+verdict (:mod:`django_ratelimits.blocklist`).
+
 When ``RateLimitMiddleware`` is installed it decides the view's policies
 together with its own in one round trip; the decorator then only enforces
 the verdict.
@@ -26,11 +30,11 @@ from typing import Any, TypeVar
 from asgiref.sync import iscoroutinefunction
 from django.http import HttpRequest
 
-from django_ratelimits import key_functions
+from django_ratelimits import blocklist, key_functions
 from django_ratelimits.decide import adecide_policy, decide_policy
 from django_ratelimits.engine import Algorithm
 from django_ratelimits.policies.parse import parse_cidrs, parse_identity_budget
-from django_ratelimits.policies.registry import get_registry
+from django_ratelimits.policies.registry import acurrent, current, get_registry
 from django_ratelimits.policies.spec import KeyKind, Mode, PolicySpec, Recording
 from django_ratelimits.rates import parse_rates
 from django_ratelimits.resolved import VIEW_POLICIES
@@ -102,6 +106,8 @@ def ratelimit(
 
             @functools.wraps(view)
             async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+                if (blocked := blocklist.refusal(request, await acurrent())) is not None:
+                    return blocked
                 verdict = await adecide_policy(request, name)
                 if block and verdict.blocked({name}):
                     return refusal(request, verdict, {name})
@@ -112,6 +118,8 @@ def ratelimit(
 
             @functools.wraps(view)
             def sync_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+                if (blocked := blocklist.refusal(request, current())) is not None:
+                    return blocked
                 verdict = decide_policy(request, name)
                 if block and verdict.blocked({name}):
                     return refusal(request, verdict, {name})

@@ -10,6 +10,9 @@ and method match the request and the policies the resolved view names with
 ``RateLimited`` exception raised by a view becomes the same 429 response.
 
 Place it after ``AuthenticationMiddleware``, so per-user policies see the user.
+
+A request from a blocked network is refused first, with no Redis call
+(:mod:`django_ratelimits.blocklist`).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponseBase
 
+from django_ratelimits import blocklist
 from django_ratelimits.decide import RateLimited, adecide, decide
 from django_ratelimits.policies.registry import PolicyRegistry, acurrent, current
 from django_ratelimits.policies.spec import PolicySpec
@@ -41,7 +45,10 @@ class RateLimitMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponseBase | Awaitable[HttpResponseBase]:
         if self.async_mode:
             return self.__acall__(request)
-        path_names, policies = _policies(current(), request)
+        registry = current()
+        if (blocked := blocklist.refusal(request, registry)) is not None:
+            return blocked
+        path_names, policies = _policies(registry, request)
         verdict = request.ratelimit = decide(request, policies)  # type: ignore[attr-defined]
         if verdict.blocked(path_names):
             return refusal(request, verdict, path_names)
@@ -50,7 +57,10 @@ class RateLimitMiddleware:
         return add_headers(response, request.ratelimit)  # type: ignore[attr-defined]
 
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
-        path_names, policies = _policies(await acurrent(), request)
+        registry = await acurrent()
+        if (blocked := blocklist.refusal(request, registry)) is not None:
+            return blocked
+        path_names, policies = _policies(registry, request)
         verdict = request.ratelimit = await adecide(request, policies)  # type: ignore[attr-defined]
         if verdict.blocked(path_names):
             return refusal(request, verdict, path_names)

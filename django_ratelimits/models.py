@@ -5,6 +5,8 @@ with :meth:`Policy.to_spec`; :meth:`Policy.clean` reports every problem next to
 the field that causes it. :class:`PolicyVersion` is one row whose ``stamp``
 changes whenever any policy is saved, deleted or bulk-updated, so a worker
 notices an edit with one tiny query (see :mod:`django_ratelimits.policies.registry`).
+:class:`BlockedNetwork` is a network refused before any limit is checked
+(``docs/blocklist.md``); its edits change the same stamp.
 :class:`OffenderDashboard` holds no data: it is the offender dashboard's entry on the
 admin index and in admin's sidebar, beside the policies.
 """
@@ -12,12 +14,14 @@ admin index and in admin's sidebar, beside the policies.
 from __future__ import annotations
 
 import secrets
-from typing import Any
+from typing import Any, TypeVar
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from django_ratelimits.engine import Algorithm
@@ -28,6 +32,7 @@ from django_ratelimits.policies.labels import (
     RECORDING_LABELS,
     choices,
 )
+from django_ratelimits.policies.networks import NETWORK_MAX_LENGTH, parse_network
 from django_ratelimits.policies.parse import (
     PATH_MAX_LENGTH,
     check_burst,
@@ -41,8 +46,10 @@ from django_ratelimits.policies.parse import (
 from django_ratelimits.policies.spec import KeyKind, Mode, PolicySpec, Recording
 from django_ratelimits.rates import Rate
 
+_Row = TypeVar("_Row", bound=models.Model)
 
-class PolicyQuerySet(models.QuerySet["Policy"]):
+
+class StampedQuerySet(models.QuerySet[_Row]):
     """``update()`` sends no ``post_save``, so it changes the version stamp itself.
 
     ``bulk_update()`` goes through ``update()``; ``bulk_create()`` and raw SQL
@@ -54,6 +61,10 @@ class PolicyQuerySet(models.QuerySet["Policy"]):
         if rows:
             PolicyVersion.bump()
         return rows
+
+
+class PolicyQuerySet(StampedQuerySet["Policy"]):
+    """Policies: every edit, bulk ones too, changes the version stamp."""
 
 
 class Policy(models.Model):
@@ -312,7 +323,83 @@ class OffenderDashboard(Policy):
         default_permissions = ()
 
 
+class BlockedNetworkQuerySet(StampedQuerySet["BlockedNetwork"]):
+    def active(self) -> BlockedNetworkQuerySet:
+        """The entries that block now: enabled, and without an expiry or not yet expired."""
+        unexpired = models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=timezone.now())
+        return self.filter(unexpired, enabled=True)
+
+
+class BlockedNetwork(models.Model):
+    """A network whose every request is refused (403) before any Redis call.
+
+    Workers hold the enabled rows compiled in memory (see
+    :mod:`django_ratelimits.policies.networks`) and see an edit within
+    ``POLICY_REFRESH``, through :class:`PolicyVersion` like policies.
+    """
+
+    network = models.CharField(
+        _("network"),
+        max_length=NETWORK_MAX_LENGTH,
+        db_index=True,
+        help_text=_(
+            "An address (203.0.113.7, 2001:db8::7) or a network (203.0.113.0/24, "
+            "2001:db8::/32). At most a /8 for IPv4, a /16 for IPv6."
+        ),
+    )
+    reason = models.CharField(
+        _("reason"),
+        max_length=200,
+        blank=True,
+        help_text=_("For the admins; never shown to the blocked client."),
+    )
+    enabled = models.BooleanField(
+        _("enabled"), default=True, help_text=_("A disabled entry blocks nothing.")
+    )
+    expires_at = models.DateTimeField(
+        _("expires"),
+        null=True,
+        blank=True,
+        help_text=_("The entry stops blocking at this time. Empty: until removed."),
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        verbose_name=_("created by"),
+        null=True,
+        blank=True,
+        editable=False,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    created_at = models.DateTimeField(_("created"), auto_now_add=True)
+
+    objects = BlockedNetworkQuerySet.as_manager()
+
+    class Meta:
+        ordering = ("-created_at", "network")
+        verbose_name = _("blocked network")
+        verbose_name_plural = _("blocked networks")
+
+    def __str__(self) -> str:
+        return self.network
+
+    def clean(self) -> None:
+        """Store the network in canonical form; refuse an expiry already past for a new entry."""
+        errors: dict[str, ValidationError] = {}
+        network = _collect(errors, "network", parse_network, self.network or "")
+        if network is not None:
+            self.network = str(network)
+        if self._state.adding and self.expires_at is not None and self.expires_at <= timezone.now():
+            errors["expires_at"] = ValidationError(
+                _("This time has already passed: the entry would block nothing."), code="expired"
+            )
+        if errors:
+            raise ValidationError(errors)
+
+
 @receiver(post_save, sender=Policy, dispatch_uid="django_ratelimits.policy_saved")
 @receiver(post_delete, sender=Policy, dispatch_uid="django_ratelimits.policy_deleted")
+@receiver(post_save, sender=BlockedNetwork, dispatch_uid="django_ratelimits.network_saved")
+@receiver(post_delete, sender=BlockedNetwork, dispatch_uid="django_ratelimits.network_deleted")
 def _policy_changed(**kwargs: Any) -> None:
     PolicyVersion.bump()

@@ -124,9 +124,11 @@ def _back_url(request: HttpRequest) -> str | None:
     return None
 
 
-def _problem(
+def problem(
     request: HttpRequest, status: int, title: str, detail: str, retry: int | None = None
 ) -> HttpResponse:
+    """A refusal's body: RFC 9457 problem details for API clients, else the HTML page
+    (:data:`TEMPLATE`) with the wait in words and a link back."""
     if _wants_json(request):
         body = {"type": "about:blank", "title": title, "status": status, "detail": detail}
         return JsonResponse(body, status=status, content_type="application/problem+json")
@@ -165,7 +167,7 @@ def too_many_requests(request: HttpRequest, exception: RateLimited) -> HttpRespo
             "Too many requests. Try again in %(seconds)d seconds.",
             retry,
         ) % {"seconds": retry}
-        response = _problem(request, 429, _("Too Many Requests"), detail, retry)
+        response = problem(request, 429, _("Too Many Requests"), detail, retry)
     response.headers.setdefault("Retry-After", str(retry))
     if verdict is not None:
         _set_headers(response, verdict)
@@ -179,7 +181,7 @@ def unavailable(request: HttpRequest, verdict: Verdict) -> HttpResponseBase:
     if status == 429:
         return too_many_requests(request, RateLimited(verdict, retry_after=retry))
     detail = _("The service cannot check its rate limits right now. Try again later.")
-    response = _problem(request, 503, _("Service Unavailable"), detail, retry)
+    response = problem(request, 503, _("Service Unavailable"), detail, retry)
     response.headers["Retry-After"] = str(retry)
     return response
 

@@ -9,6 +9,11 @@
 ``error`` (a :class:`~django_ratelimits.engine.errors.BackendError`), ``policies``
 (the policies that went unchecked) and ``fail_closed`` (whether the request is
 refused because of them).
+
+``network_blocked``: a request from a blocked network was refused (403), before
+any limit. Sent with ``request`` and ``entry`` (a
+:class:`~django_ratelimits.policies.networks.BlockedEntry`: ``network``,
+``reason``, ``expires_at``), once per refusal: count them there.
 """
 
 from __future__ import annotations
@@ -17,3 +22,4 @@ from django.dispatch import Signal
 
 rate_limited = Signal()
 backend_failed = Signal()
+network_blocked = Signal()

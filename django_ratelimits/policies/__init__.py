@@ -7,6 +7,7 @@
                         methods, networks, key arguments)
 ``matching``            path patterns (RE2, linear time) and the prefix index
 ``labels``              what admin and the dashboard call each choice
+``networks``            blocked networks: the admin's text checked, the lookup index
 ``registry``            the rows of the database, compiled and held in memory
 ======================  =============================================================
 

@@ -33,6 +33,7 @@ __all__ = [
     "PATH_MAX_LENGTH",
     "check_burst",
     "check_key_arg",
+    "cidr_error",
     "parse_cidrs",
     "parse_identity_budget",
     "parse_methods",
@@ -145,11 +146,12 @@ def parse_cidrs(text: str) -> tuple[IPNetwork, ...]:
         try:
             networks[ipaddress.ip_network(item)] = None
         except ValueError:
-            raise _cidr_error(item) from None
+            raise cidr_error(item) from None
     return tuple(networks)
 
 
-def _cidr_error(item: str) -> ValidationError:
+def cidr_error(item: str) -> ValidationError:
+    """The error for ``item``, which ``ip_network`` refused: host bits set, or not a network."""
     try:
         network = ipaddress.ip_network(item, strict=False)
     except ValueError:

@@ -20,6 +20,13 @@ so only the patterns whose prefix starts the path, plus the few with no usable
 prefix, are searched (by RE2, in time linear in the path). Paths longer than 256
 characters are not cached, so hostile URLs cannot grow the cache beyond about a
 megabyte.
+
+Blocked networks. The same refresh reloads the enabled, unexpired
+:class:`~django_ratelimits.models.BlockedNetwork` rows (their edits change the
+same stamp) into a :class:`~django_ratelimits.policies.networks.NetworkIndex`;
+:meth:`~PolicyRegistry.blocked` answers from it with no I/O, on ``wall_clock``
+(seconds since the epoch; tests inject their own), and prunes it at its next
+expiry.
 """
 
 from __future__ import annotations
@@ -36,8 +43,9 @@ from django.core.exceptions import ValidationError
 from django.db import DatabaseError, router, transaction
 
 from django_ratelimits.conf import get_settings
-from django_ratelimits.models import Policy, PolicyVersion, spec_fields
+from django_ratelimits.models import BlockedNetwork, Policy, PolicyVersion, spec_fields
 from django_ratelimits.policies.matching import CACHE_PATH_MAX, PathIndex
+from django_ratelimits.policies.networks import BlockedEntry, IPAddress, NetworkIndex, parse_network
 from django_ratelimits.policies.spec import PolicySpec
 
 __all__ = ["CACHE_PATH_MAX", "PolicyRegistry", "acurrent", "current", "get_registry"]
@@ -80,11 +88,20 @@ class _Snapshot:
 class PolicyRegistry:
     """The enabled policies of one process, refreshed from the database on demand.
 
-    ``clock`` (seconds, monotonic) decides staleness; tests inject their own.
+    ``clock`` (seconds, monotonic) decides staleness, ``wall_clock`` (seconds
+    since the epoch) when blocked networks expire; tests inject their own.
     """
 
-    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
         self._clock = clock
+        self.wall_clock = wall_clock
+        self._blocklist = NetworkIndex()
+        self._blocklist_lock = threading.Lock()
         self._lock = threading.Lock()
         self._declare_lock = threading.Lock()
         self._snapshot = _Snapshot((), frozenset())
@@ -117,7 +134,11 @@ class PolicyRegistry:
                 stamp = PolicyVersion.current()
                 if stamp != self._stamp:
                     self._snapshot = self._load()
-                    self._stamp = stamp
+                    blocklist = self._load_blocklist()
+                    if blocklist is not None:  # else the next interval tries again
+                        with self._blocklist_lock:
+                            self._blocklist = blocklist
+                        self._stamp = stamp
             except DatabaseError as exc:
                 logger.error(
                     "could not refresh rate-limit policies, keeping the %d loaded: %s",
@@ -134,6 +155,22 @@ class PolicyRegistry:
         if len(path) > CACHE_PATH_MAX:
             return snapshot.match(path, method.upper())
         return snapshot.cached_match(path, method.upper())
+
+    def blocked(self, address: IPAddress) -> BlockedEntry | None:
+        """The live blocklist entry holding ``address``, if any. No I/O."""
+        now = self.wall_clock()
+        index = self._blocklist
+        if now >= index.next_expiry:
+            with self._blocklist_lock:  # a refresh may have swapped in a newer index
+                if self._blocklist is index:
+                    self._blocklist = index.pruned(now)
+                index = self._blocklist
+        return index.find(address, now)
+
+    @property
+    def blocklist(self) -> NetworkIndex:
+        """The blocked networks of the last load (expired ones pruned by :meth:`blocked`)."""
+        return self._blocklist
 
     def all(self) -> tuple[PolicySpec, ...]:
         """Every enabled policy, then declared defaults that have no row. No I/O."""
@@ -193,6 +230,31 @@ class PolicyRegistry:
                     continue
             names.add(row.name)
         return _Snapshot(specs, frozenset(names))
+
+    def _load_blocklist(self) -> NetworkIndex | None:
+        """The enabled blocked networks, or None if their table cannot be read (policies
+        still apply: a deploy that has not run this migration yet keeps its limits)."""
+        entries = []
+        try:
+            query = BlockedNetwork.objects.filter(enabled=True)
+            rows = list(query.values_list("pk", "network", "reason", "expires_at"))
+        except DatabaseError as exc:
+            logger.error(
+                "could not load the blocked networks, keeping the %d loaded "
+                "(has manage.py migrate run?): %s",
+                len(self._blocklist),
+                exc,
+            )
+            return None
+        for pk, text, reason, expires in rows:
+            try:
+                network = parse_network(text)
+            except ValidationError:  # written around clean(): raw SQL, bulk_create
+                logger.error("blocked network %r (row %s) is invalid and skipped", text, pk)
+                continue
+            at = None if expires is None else expires.timestamp()
+            entries.append(BlockedEntry(network, reason, at, pk))
+        return NetworkIndex(entries, self.wall_clock())
 
 
 _registry = PolicyRegistry()

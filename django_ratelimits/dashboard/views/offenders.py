@@ -22,6 +22,7 @@ from django_ratelimits.dashboard.views.common import (
     require_view,
 )
 from django_ratelimits.engine.errors import BackendError
+from django_ratelimits.models import BlockedNetwork
 from django_ratelimits.offenders import OffenderList, Offenders, Query, policy_names, user_names
 
 REFRESH_SECONDS = 5
@@ -121,8 +122,21 @@ def offenders_page(request: HttpRequest, site: AdminSite) -> HttpResponse:
         "json_url": f"{reverse(f'{site.name}:django_ratelimits_offenders_json')}?"
         f"{request.GET.urlencode()}",
         "refresh_seconds": REFRESH_SECONDS,
+        **blocklist_context(request, site),
     }
     return TemplateResponse(request, TEMPLATES + "offenders.html", context)
+
+
+def blocklist_context(request: HttpRequest, site: AdminSite) -> dict[str, Any]:
+    """How many networks are blocked now, and the link to their admin list (for those
+    who may view it): requests from them are refused before any limit, so they never
+    show as offenders."""
+    if not request.user.has_perm("django_ratelimits.view_blockednetwork"):
+        return {}
+    return {
+        "blocked_networks": BlockedNetwork.objects.active().count(),
+        "blocklist_url": reverse(f"{site.name}:django_ratelimits_blockednetwork_changelist"),
+    }
 
 
 def offenders_json(request: HttpRequest, site: AdminSite) -> JsonResponse:

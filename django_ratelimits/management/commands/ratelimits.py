@@ -10,6 +10,9 @@
     manage.py ratelimits allow user:42 --for 30m
     manage.py ratelimits lift ip:203.0.113.7
     manage.py ratelimits status
+    manage.py ratelimits block-network 203.0.113.0/24 --reason "scraper" [--for 1d]
+    manage.py ratelimits unblock-network 203.0.113.0/24
+    manage.py ratelimits networks [--all]
 
 Every subcommand takes ``--json`` for machine-readable output. An identity is
 ``kind:value`` as the dashboard shows it, checked as the dashboard checks it
@@ -24,7 +27,8 @@ is noted as set by ``<login name> (manage.py)`` on the active-blocks page.
 The offender subcommands go through the offenders service
 (:mod:`django_ratelimits.offenders`), as the dashboard does; this module parses
 arguments and builds each subcommand's JSON and text, with the shapes and
-tables of :mod:`django_ratelimits.management.output`.
+tables of :mod:`django_ratelimits.management.output`. The blocklist subcommands
+live in :mod:`django_ratelimits.management.networks`.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from django_ratelimits.engine.controls import MAX_OVERRIDE
 from django_ratelimits.engine.errors import BackendError
 from django_ratelimits.engine.keys import label
 from django_ratelimits.engine.memory import memory_of, node_routes
+from django_ratelimits.management import networks
 from django_ratelimits.management.output import (
     Data,
     ago,
@@ -138,6 +143,7 @@ class Command(BaseCommand):
             )
         add("lift", "end a block or allow-listing").add_argument("ident")
         add("status", "Redis, the key space, the policies and the offender index")
+        networks.add_arguments(add, duration)
 
     def handle(self, *args: Any, **options: Any) -> None:
         subcommand: Callable[[dict[str, Any]], Report] = SUBCOMMANDS[options["subcommand"]]
@@ -354,6 +360,7 @@ SUBCOMMANDS: dict[str, Callable[[dict[str, Any]], Report]] = {
     "allow": _overriding("allow"),
     "lift": lift,
     "status": status,
+    **networks.SUBCOMMANDS,
 }
 
 
