@@ -348,3 +348,16 @@ def test_no_identity_value_is_raw_in_a_key(site: Any) -> None:
     login("Alice Smith")
     assert all(b"alice smith" not in key for key in all_keys(site))
     assert get_engine().keys.of(Identity("username", "alice smith")).ident.startswith("username:~")
+
+
+def test_a_backend_below_another_is_warning_w005() -> None:
+    from django_ratelimits.checks.logins import check_login_backend
+
+    model = "django.contrib.auth.backends.ModelBackend"
+    with override_settings(AUTHENTICATION_BACKENDS=[model, BACKEND]):
+        [warning] = check_login_backend()
+    assert warning.id == "django_ratelimits.W005"
+    with override_settings(AUTHENTICATION_BACKENDS=[BACKEND, model]):
+        assert check_login_backend() == []
+    with override_settings(AUTHENTICATION_BACKENDS=[model]):
+        assert check_login_backend() == []
