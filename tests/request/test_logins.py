@@ -361,3 +361,17 @@ def test_a_backend_below_another_is_warning_w005() -> None:
         assert check_login_backend() == []
     with override_settings(AUTHENTICATION_BACKENDS=[model]):
         assert check_login_backend() == []
+
+
+def test_admin_saves_a_failed_login_policy_and_previews_it(admin_client: Client) -> None:
+    from tests.dashboard.test_admin import add_url, change_url, form
+
+    fields = form(name="logins", counts="failed_logins", key="username", rates="5/15m")
+    response = admin_client.post(add_url(), {**fields, "path": "", "reset_on_success": "on"})
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    row = Policy.objects.get(name="logins")
+    assert row.to_spec().failed_logins and row.reset_on_success
+    page = admin_client.get(change_url(row)).content.decode()
+    assert "per username tried" in page and "A successful login clears its counters." in page
+    refused_form = admin_client.post(add_url(), form(name="bad", key="username"))
+    assert "key" in refused_form.context["adminform"].form.errors
