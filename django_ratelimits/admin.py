@@ -39,6 +39,10 @@ _FIELDSETS: list[tuple[Any, dict[str, Any]]] = [
         _("What"),
         {"fields": ("name", "description", "enabled", "mode", "algorithm", "rates", "burst")},
     ),
+    (
+        _("Logins"),
+        {"fields": ("counts", "reset_on_success")},
+    ),
     (_("Where"), {"fields": ("path", "methods", "priority")}),
     (_("Who"), {"fields": ("key", "key_arg", "identity_budget")}),
     (_("Exemptions"), {"fields": ("exempt_staff", "exempt_superusers", "allow_cidrs")}),
@@ -255,6 +259,15 @@ def describe(spec: PolicySpec, enabled: bool = True) -> list[str]:
             gettext("Requests over the limit get 429 Too Many Requests with Retry-After.")
         )
     sentences.append(_where(spec))
+    if spec.failed_logins:
+        sentences.append(
+            gettext(
+                "Counts failed logins only; a login over the limit is refused before its "
+                "password is checked."
+            )
+        )
+        if spec.reset_on_success:
+            sentences.append(gettext("A successful login clears its counters."))
     exempt = _exemptions(spec)
     if exempt:
         sentences.append(gettext("Exempt: %(exempt)s.") % {"exempt": exempt})
@@ -298,6 +311,9 @@ def _who(spec: PolicySpec) -> str:
         KeyKind.IP_AND_USER: _("per client IP and, separately, per signed-in user"),
         KeyKind.HEADER: _("per value of the %(arg)s header (per client IP without it)"),
         KeyKind.CALLABLE: _("per key that %(arg)s returns (nothing counted when it returns None)"),
+        KeyKind.USERNAME: _("per username tried"),
+        KeyKind.IP_AND_USERNAME: _("per client IP and, separately, per username tried"),
+        KeyKind.IP_USERNAME_PAIR: _("per pair of client IP and username tried"),
     }
     return str(phrases[spec.key]) % {"arg": spec.key_arg}
 

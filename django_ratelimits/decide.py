@@ -219,8 +219,8 @@ def _undecided(
         if not registry.knows(name):
             _report_unknown(name)
         return verdict, None
-    if not spec.applies_to_method(request.method or "GET"):
-        return verdict, None
+    if spec.failed_logins or not spec.applies_to_method(request.method or "GET"):
+        return verdict, None  # failed logins count only through django_ratelimits.logins
     return verdict, spec
 
 
@@ -258,7 +258,8 @@ class Planned:
     circuit breaker is open); otherwise :meth:`run` (or :meth:`arun`) sends
     ``checks`` to the engine and turns its answer, or its failure, into the
     verdict. ``checks`` are planned from ``policies`` unless given (the compat
-    API counts its own identities).
+    API counts its own identities). ``behind`` is who the hit entries of the
+    client IP name (a login's username tried); by default the user.
     """
 
     def __init__(
@@ -266,11 +267,13 @@ class Planned:
         request: HttpRequest,
         policies: tuple[PolicySpec, ...],
         checks: list[Check] | None = None,
+        *,
+        behind: str | None = None,
     ) -> None:
         self.request = request
         self.considered = _names(policies)
         if checks is None:
-            self.applied, self.checks = _plan(request, policies)
+            self.applied, self.checks = _plan(request, policies, behind)
         else:
             self.applied, self.checks = policies, checks
         self.verdict: Verdict | None = None
@@ -425,7 +428,7 @@ def _reads_user(policy: PolicySpec) -> bool:
 
 
 def _plan(
-    request: HttpRequest, policies: Iterable[PolicySpec]
+    request: HttpRequest, policies: Iterable[PolicySpec], behind: str | None = None
 ) -> tuple[tuple[PolicySpec, ...], list[Check]]:
     if not get_settings().enabled:
         return (), []
@@ -447,7 +450,7 @@ def _plan(
             known = recording.get(identity, Recording.NONE)
             if policy.record_metadata.rank > known.rank:
                 recording[identity] = policy.record_metadata
-    heads = {i: _metadata(request, i) for i, r in recording.items() if r != Recording.NONE}
+    heads = {i: _metadata(request, i, behind) for i, r in recording.items() if r != Recording.NONE}
     checks = [
         Check(
             i,
@@ -485,10 +488,12 @@ def _exempt(request: HttpRequest, policy: PolicySpec) -> bool:
     return False
 
 
-def _metadata(request: HttpRequest, identity: Identity) -> str:
-    """The head of a hit entry (engine/hits.py): the user behind an IP, else the IP."""
+def _metadata(request: HttpRequest, identity: Identity, behind: str | None) -> str:
+    """The head of a hit entry (engine/hits.py): ``behind`` (else the user) behind an
+    IP, the IP behind anything else."""
     if identity.kind != "ip":
         return entry_head(ip_behind(client_ip(request)), request.method, request.path)
-    user = getattr(request, "user", None)
-    pk = user.pk if user is not None and user.is_authenticated else None
-    return entry_head(user_behind(pk), request.method, request.path)
+    if behind is None:
+        user = getattr(request, "user", None)
+        behind = user_behind(user.pk if user is not None and user.is_authenticated else None)
+    return entry_head(behind, request.method, request.path)

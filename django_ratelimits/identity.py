@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import ipaddress
 import logging
+import unicodedata
 from collections.abc import Callable, Sequence
 from typing import Final
 
@@ -36,6 +37,8 @@ __all__ = [
     "group",
     "identities",
     "key_function",
+    "login_username",
+    "normalize_username",
     "parse_address",
     "warn_if_behind_proxy",
 ]
@@ -299,7 +302,55 @@ def identities(request: HttpRequest, spec: PolicySpec) -> list[Identity]:
             _report_not_allowed(spec)
             return [_ip(request)]
         return _from_callable(request, spec.key_arg)
+    if kind == KeyKind.USERNAME:
+        return [_username(request) or _ip(request)]
+    if kind == KeyKind.IP_AND_USERNAME:
+        username = _username(request)
+        return [_ip(request)] if username is None else [_ip(request), username]
+    if kind == KeyKind.IP_USERNAME_PAIR:
+        name = login_username(request)
+        if name is None:
+            return [_ip(request)]
+        return [Identity("ip_username", f"{client_ip(request)} {name}")]
     raise ValueError(f"policy {spec.name!r} has an unknown key kind {kind!r}")
+
+
+# --------------------------------------------------------------------------- usernames tried
+
+USERNAME_MAX: Final = 254
+"""Characters of a username tried that count (an e-mail address's longest); the rest
+is cut, so no username makes keys, entries or work per request grow."""
+_LOGIN: Final = "_ratelimits_username"
+
+
+def normalize_username(value: object) -> str | None:
+    """A username as a failed-login policy counts it: NFKC, case-folded, spaces
+    trimmed and runs of them made one, at most :data:`USERNAME_MAX` characters;
+    ``None`` for nothing (or no string) to count.
+
+    ``Admin``, `` admin`` and ``ADMIN`` in full-width letters are one username:
+    variants an attacker writes never count apart (``docs/logins.md``).
+    """
+    if not isinstance(value, str):
+        return None
+    text = unicodedata.normalize("NFKC", value[:USERNAME_MAX]).casefold()
+    text = " ".join(text.split())[:USERNAME_MAX]
+    return text or None
+
+
+def set_login_username(request: HttpRequest, value: object) -> None:
+    """Note the username a login on ``request`` tries, for failed-login policies."""
+    setattr(request, _LOGIN, normalize_username(value))
+
+
+def login_username(request: HttpRequest) -> str | None:
+    """The normalised username the login on ``request`` tries (``None`` if none)."""
+    return getattr(request, _LOGIN, None)
+
+
+def _username(request: HttpRequest) -> Identity | None:
+    name = login_username(request)
+    return None if name is None else Identity("username", name)
 
 
 def _ip(request: HttpRequest) -> Identity:

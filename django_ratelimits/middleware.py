@@ -82,6 +82,11 @@ def _policies(registry: PolicyRegistry, request: HttpRequest) -> tuple[set[str],
     path_names = {p.name for p in policies}
     for name in resolved(request).policies:
         spec = registry.get(name)
-        if spec is not None and spec.name not in path_names and spec.applies_to_method(method):
+        if (
+            spec is not None
+            and spec.name not in path_names
+            and not spec.failed_logins  # counted by django_ratelimits.logins only
+            and spec.applies_to_method(method)
+        ):
             policies.append(spec)
     return path_names, policies

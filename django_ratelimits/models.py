@@ -27,6 +27,7 @@ from django.utils.translation import gettext_lazy as _
 from django_ratelimits.engine import Algorithm
 from django_ratelimits.policies.labels import (
     ALGORITHM_LABELS,
+    COUNTS_LABELS,
     KEY_LABELS,
     MODE_LABELS,
     RECORDING_LABELS,
@@ -37,13 +38,14 @@ from django_ratelimits.policies.parse import (
     PATH_MAX_LENGTH,
     check_burst,
     check_key_arg,
+    check_login_key,
     parse_cidrs,
     parse_identity_budget,
     parse_methods,
     parse_path,
     parse_policy_rates,
 )
-from django_ratelimits.policies.spec import KeyKind, Mode, PolicySpec, Recording
+from django_ratelimits.policies.spec import Counts, KeyKind, Mode, PolicySpec, Recording
 from django_ratelimits.rates import Rate
 
 _Row = TypeVar("_Row", bound=models.Model)
@@ -102,6 +104,25 @@ class Policy(models.Model):
         help_text=_(
             "Token bucket and GCRA only: how many requests may arrive at once "
             "(the bucket size). Empty: the rate's limit."
+        ),
+    )
+    counts = models.CharField(
+        _("counts"),
+        max_length=16,
+        choices=choices(COUNTS_LABELS),
+        default=Counts.REQUESTS.value,
+        help_text=_(
+            "Failed logins only: Django's failed-login signal charges the policy, and a "
+            "login over the limit is refused before its password is checked. The path "
+            "pattern, if any, names the login URLs it guards. See docs/logins.md."
+        ),
+    )
+    reset_on_success = models.BooleanField(
+        _("reset on successful login"),
+        default=False,
+        help_text=_(
+            "Failed logins only: a successful login clears this policy's counters of its "
+            "IP and username."
         ),
     )
     key = models.CharField(
@@ -211,6 +232,12 @@ class Policy(models.Model):
         if networks is not None:
             self.allow_cidrs = "\n".join(str(network) for network in networks)
         _collect(errors, "key_arg", check_key_arg, self.key, self.key_arg, True)
+        _collect(errors, "key", check_login_key, self.counts, self.key)
+        if self.reset_on_success and self.counts != Counts.FAILED_LOGINS:
+            errors["reset_on_success"] = ValidationError(
+                _("Only a policy that counts failed logins resets on a successful login."),
+                code="reset_needs_logins",
+            )
         budget = _collect(errors, "identity_budget", parse_identity_budget, self.identity_budget)
         if budget is not None:
             self.identity_budget = _budget_text(budget)
@@ -220,6 +247,7 @@ class Policy(models.Model):
     def to_spec(self) -> PolicySpec:
         """The compiled policy; raises ``ValidationError`` if a field is invalid."""
         check_key_arg(self.key, self.key_arg, False)
+        check_login_key(self.counts, self.key)
         parse_path(self.path)
         return PolicySpec(
             name=self.name,
@@ -239,6 +267,8 @@ class Policy(models.Model):
             priority=self.priority,
             description=self.description,
             identity_budget=parse_identity_budget(self.identity_budget),
+            counts=Counts(self.counts),
+            reset_on_success=self.reset_on_success,
         )
 
 
@@ -263,6 +293,8 @@ def spec_fields(spec: PolicySpec) -> dict[str, Any]:
         "record_metadata": spec.record_metadata.value,
         "priority": spec.priority,
         "identity_budget": _budget_text(spec.identity_budget),
+        "counts": spec.counts.value,
+        "reset_on_success": spec.reset_on_success,
     }
 
 

@@ -32,6 +32,8 @@ KINDS = {
     "user": pgettext_lazy("identity kind", "User"),
     "header": pgettext_lazy("identity kind", "Header"),
     "key": pgettext_lazy("identity kind", "Key"),
+    "username": pgettext_lazy("identity kind", "Username tried"),
+    "ip_username": pgettext_lazy("identity kind", "IP and username tried"),
 }
 ACTIVITY_SECONDS = 60  # the span of the activity charts
 SHOWN_BEHIND = 3  # entries of the "seen with" column before "and N more"

@@ -4,7 +4,8 @@ This module is the Python side of the format, the one place that writes and
 parses it. An entry reads ``<who>|<what>|<ms>|<outcome>|<policies>``:
 
 - ``who`` is the other identity behind the request: ``user:<pk>`` (``user:-``
-  when anonymous) in an IP's list, ``ip:<address>`` in anyone else's;
+  when anonymous) in an IP's list, or ``username:<name>`` for a login's username
+  tried (failed-login policies), ``ip:<address>`` in anyone else's;
 - ``what`` is ``<method> <path>`` and may itself hold ``|``;
 - ``ms`` is the check's time in milliseconds;
 - ``outcome`` is ``D`` denied (by an enforced policy or a block), ``S`` only a
@@ -65,6 +66,11 @@ class Hit:
 def user_behind(pk: object | None) -> str:
     """``user:<pk>`` for a signed-in user's primary key, :data:`ANONYMOUS` for ``None``."""
     return ANONYMOUS if pk is None else f"user:{str(pk).replace('|', '/')}"
+
+
+def username_behind(name: str) -> str:
+    """``username:<name>`` for the username a login tried (in its IP's list)."""
+    return f"username:{printable(name, 150).replace('|', '/')}"
 
 
 def ip_behind(address: str) -> str:

@@ -11,6 +11,9 @@
   is its id, as the limiter counts it;
 - ``header`` and ``key``: any value of 1 to :data:`VALUE_MAX` characters with
   something other than spaces (a header or a key function's answer);
+- ``username``: a username tried at login (failed-login policies), normalised as
+  they count it (``Admin`` is ``admin``); ``ip_username``: an address and a
+  username tried, separated by a space (``203.0.113.7 admin``);
 - any other kind is refused: no part of the limiter counts one.
 """
 
@@ -24,9 +27,9 @@ from django.core.exceptions import ValidationError
 
 from django_ratelimits.conf import get_settings
 from django_ratelimits.engine import Identity
-from django_ratelimits.identity import UNKNOWN, group, parse_address
+from django_ratelimits.identity import UNKNOWN, group, normalize_username, parse_address
 
-KINDS = ("ip", "user", "header", "key")
+KINDS = ("ip", "user", "header", "key", "username", "ip_username")
 VALUE_MAX = 1000
 
 
@@ -55,7 +58,19 @@ def resolve(kind: str, value: str) -> Identity:
         return Identity("ip", address_group(value))
     if kind == "user":
         return Identity("user", user_pk(value))
+    if kind == "username":
+        return Identity(kind, _username(value))
+    if kind == "ip_username":
+        address, _, name = value.strip().partition(" ")
+        return Identity(kind, f"{address_group(address)} {_username(name)}")
     return Identity(kind, value)
+
+
+def _username(value: str) -> str:
+    name = normalize_username(value)
+    if name is None:
+        raise NoSuchIdentity("a username tried has something other than spaces")
+    return name
 
 
 def address_group(value: str) -> str:

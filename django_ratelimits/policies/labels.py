@@ -14,10 +14,11 @@ from django.utils.functional import Promise
 from django.utils.translation import gettext_lazy as _
 
 from django_ratelimits.engine import Algorithm
-from django_ratelimits.policies.spec import KeyKind, Mode, Recording
+from django_ratelimits.policies.spec import Counts, KeyKind, Mode, Recording
 
 __all__ = [
     "ALGORITHM_LABELS",
+    "COUNTS_LABELS",
     "KEY_LABELS",
     "MODE_LABELS",
     "MODE_WORDS",
@@ -60,6 +61,16 @@ KEY_LABELS: Final[Mapping[KeyKind, Promise]] = {
     KeyKind.IP_AND_USER: _("Client IP and user, as two identities"),
     KeyKind.HEADER: _("A request header (e.g. an API key)"),
     KeyKind.CALLABLE: _("A callable, by dotted path"),
+    KeyKind.USERNAME: _("Username tried (failed logins only)"),
+    KeyKind.IP_AND_USERNAME: _(
+        "Client IP and username tried, as two identities (failed logins only)"
+    ),
+    KeyKind.IP_USERNAME_PAIR: _("The pair of client IP and username tried (failed logins only)"),
+}
+
+COUNTS_LABELS: Final[Mapping[Counts, Promise]] = {
+    Counts.REQUESTS: _("Every request the policy matches"),
+    Counts.FAILED_LOGINS: _("Failed logins only (and refuses logins over the limit)"),
 }
 
 

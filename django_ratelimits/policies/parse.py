@@ -21,7 +21,7 @@ from django_ratelimits.conf import DOTTED_PATH, HEADER_NAME, IPNetwork
 from django_ratelimits.engine.limits import MAX_BURST, burst_problem
 from django_ratelimits.errors import RateParseError
 from django_ratelimits.policies.matching import PathPattern, PatternError
-from django_ratelimits.policies.spec import KeyKind
+from django_ratelimits.policies.spec import LOGIN_KEYS, Counts, KeyKind
 from django_ratelimits.rates import Rate, parse_rate, parse_rates
 
 if TYPE_CHECKING:
@@ -33,6 +33,7 @@ __all__ = [
     "PATH_MAX_LENGTH",
     "check_burst",
     "check_key_arg",
+    "check_login_key",
     "cidr_error",
     "parse_cidrs",
     "parse_identity_budget",
@@ -198,6 +199,22 @@ def check_key_arg(kind: str, arg: str, saving: bool) -> None:
         raise ValidationError(
             _("Leave this empty: only “a request header” and “a callable” take an argument."),
             code="key_arg_unused",
+        )
+
+
+def check_login_key(counts: str, key: str) -> None:
+    """A failed-login policy counts by client IP and/or the username tried; only it
+    knows a username."""
+    if counts == Counts.FAILED_LOGINS:
+        if key not in LOGIN_KEYS:
+            raise ValidationError(
+                _("A failed-login policy counts by client IP, the username tried, or both."),
+                code="login_key",
+            )
+    elif key in LOGIN_KEYS and key != KeyKind.IP:
+        raise ValidationError(
+            _("Only a policy that counts failed logins knows the username tried."),
+            code="username_needs_logins",
         )
 
 

@@ -71,7 +71,10 @@ class _Snapshot:
         self.row_names = row_names
         # Per method, built on first use; past _METHODS_MAX methods (any token is a
         # method to HTTP), one index of every method's policies serves the others.
-        self._any_method = PathIndex(self.ordered, None)
+        # Failed-login policies count logins (django_ratelimits.logins), never by path.
+        self.requests = tuple(spec for spec in self.ordered if not spec.failed_logins)
+        self.logins = tuple(spec for spec in self.ordered if spec.failed_logins)
+        self._any_method = PathIndex(self.requests, None)
         self._indexes: dict[str, PathIndex[PolicySpec]] = {}
         self.cached_match = functools.lru_cache(maxsize=CACHE_SIZE)(self.match)
 
@@ -81,7 +84,7 @@ class _Snapshot:
             if len(self._indexes) >= _METHODS_MAX:
                 return self._any_method.match(path, method)
             # Racing threads build equal indexes; either one is kept.
-            index = self._indexes[method] = PathIndex(self.ordered, method)
+            index = self._indexes[method] = PathIndex(self.requests, method)
         return index.match(path)
 
 
@@ -179,6 +182,10 @@ class PolicyRegistry:
             spec for name, spec in sorted(self._declared.items()) if name not in snapshot.row_names
         )
         return snapshot.ordered + declared
+
+    def failed_logins(self) -> tuple[PolicySpec, ...]:
+        """The enabled policies that count failed logins, in order. No I/O."""
+        return self._snapshot.logins
 
     def counting(self, kind: str) -> tuple[PolicySpec, ...]:
         """The policies of :meth:`all` that count identities of ``kind`` (``"ip"``...)."""

@@ -19,7 +19,7 @@ from django_ratelimits.engine import Algorithm, Limit
 from django_ratelimits.policies.matching import PathPattern
 from django_ratelimits.rates import Rate
 
-__all__ = ["KeyKind", "Mode", "PolicySpec", "Recording", "covers_method"]
+__all__ = ["LOGIN_KEYS", "Counts", "KeyKind", "Mode", "PolicySpec", "Recording", "covers_method"]
 
 
 class Mode(StrEnum):
@@ -27,6 +27,18 @@ class Mode(StrEnum):
 
     ENFORCE = "enforce"
     SHADOW = "shadow"
+
+
+class Counts(StrEnum):
+    """What a policy counts. The value is what admin stores.
+
+    A failed-login policy is charged by Django's ``user_login_failed`` signal
+    and checked, without charge, before a login's credentials are
+    (:mod:`django_ratelimits.logins`); the middleware never counts it.
+    """
+
+    REQUESTS = "requests"
+    FAILED_LOGINS = "failed_logins"
 
 
 class Recording(StrEnum):
@@ -55,6 +67,11 @@ class KeyKind(StrEnum):
     IP_AND_USER = "ip_and_user"
     HEADER = "header"
     CALLABLE = "callable"
+    # Failed-login policies only: the username tried (normalised), the client IP
+    # and it as two identities, or the pair as one identity.
+    USERNAME = "username"
+    IP_AND_USERNAME = "ip_and_username"
+    IP_USERNAME_PAIR = "ip_username"
 
     @property
     def identity_kinds(self) -> frozenset[str]:
@@ -70,7 +87,13 @@ _IDENTITY_KINDS = {
     KeyKind.IP_AND_USER: frozenset({"ip", "user"}),
     KeyKind.HEADER: frozenset({"header", "ip"}),  # the IP when the header is missing
     KeyKind.CALLABLE: frozenset({"key"}),
+    KeyKind.USERNAME: frozenset({"username"}),
+    KeyKind.IP_AND_USERNAME: frozenset({"ip", "username"}),
+    KeyKind.IP_USERNAME_PAIR: frozenset({"ip_username"}),
 }
+
+LOGIN_KEYS = frozenset({KeyKind.IP, *(k for k in KeyKind if "username" in k.value)})
+"""The keys a failed-login policy may count by (and the only ones that use a username)."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +114,9 @@ class PolicySpec:
     ``record_metadata`` says which hits are recorded for the dashboard
     (:class:`Recording`): by default the denials, so that "who was behind the
     denials" is answered without recording every allowed request.
+    ``counts`` says whether every request counts or only failed logins
+    (:class:`Counts`); ``reset_on_success`` (failed logins only) clears the
+    policy's counters of a login's identities when it succeeds.
     """
 
     name: str
@@ -110,6 +136,8 @@ class PolicySpec:
     priority: int = 0
     description: str = ""
     identity_budget: Rate | Literal["default", "off"] = "default"
+    counts: Counts = Counts.REQUESTS
+    reset_on_success: bool = False
     limits: tuple[Limit, ...] = field(init=False, repr=False, compare=False)
     path_re: PathPattern | None = field(init=False, repr=False, compare=False)
 
@@ -119,6 +147,10 @@ class PolicySpec:
         limits = tuple(Limit(self.name, rate, self.algorithm, self.burst) for rate in self.rates)
         object.__setattr__(self, "limits", limits)
         object.__setattr__(self, "path_re", PathPattern(self.path) if self.path else None)
+
+    @property
+    def failed_logins(self) -> bool:
+        return self.counts == Counts.FAILED_LOGINS
 
     @property
     def shadow(self) -> bool:

@@ -5,7 +5,9 @@
     manage.py ratelimits offenders [--period 1h] [--order last|denials] [--kind ip]
                                    [--policy NAME] [--limit 50] [--offset 0]
     manage.py ratelimits show ip:203.0.113.7 [--hits 20]
+    manage.py ratelimits show username:admin
     manage.py ratelimits reset ip:203.0.113.7 [--policy NAME] [--keep-record]
+    manage.py ratelimits reset username:admin --policy login-failures
     manage.py ratelimits block ip:203.0.113.7 --for 1h
     manage.py ratelimits allow user:42 --for 30m
     manage.py ratelimits lift ip:203.0.113.7
@@ -18,7 +20,9 @@ Every subcommand takes ``--json`` for machine-readable output. An identity is
 ``kind:value`` as the dashboard shows it, checked as the dashboard checks it
 (:mod:`django_ratelimits.offenders.identities`): an ``ip:`` value is grouped the
 way the limiter counts it (``ip:2001:db8::7`` means its /64), a ``user:`` is
-named by id or username and must exist; one that no request could be counted
+named by id or username and must exist, a ``username:`` (a username tried at
+login, see ``docs/logins.md``) is normalised as failed-login policies count it
+(``username:Admin`` is ``username:admin``); one that no request could be counted
 as exits with status 1 and the reason. When Redis fails the command exits with
 status 1 and one line saying why, never a traceback. A block or allow-listing
 is noted as set by ``<login name> (manage.py)`` on the active-blocks page.
@@ -92,7 +96,9 @@ class Command(BaseCommand):
             "--period", type=duration, default=3600, help="how far back: 5m, 1h, 24h (default 1h)"
         )
         listing.add_argument("--order", choices=("last", "denials"), default="last")
-        listing.add_argument("--kind", help="only identities of this kind: ip, user, header...")
+        listing.add_argument(
+            "--kind", help="only identities of this kind: ip, user, username, header..."
+        )
         listing.add_argument("--policy", help="only identities this policy denied")
         listing.add_argument(
             "--shadow",
@@ -103,7 +109,9 @@ class Command(BaseCommand):
         listing.add_argument("--offset", type=_count, default=0, help="rows to skip")
 
         detail = add("show", "one identity: its denials, who was behind it, its quota left")
-        detail.add_argument("ident", help="kind:value, e.g. ip:203.0.113.7 or user:42")
+        detail.add_argument(
+            "ident", help="kind:value, e.g. ip:203.0.113.7, user:42 or username:admin"
+        )
         detail.add_argument(
             "--hits", type=_count, default=20, help="newest metadata entries to show"
         )

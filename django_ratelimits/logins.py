@@ -1,0 +1,195 @@
+"""Failed-login lockouts: policies that count failed logins, by client IP and/or username.
+
+A policy whose ``counts`` is :attr:`~django_ratelimits.policies.spec.Counts.FAILED_LOGINS`
+is never counted by the middleware. Instead:
+
+* :class:`FailedLoginBackend`, first in ``AUTHENTICATION_BACKENDS``, checks the
+  login's IP and username tried against those policies before any backend
+  checks the password: one engine call in peek mode (nothing charged). Over the
+  limit, it raises :class:`~django_ratelimits.decide.RateLimited`, which the
+  middleware answers with 429 and ``Retry-After``; only then a second call, in
+  check mode, records the refusal for the offender dashboard (a denied check
+  charges nothing), naming only the identities over the limit.
+* Django's ``user_login_failed`` signal charges the failed attempt: one engine
+  call in check mode, for the request the signal carries.
+* ``user_logged_in`` clears the counters of policies with ``reset_on_success``.
+
+A policy's path pattern, when it has one, names the login URLs it guards;
+``authenticate()`` without a request counts nothing. Sync and async
+(``aauthenticate``) alike; DRF's request is unwrapped. ``docs/logins.md``
+tells how to set it up and how django-axes and django-defender map onto it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any, Final
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.http import HttpRequest
+
+from django_ratelimits.decide import Planned, RateLimited, Verdict
+from django_ratelimits.engine import Check, Identity, Limit, get_engine
+from django_ratelimits.engine.controls import Controls
+from django_ratelimits.engine.errors import BackendError
+from django_ratelimits.engine.hits import username_behind
+from django_ratelimits.identity import identities, login_username, set_login_username
+from django_ratelimits.policies.registry import PolicyRegistry, acurrent, current
+from django_ratelimits.policies.spec import PolicySpec
+
+__all__ = ["BACKEND", "FailedLoginBackend", "logged_in", "login_failed"]
+
+logger = logging.getLogger("django_ratelimits")
+
+BACKEND: Final = "django_ratelimits.logins.FailedLoginBackend"
+
+
+class FailedLoginBackend:
+    """Refuses a login over a failed-login policy's limit before its password is
+    checked; authenticates nobody. List it first in ``AUTHENTICATION_BACKENDS``.
+
+    It has no ``get_user``: no session can name it, and the test client's
+    ``force_login`` passes it by.
+    """
+
+    def authenticate(self, request: Any, **credentials: Any) -> None:
+        planned = _planned(current(), request, credentials)
+        if planned is None:
+            return
+        verdict = planned.run(lambda checks: get_engine().peek(checks, cost=1), charge=False)
+        if verdict.blocked():
+            checks = _refused_checks(planned, verdict)
+            try:
+                get_engine().check(checks)
+            except BackendError as error:
+                _not_recorded(error)
+            raise RateLimited(verdict)
+
+    async def aauthenticate(self, request: Any, **credentials: Any) -> None:
+        planned = _planned(await acurrent(), request, credentials)
+        if planned is None:
+            return
+        verdict = await planned.arun(
+            lambda checks: get_engine().apeek(checks, cost=1), charge=False
+        )
+        if verdict.blocked():
+            checks = _refused_checks(planned, verdict)
+            try:
+                await get_engine().acheck(checks)
+            except BackendError as error:
+                _not_recorded(error)
+            raise RateLimited(verdict)
+
+
+def _refused_checks(planned: Planned, peeked: Verdict) -> list[Check]:
+    """The checks that record a refused login for the dashboard, in check mode: those
+    of the identities the peek found over the limit, ungated (a gated identity that
+    counted against its client IP, as that IP). A denied check charges nothing; and
+    no identity that was not over is named, so an attempt refused for its IP charges
+    nothing to the username it tries (else a locked-out IP could lock out any
+    username). Should a window free a slot between the two calls, the check charges
+    one attempt to an identity that was just over its limit: the login stays refused.
+    """
+    over = {result.identity for result in peeked.blocking()}
+    checks: dict[Identity, Check] = {}
+    for check in planned.checks:
+        if check.identity in over:
+            checks[check.identity] = replace(check, gate=None)
+        elif check.gate is not None and check.gate.client in over:
+            who = check.gate.client
+            checks.setdefault(who, replace(check, identity=who, gate=None))
+    return list(checks.values())
+
+
+def _not_recorded(error: BackendError) -> None:
+    logger.warning("a refused login was not recorded for the dashboard: %s", error)
+
+
+def login_failed(
+    sender: object, credentials: Mapping[str, Any], request: Any = None, **_: Any
+) -> None:
+    """``user_login_failed``: charge the failed attempt to the failed-login policies."""
+    planned = _planned(current(), request, credentials)
+    if planned is None:
+        return
+    _warn_without_backend()
+    planned.run(lambda checks: get_engine().check(checks))
+
+
+def logged_in(sender: object, request: Any = None, user: Any = None, **_: Any) -> None:
+    """``user_logged_in``: clear the counters of the policies with ``reset_on_success``."""
+    request = _http(request)
+    if request is None:
+        return
+    specs = tuple(spec for spec in _applying(current(), request) if spec.reset_on_success)
+    if not specs:
+        return
+    if login_username(request) is None and user is not None:
+        set_login_username(request, user.get_username())
+    limits: dict[Identity, list[Limit]] = {}
+    for spec in specs:
+        for identity in identities(request, spec):
+            limits.setdefault(identity, []).extend(spec.limits)
+    controls = Controls(get_engine())
+    try:
+        for identity, its_limits in limits.items():
+            controls.reset(identity, its_limits)
+    except BackendError as error:  # the login succeeded; only the reset is lost
+        logger.warning("could not reset failed-login counters after a login: %s", error)
+
+
+def _planned(
+    registry: PolicyRegistry, request: Any, credentials: Mapping[str, Any]
+) -> Planned | None:
+    """The engine checks of the failed-login policies for this login, None if none apply."""
+    request = _http(request)
+    if request is None:
+        return None
+    specs = _applying(registry, request)
+    if not specs:
+        return None
+    set_login_username(request, _username(credentials))
+    name = login_username(request)
+    return Planned(request, specs, behind=None if name is None else username_behind(name))
+
+
+def _http(request: Any) -> HttpRequest | None:
+    """The Django request (DRF's wraps one), None without one."""
+    if not isinstance(request, HttpRequest):
+        request = getattr(request, "_request", None)
+    return request if isinstance(request, HttpRequest) else None
+
+
+def _applying(registry: PolicyRegistry, request: HttpRequest) -> tuple[PolicySpec, ...]:
+    path, method = request.path_info, request.method or "POST"
+    return tuple(
+        spec
+        for spec in registry.failed_logins()
+        if spec.applies_to_method(method) and (spec.path_re is None or spec.path_re.search(path))
+    )
+
+
+def _username(credentials: Mapping[str, Any]) -> object:
+    """The username a login tries: ``username``, else the user model's username field."""
+    if "username" in credentials:
+        return credentials["username"]
+    return credentials.get(get_user_model().USERNAME_FIELD)
+
+
+_warned = False
+
+
+def _warn_without_backend() -> None:
+    """Log once per process that failed logins are counted but nothing refuses them."""
+    global _warned
+    if _warned or BACKEND in settings.AUTHENTICATION_BACKENDS:
+        return
+    _warned = True
+    logger.error(
+        "failed logins are counted, but %s is not in AUTHENTICATION_BACKENDS: no login is "
+        "refused over the limit (see docs/logins.md)",
+        BACKEND,
+    )

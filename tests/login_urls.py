@@ -1,0 +1,36 @@
+"""Login views for the failed-login tests: Django's, admin's, an async one and DRF's token view."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.contrib.auth import aauthenticate, alogin
+from django.contrib.auth.views import LoginView
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.urls import path
+from django.views.decorators.csrf import csrf_exempt
+from rest_framework.authtoken.views import obtain_auth_token
+
+
+def hello(request: HttpRequest) -> HttpResponse:
+    return JsonResponse({"hello": "world"})
+
+
+@csrf_exempt
+async def async_login(request: HttpRequest) -> HttpResponse:
+    """Signs in with Django's async authentication (``aauthenticate``, ``alogin``)."""
+    user = await aauthenticate(
+        request, username=request.POST.get("username"), password=request.POST.get("password")
+    )
+    if user is None:
+        return HttpResponse("wrong", status=401)
+    await alogin(request, user)
+    return HttpResponse("welcome")
+
+
+urlpatterns = [
+    path("accounts/login/", LoginView.as_view(template_name="admin/login.html")),
+    path("admin/", admin.site.urls),
+    path("async-login", async_login),
+    path("api-token-auth/", obtain_auth_token),
+    path("api/hello", hello),
+]

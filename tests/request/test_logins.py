@@ -1,0 +1,377 @@
+"""Failed-login policies (django_ratelimits.logins) through whole requests, on real Redis.
+
+Django's LoginView, the admin login, DRF's token view and an async view on
+``aauthenticate``: failed logins are counted, and a login over the limit is
+refused with 429 before its password is checked (the right password too).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from asgiref.sync import async_to_sync
+from django.contrib.auth.models import User
+from django.core.exceptions import ValidationError
+from django.test import AsyncClient, Client, override_settings
+from django.urls import reverse
+
+from django_ratelimits.engine import Identity, get_engine
+from django_ratelimits.identity import USERNAME_MAX, normalize_username
+from django_ratelimits.logins import BACKEND
+from django_ratelimits.models import Policy
+from django_ratelimits.policies import get_registry
+from tests.engine_helpers import all_keys, check_calls
+
+pytestmark = pytest.mark.django_db
+
+LOGIN = "/accounts/login/"
+RIGHT = "s3cret-pass"
+
+
+@pytest.fixture
+def site(site_redis: Any) -> Iterator[Any]:
+    """The login views, with the failed-login backend first, and a user alice (and a
+    staff user, boss)."""
+    backends = [BACKEND, "django.contrib.auth.backends.ModelBackend"]
+    with override_settings(ROOT_URLCONF="tests.login_urls", AUTHENTICATION_BACKENDS=backends):
+        User.objects.create_user("alice", password=RIGHT)
+        User.objects.create_user("boss", password=RIGHT, is_staff=True)
+        yield site_redis
+
+
+def policy(**fields: Any) -> Policy:
+    fields = {"name": "login-failures", "rates": "3/15m", "counts": "failed_logins", **fields}
+    row = Policy(**fields)
+    row.full_clean()
+    row.save()
+    get_registry().refresh()
+    return row
+
+
+def login(
+    username: str, password: str = "wrong", ip: str = "198.51.100.7", path: str = LOGIN
+) -> Any:
+    return Client(REMOTE_ADDR=ip).post(path, {"username": username, "password": password})
+
+
+def refused(response: Any) -> bool:
+    """429 with a Retry-After of whole seconds, as every refusal."""
+    return response.status_code == 429 and int(response["Retry-After"]) >= 1
+
+
+# --------------------------------------------------------------------------- Django's LoginView
+
+
+@pytest.mark.parametrize("key", ["ip", "username", "ip_and_username", "ip_username"])
+def test_three_failures_then_even_the_right_password_is_refused(site: Any, key: str) -> None:
+    policy(key=key)
+    assert [login("alice").status_code for _ in range(3)] == [200, 200, 200]  # the form again
+    assert refused(login("alice", RIGHT))
+    assert refused(login("alice"))  # a refusal is not a failure: it stays refused, uncharged
+
+
+def test_logins_under_the_limit_pass_and_successes_do_not_count(site: Any) -> None:
+    policy(key="ip_and_username")
+    assert login("alice").status_code == 200
+    for _ in range(5):
+        assert login("alice", RIGHT).status_code == 302  # signed in: never counted
+    assert [login("alice").status_code for _ in range(2)] == [200, 200]
+    assert refused(login("alice", RIGHT))  # the 4th attempt after 3 failures
+
+
+def test_a_successful_login_resets_when_the_policy_says_so(site: Any) -> None:
+    policy(key="ip_and_username", reset_on_success=True)
+    assert [login("alice").status_code for _ in range(2)] == [200, 200]
+    assert login("alice", RIGHT).status_code == 302
+    assert [login("alice").status_code for _ in range(3)] == [200, 200, 200]  # 3 more allowed
+    assert refused(login("alice", RIGHT))
+
+
+def test_without_reset_a_success_leaves_the_failures_counted(site: Any) -> None:
+    policy(key="ip_and_username")
+    assert [login("alice").status_code for _ in range(2)] == [200, 200]
+    assert login("alice", RIGHT).status_code == 302
+    assert login("alice").status_code == 200
+    assert refused(login("alice", RIGHT))
+
+
+def test_a_username_lockout_holds_across_rotating_ips(site: Any) -> None:
+    policy(key="username")
+    ips = [f"203.0.113.{n}" for n in range(1, 4)]
+    assert [login("alice", ip=ip).status_code for ip in ips] == [200, 200, 200]
+    assert refused(login("alice", RIGHT, ip="192.0.2.200"))  # a fresh IP, the right password
+    # Another username from the same IPs is not locked.
+    assert login("boss", RIGHT, ip=ips[0]).status_code == 302
+
+
+def test_case_and_whitespace_variants_are_one_username(site: Any) -> None:
+    policy(key="username")
+    assert [login(name).status_code for name in ("Alice", " alice ", "ALICE")] == [200, 200, 200]
+    assert refused(login("alice", RIGHT))
+    fullwidth = "\uff21\uff4c\uff49\uff43\uff45"  # "Alice" in full-width letters
+    assert normalize_username(f"  {fullwidth}\t") == "alice"  # NFKC, then case folding
+
+
+def test_the_pair_key_does_not_lock_the_victim_out_from_elsewhere(site: Any) -> None:
+    policy(key="ip_username")
+    assert [login("alice", ip="203.0.113.66").status_code for _ in range(3)] == [200] * 3
+    assert refused(login("alice", RIGHT, ip="203.0.113.66"))
+    assert login("alice", RIGHT, ip="192.0.2.10").status_code == 302  # alice, from her own IP
+
+
+def test_locking_a_victim_out_limits_the_attacker_too(site: Any) -> None:
+    """By IP and username: the attacker who locks alice out is locked out himself, of
+    every username; the documented trade-off of a username lockout."""
+    policy(key="ip_and_username")
+    attacker = "203.0.113.66"
+    assert [login("alice", ip=attacker).status_code for _ in range(3)] == [200] * 3
+    assert refused(login("alice", RIGHT, ip="192.0.2.10"))  # alice is locked (the trade-off)
+    assert refused(login("boss", ip=attacker))  # and so is the attacker's IP, for anyone
+    # ... whose refusals charge no username: boss was never tried, so is not locked.
+    assert [login("boss", ip=attacker).status_code for _ in range(5)] == [429] * 5
+    last = login("boss", RIGHT, ip="192.0.2.10")
+    assert last.status_code == 302, (last.headers, last.content[:3000])
+
+
+def test_rotating_usernames_from_one_ip_is_bounded_by_the_identity_budget(site: Any) -> None:
+    """By username only: past the policy's identity budget, one IP's new usernames count
+    against the IP, so spraying many usernames is limited too."""
+    policy(key="username", identity_budget="3/h")
+    assert [login(f"user{n}").status_code for n in range(3)] == [200] * 3  # three usernames
+    assert [login(f"other{n}").status_code for n in range(3)] == [200] * 3  # on the IP
+    assert refused(login("yet-another"))
+
+
+def test_the_path_pattern_names_the_login_urls_a_policy_guards(site: Any) -> None:
+    policy(key="ip", path="^/admin/login/")
+    assert [login("alice").status_code for _ in range(4)] == [200] * 4  # another login URL
+
+
+# --------------------------------------------------------------------------- other login views
+
+
+def test_the_admin_login(site: Any) -> None:
+    policy(key="ip_and_username")
+    path = "/admin/login/"
+    assert [login("boss", path=path).status_code for _ in range(3)] == [200, 200, 200]
+    assert refused(login("boss", RIGHT, path=path))
+
+
+def test_drf_obtain_auth_token_with_json(site: Any) -> None:
+    policy(key="username")
+    client = Client(REMOTE_ADDR="198.51.100.7")
+
+    def token(password: str) -> Any:
+        body = json.dumps({"username": "alice", "password": password})
+        return client.post("/api-token-auth/", body, content_type="application/json")
+
+    assert [token("wrong").status_code for _ in range(3)] == [400, 400, 400]
+    assert refused(token(RIGHT))
+
+
+def async_attempts(passwords: list[str]) -> list[int]:
+    """Each password tried for alice through the async view (AsyncClient), in one loop;
+    async_to_sync runs the database work in this thread, where the test's users are."""
+
+    async def run() -> list[int]:
+        client = AsyncClient(REMOTE_ADDR="198.51.100.7")
+        codes = []
+        for password in passwords:
+            data = {"username": "alice", "password": password}
+            codes.append((await client.post("/async-login", data)).status_code)
+        return codes
+
+    return async_to_sync(run)()
+
+
+def test_async_login_with_aauthenticate(site: Any) -> None:
+    policy(key="ip_and_username")
+    assert async_attempts(["wrong"] * 3 + [RIGHT]) == [401, 401, 401, 429]
+
+
+def test_async_reset_on_success(site: Any) -> None:
+    policy(key="username", reset_on_success=True)
+    tries = ["wrong"] * 2 + [RIGHT] + ["wrong"] * 3 + [RIGHT]
+    assert async_attempts(tries) == [401, 401, 200, 401, 401, 401, 429]
+
+
+# --------------------------------------------------------------------------- what it costs
+
+
+def test_engine_calls_per_request(site: Any) -> None:
+    """An unrelated request: none. A successful login: one peek. A failed login: the peek
+    and the charge. Without failed-login policies, a login costs none. (One identity: on
+    a cluster, identities in two slots cost a call per node, sent together.)"""
+    redis = site
+    before = check_calls(*_primaries(redis))
+    assert login("alice", RIGHT).status_code == 302
+    assert check_calls(*_primaries(redis)) == before
+    policy(key="ip")
+    Client().get("/api/hello")
+    assert check_calls(*_primaries(redis)) == before
+    assert login("alice", RIGHT).status_code == 302
+    assert check_calls(*_primaries(redis)) - before == 1
+    assert login("alice").status_code == 200
+    assert check_calls(*_primaries(redis)) - before == 3
+
+
+def _primaries(redis: Any) -> list[Any]:
+    from redis.cluster import RedisCluster
+
+    if isinstance(redis, RedisCluster):
+        return [redis.get_redis_connection(node) for node in redis.get_primaries()]
+    return [redis]
+
+
+def test_the_middleware_never_counts_a_failed_login_policy(site: Any) -> None:
+    """Its path pattern matches the login URL, yet GETs and successful POSTs count nothing."""
+    policy(key="ip", path="^/accounts/login/")
+    client = Client(REMOTE_ADDR="198.51.100.7")
+    assert [client.get(LOGIN).status_code for _ in range(5)] == [200] * 5
+    assert [login("alice", RIGHT).status_code for _ in range(5)] == [302] * 5
+    assert [login("alice").status_code for _ in range(3)] == [200] * 3
+
+
+# --------------------------------------------------------------------------- hostile usernames
+
+
+# Django's form refuses a NUL before authenticating: nothing to count, nothing checked.
+HOSTILE = ["x" * 10_000, "ad\nmin\r\n", "{s1}}{", "a|b|c", "<script>alert(1)</script>", "\x1b[2J\t"]
+
+
+@pytest.mark.parametrize(
+    "name", HOSTILE, ids=["10kB", "newlines", "braces", "pipes", "html", "controls"]
+)
+def test_a_hostile_username_is_counted_in_bounded_keys(site: Any, name: str) -> None:
+    policy(key="ip_and_username", record_metadata="every")
+    assert [login(name).status_code for _ in range(3)] == [200, 200, 200]
+    assert refused(login(name))
+    keys = all_keys(site)
+    assert keys
+    for key in keys:
+        assert len(key) < 120 and b"\n" not in key and b" " not in key and b"|" not in key
+        assert key.count(b"{") <= 1 and key.count(b"}") <= 1  # at most the shard's hash tag
+    for key in keys:  # every identity's key expires (deny-epoch is one fixed key)
+        assert b"{" not in key or site.pttl(key) > 0
+    entries = [e for k in keys if b":m:" in k for e in site.lrange(k, 0, -1)]
+    assert entries and all(len(e) < 600 for e in entries)
+
+
+def test_a_10kb_username_is_cut_before_work_or_memory(site: Any) -> None:
+    assert len(normalize_username("é" * 10_000) or "") == USERNAME_MAX
+    assert normalize_username("   ") is None
+    assert normalize_username(None) is None
+    assert normalize_username(["not", "a", "string"]) is None
+
+
+# --------------------------------------------------------------------------- dashboard and CLI
+
+
+def test_the_dashboard_shows_the_usernames_tried_escaped(site: Any, admin_client: Client) -> None:
+    """Recording every hit, each failure is in the IP's list with the username tried,
+    and in the username's with the IP; a username is text, escaped like any."""
+    policy(key="ip_and_username", record_metadata="every")
+    ip = "203.0.113.66"
+    for name in ("alice", "<b>root</b>", "Alice"):
+        assert login(name, ip=ip).status_code == 200
+    assert refused(login("alice", ip=ip))
+    url = reverse("admin:django_ratelimits_offender")
+    response = admin_client.get(url, {"kind": "ip", "value": ip})
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "username:alice" in page
+    assert "&lt;b&gt;root&lt;/b&gt;" in page and "<b>root</b>" not in page
+    page = admin_client.get(url, {"kind": "username", "value": "ALICE"}).content.decode()
+    assert f"ip:{ip}" in page
+    listing = admin_client.get(reverse("admin:django_ratelimits_offenders")).content.decode()
+    assert f"ip:{ip}" in listing and "<b>root</b>" not in listing
+
+
+def test_the_command_shows_and_resets_a_locked_username(site: Any) -> None:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    policy(key="username")
+    for _ in range(3):
+        login("alice")
+    assert refused(login("alice", RIGHT))
+    out = StringIO()
+    call_command("ratelimits", "show", "username:Alice", "--json", stdout=out)
+    shown = json.loads(out.getvalue())
+    assert shown["identity"] == "username:alice"
+    call_command("ratelimits", "reset", "username:alice", "--policy", "login-failures", stdout=out)
+    assert login("alice", RIGHT).status_code == 302
+
+
+# --------------------------------------------------------------------------- the policy form
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"counts": "failed_logins", "key": "user"}, "key"),
+        ({"counts": "failed_logins", "key": "header", "key_arg": "X-Api-Key"}, "key"),
+        ({"counts": "requests", "key": "username"}, "key"),
+        ({"counts": "requests", "reset_on_success": True}, "reset_on_success"),
+    ],
+)
+def test_a_policy_that_cannot_count_logins_is_a_form_error(
+    fields: dict[str, Any], field: str
+) -> None:
+    row = Policy(name="bad", rates="3/m", **fields)
+    with pytest.raises(ValidationError) as caught:
+        row.full_clean()
+    assert field in caught.value.message_dict
+
+
+def test_redis_down_lets_logins_through_unless_fail_closed(site: Any) -> None:
+    policy(key="ip")
+    dead = {"REDIS": "redis://127.0.0.1:1/0", "SOCKET_CONNECT_TIMEOUT": 0.2}
+    with override_settings(DJANGO_RATELIMITS=dead):
+        assert login("alice").status_code == 200  # fail open: the failure is not counted
+        assert login("alice", RIGHT).status_code == 302
+    Policy.objects.filter(name="login-failures").update(fail_closed=True)
+    get_registry().refresh()
+    from django_ratelimits.breaker import breaker
+
+    breaker.success()
+    with override_settings(DJANGO_RATELIMITS=dead):
+        assert refused(login("alice", RIGHT))  # fail closed: 429, the breaker's Retry-After
+
+
+def test_no_identity_value_is_raw_in_a_key(site: Any) -> None:
+    policy(key="username")
+    login("Alice Smith")
+    assert all(b"alice smith" not in key for key in all_keys(site))
+    assert get_engine().keys.of(Identity("username", "alice smith")).ident.startswith("username:~")
+
+
+def test_a_backend_below_another_is_warning_w005() -> None:
+    from django_ratelimits.checks.logins import check_login_backend
+
+    model = "django.contrib.auth.backends.ModelBackend"
+    with override_settings(AUTHENTICATION_BACKENDS=[model, BACKEND]):
+        [warning] = check_login_backend()
+    assert warning.id == "django_ratelimits.W005"
+    with override_settings(AUTHENTICATION_BACKENDS=[BACKEND, model]):
+        assert check_login_backend() == []
+    with override_settings(AUTHENTICATION_BACKENDS=[model]):
+        assert check_login_backend() == []
+
+
+def test_admin_saves_a_failed_login_policy_and_previews_it(admin_client: Client) -> None:
+    from tests.dashboard.test_admin import add_url, change_url, form
+
+    fields = form(name="logins", counts="failed_logins", key="username", rates="5/15m")
+    response = admin_client.post(add_url(), {**fields, "path": "", "reset_on_success": "on"})
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    row = Policy.objects.get(name="logins")
+    assert row.to_spec().failed_logins and row.reset_on_success
+    page = admin_client.get(change_url(row)).content.decode()
+    assert "per username tried" in page and "A successful login clears its counters." in page
+    refused_form = admin_client.post(add_url(), form(name="bad", key="username"))
+    assert "key" in refused_form.context["adminform"].form.errors
