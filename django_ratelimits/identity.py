@@ -3,8 +3,9 @@
 The client address is ``REMOTE_ADDR`` unless that peer is one of
 ``TRUSTED_PROXIES``; only then may ``CLIENT_IP_HEADER`` name the client, read
 from the right so that nothing a client writes itself is believed. Addresses
-are normalised and grouped by prefix (IPv6 per /64 by default).
-``docs/client-ip.md`` explains the rules.
+are normalised and grouped by prefix (IPv6 per /64 by default), then, with
+``HASH_IPS``, counted under a keyed hash of the group (:func:`counted_ip`).
+``docs/client-ip.md`` and ``docs/privacy.md`` explain the rules.
 
 Nothing here raises on client input: a bad or missing address gives
 :data:`UNKNOWN` or the nearest trusted address, and the work per request is
@@ -15,6 +16,8 @@ if the peers look like a proxy that ``TRUSTED_PROXIES`` does not list.
 from __future__ import annotations
 
 import functools
+import hashlib
+import hmac
 import ipaddress
 import logging
 from collections.abc import Callable, Sequence
@@ -33,8 +36,10 @@ from django_ratelimits.policies.spec import KeyKind, PolicySpec
 __all__ = [
     "UNKNOWN",
     "client_ip",
+    "counted_ip",
     "group",
     "identities",
+    "ip_identity",
     "key_function",
     "parse_address",
     "warn_if_behind_proxy",
@@ -44,6 +49,8 @@ logger = logging.getLogger("django_ratelimits")
 
 UNKNOWN: Final = "unknown"
 """The client address when ``REMOTE_ADDR`` is missing or not an address."""
+HASHED: Final = "h:"
+"""How an IP identity's value starts when it is a hash of the address (``HASH_IPS``)."""
 
 # Bounds on the proxy header: its last MAX_HEADER_CHARS characters, at most
 # MAX_ENTRIES entries of them. A longer chain only ever loses entries on the
@@ -69,6 +76,22 @@ def client_ip(request: HttpRequest) -> str:
     return _client(request)[2]
 
 
+def ip_identity(request: HttpRequest) -> Identity:
+    """The client address as the limiter counts it: its group (:func:`client_ip`), or
+    with ``HASH_IPS`` the group's keyed hash (:func:`counted_ip`)."""
+    return Identity("ip", _client(request)[3])
+
+
+def counted_ip(grouped: str, config: RateLimitSettings) -> str:
+    """The value the address group ``grouped`` is counted under: itself, or with
+    ``HASH_IPS`` ``h:`` and 32 hex digits (128 bits) of its HMAC-SHA256 keyed with
+    the settings' IP hashing key. :data:`UNKNOWN` names no one and stays as it is."""
+    if not config.hash_ips or grouped == UNKNOWN:
+        return grouped
+    digest = hmac.new(config.ip_hash_key, grouped.encode("ascii"), hashlib.sha256).hexdigest()
+    return HASHED + digest[:32]
+
+
 def client_address(request: HttpRequest) -> IPAddress | None:
     """The client's own address, not grouped (``None`` if ``REMOTE_ADDR`` is unusable).
 
@@ -77,17 +100,20 @@ def client_address(request: HttpRequest) -> IPAddress | None:
     return _client(request)[1]
 
 
-def _client(request: HttpRequest) -> tuple[RateLimitSettings, IPAddress | None, str]:
-    """The settings, the client's address and its group, worked out once per request
-    (every policy, gate, exemption and metadata entry of a request asks), and again
-    only if the settings change."""
+_Client = tuple[RateLimitSettings, IPAddress | None, str, str]
+
+
+def _client(request: HttpRequest) -> _Client:
+    """The settings, the client's address, its group and the value it is counted
+    under, worked out once per request (every policy, gate, exemption and metadata
+    entry of a request asks), and again only if the settings change."""
     config = get_settings()
-    cached: tuple[RateLimitSettings, IPAddress | None, str] | None = getattr(request, _CACHE, None)
+    cached: _Client | None = getattr(request, _CACHE, None)
     if cached is not None and cached[0] is config:
         return cached
     address = _client_address(request, config)
     grouped = UNKNOWN if address is None else group(address, config.ipv4_prefix, config.ipv6_prefix)
-    cached = (config, address, grouped)
+    cached = (config, address, grouped, counted_ip(grouped, config))
     setattr(request, _CACHE, cached)
     return cached
 
@@ -284,26 +310,22 @@ def identities(request: HttpRequest, spec: PolicySpec) -> list[Identity]:
     """Who ``spec`` counts for ``request``; an empty list counts nobody."""
     kind = spec.key
     if kind == KeyKind.IP:
-        return [_ip(request)]
+        return [ip_identity(request)]
     if kind == KeyKind.USER:
         return _user(request)
     if kind == KeyKind.USER_OR_IP:
-        return _user(request) or [_ip(request)]
+        return _user(request) or [ip_identity(request)]
     if kind == KeyKind.IP_AND_USER:
-        return [_ip(request), *_user(request)]
+        return [ip_identity(request), *_user(request)]
     if kind == KeyKind.HEADER:
         value = request.headers.get(spec.key_arg, "").strip() if spec.key_arg else ""
-        return [Identity("header", value)] if value else [_ip(request)]
+        return [Identity("header", value)] if value else [ip_identity(request)]
     if kind == KeyKind.CALLABLE:
         if not key_functions.is_allowed(spec.key_arg):
             _report_not_allowed(spec)
-            return [_ip(request)]
+            return [ip_identity(request)]
         return _from_callable(request, spec.key_arg)
     raise ValueError(f"policy {spec.name!r} has an unknown key kind {kind!r}")
-
-
-def _ip(request: HttpRequest) -> Identity:
-    return Identity("ip", client_ip(request))
 
 
 def _user(request: HttpRequest) -> list[Identity]:
