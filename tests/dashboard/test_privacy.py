@@ -9,6 +9,7 @@ a FakeClock, under which every key gets 60 s more TTL than the settings say: a k
 from __future__ import annotations
 
 import io
+import json
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -166,6 +167,10 @@ def test_the_address_is_only_in_recent_hit_entries(
     assert ADDRESS in admin_client.get(reverse(PAGE)).content.decode()
     assert f'<dd class="rl-value">{ADDRESS}</dd>' in page_of(admin_client, "ip", ADDRESS)
     assert ADDRESS in page_of(admin_client, "user", str(alice.pk))
+    out = io.StringIO()
+    call_command("ratelimits", "show", "user:alice", "--json", stdout=out)
+    hits = json.loads(out.getvalue())["hits"]
+    assert {(h["who"], h["address"]) for h in hits} == {(f"ip:{digest}", ADDRESS)}
 
     expire(hashed, METADATA_TTL * 5 // 4)
     assert naming(hashed, ADDRESS) == {}
@@ -173,6 +178,14 @@ def test_the_address_is_only_in_recent_hit_entries(
     assert ADDRESS not in page
     assert f'<dd class="rl-value">hashed address {digest[:10]}…</dd>' in page
     assert f"ip:{digest}" in idents(admin_client)  # the record outlives the hits
+
+
+def test_ipv6_is_grouped_by_prefix_before_it_is_hashed(hashed: Any, admin_client: Client) -> None:
+    assert hit("2001:db8::1", times=2) + hit("2001:db8::ffff") == [200, 200, 429]
+    assert naming(hashed, hashed_value("2001:db8::/64"))
+    assert not outliving(hashed, METADATA_TTL * 5 // 4, "2001:db8")
+    page = page_of(admin_client, "ip", "2001:db8::42")  # staff name any address of it
+    assert '<dd class="rl-value">2001:db8::/64</dd>' in page
 
 
 def test_a_network_filter_says_it_cannot_match_hashed_addresses(
