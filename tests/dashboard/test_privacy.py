@@ -25,6 +25,7 @@ from django.urls import reverse
 
 from django_ratelimits.conf import get_settings
 from django_ratelimits.engine import Identity, get_engine
+from django_ratelimits.engine.offenders import OffenderReader
 from django_ratelimits.identity import counted_ip
 from django_ratelimits.models import Policy
 from django_ratelimits.policies import get_registry
@@ -246,6 +247,20 @@ def test_forget_on_the_dashboard_erases_the_address(
     assert [e.change_message for e in LogEntry.objects.filter(user=admin_user)] == [
         f"Forgot ip:{digest}"
     ]
+
+
+def test_forget_keeps_the_other_entries_of_the_lists_it_cleans(
+    hashed: Any, django_user_model: Any
+) -> None:
+    bob = django_user_model.objects.create_user("bob", password="x")
+    assert hit(OTHER, bob) + hit(ADDRESS, bob) + hit(OTHER, bob) == [200, 200, 429]
+    reader, me = OffenderReader(get_engine()), Identity("user", str(bob.pk))
+    before = reader.detail(me).hits
+    assert [h.address for h in before] == [OTHER, ADDRESS, OTHER]  # newest first
+    call_command("ratelimits", "forget", f"ip:{ADDRESS}", stdout=io.StringIO())
+    assert reader.detail(me).hits == (before[0], before[2])
+    assert hashed.pttl(get_engine().keys.of(me).metadata) > 0  # its TTL is kept
+    assert naming(hashed, hashed_value(), ADDRESS) == {}
 
 
 def test_forget_in_the_terminal_erases_a_user_everywhere(
