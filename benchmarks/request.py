@@ -12,7 +12,9 @@ demo's middleware stack, :class:`benchmarks.site.BenchUser` for the user):
   paths than the registry's match cache and the middleware's view cache hold);
 * ``RateLimitMiddleware`` with 1 policy of 1 limit by client address
   (:data:`ONE_LIMIT`, the model's default algorithm and recording): issue 12's
-  match for django-ratelimit's decorator;
+  match for django-ratelimit's decorator; and the same with ``HASH_IPS`` on
+  (:data:`HASHED_ROW`): one HMAC-SHA256 of the address per request
+  (``docs/privacy.md``);
 * the 10 policies and two failed-login policies (:data:`LOGIN_POLICIES`, one on
   the timed path's own prefix): a request that is not a login pays nothing for
   them (issue 13);
@@ -33,7 +35,7 @@ import contextlib
 import itertools
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 from unittest import mock
 
@@ -65,6 +67,7 @@ CHECKED = 2 * DECORATOR_LIMIT + 1  # requests to each decorator before the timin
 # fall in one window however slow the machine (the timed requests never near it).
 ONE_LIMIT = {"name": "api", "rates": "10/m", "key": "ip", "path": r"^/api/"}
 ONE_LIMIT_ROW = f"RateLimitMiddleware, 1 policy, 1 limit by IP ({ONE_LIMIT['rates']})"
+HASHED_ROW = f"{ONE_LIMIT_ROW}, HASH_IPS: one HMAC per request"
 
 # Failed-login policies (docs/logins.md) beside the headline's 10: the middleware never
 # counts them, even the one whose path pattern matches the timed requests.
@@ -100,6 +103,7 @@ class Report:
     checks: dict[str, list[int]] = field(default_factory=dict)  # what -> statuses
     # µs per PolicyRegistry.match, by (policies, paths never cached), timed alone.
     match_us: dict[tuple[int, bool], float] = field(default_factory=dict)
+    hashed_keys: int = 0  # keys naming a hashed address after HASHED_ROW's check
     rounds: int = 0
     per_round: int = 0
 
@@ -127,7 +131,11 @@ class Report:
         return (
             c["middleware"] == [200] * site.LIMITED + [429]
             and c["no middleware"] == [200] * (site.LIMITED + 1)
-            and all(site.bites(c[name], DECORATOR_LIMIT) for name in [*_CHECKED, ONE_LIMIT_ROW])
+            and all(
+                site.bites(c[name], DECORATOR_LIMIT)
+                for name in [*_CHECKED, ONE_LIMIT_ROW, HASHED_ROW]
+            )
+            and self.hashed_keys > 0
         )
 
 
@@ -218,6 +226,8 @@ def _match_us(registry: PolicyRegistry, paths: list[str]) -> float:
 
 def run(server: RedisServer, quick: bool = False) -> Report:
     """Needs Django set up (:func:`benchmarks.site.setup`)."""
+    from django_ratelimits import identity
+    from django_ratelimits.conf import get_settings
     from django_ratelimits.deny_cache import cache_for
     from django_ratelimits.engine import get_engine
     from django_ratelimits.policies import registry as policies
@@ -267,6 +277,12 @@ def run(server: RedisServer, quick: bool = False) -> Report:
     call = _caller(limited, _paths("/api/items", per_round), next(tag), per_round, True)
     report.rows.append(Row(Scenario(LOGINS_ROW, call)))
     registry_of[LOGINS_ROW] = _registry([*site.policy_rows(HEADLINE), *LOGIN_POLICIES])
+    call = _caller(limited, _paths("/api/items", per_round), next(tag), per_round, False)
+    report.rows.append(Row(Scenario(HASHED_ROW, call)))
+    registry_of[HASHED_ROW] = registry_of[ONE_LIMIT_ROW]
+    # HASH_IPS for the identity layer only (the engine and the rest keep their settings,
+    # so the row's engine and connections are the other rows').
+    hashing = replace(get_settings(), hash_ips=True)
     for label, prefix in (
         ("django-ratelimit `@ratelimit`", _DECORATED["django-ratelimit"]),
         ("django_ratelimits.compat `@ratelimit`", _DECORATED["compat"]),
@@ -282,6 +298,8 @@ def run(server: RedisServer, quick: bool = False) -> Report:
         if scenario is report.python:
             answer = mock.patch.object(get_engine(), "check", lambda *_, **__: replayed)
             stack.enter_context(answer)
+        if scenario.name == HASHED_ROW:
+            stack.enter_context(mock.patch.object(identity, "get_settings", lambda: hashing))
         return stack
 
     with mock.patch.object(policies, "_registry", registry_of[report.headline.name]):
@@ -290,6 +308,10 @@ def run(server: RedisServer, quick: bool = False) -> Report:
     with mock.patch.object(policies, "_registry", registry_of[ONE_LIMIT_ROW]):
         statuses = [limited("/api/items/1", "192.0.2.62", None) for _ in range(CHECKED)]
         report.checks[ONE_LIMIT_ROW] = statuses
+        with mock.patch.object(identity, "get_settings", lambda: hashing):
+            statuses = [limited("/api/items/1", "192.0.2.63", None) for _ in range(CHECKED)]
+        report.checks[HASHED_ROW] = statuses
+        report.hashed_keys = sum(1 for _ in stats.scan_iter(match="*:ip:h:*", count=1000))
     for n, (name, prefix) in enumerate(_CHECKED.items()):
         address = f"192.0.2.{70 + n}"
         report.checks[name] = [bare(f"{prefix}/1", address, None) for _ in range(CHECKED)]
@@ -400,7 +422,9 @@ def render(report: Report) -> str:
         f" and 10 policies, and without it; {CHECKED} requests to each decorator on a view at"
         f" {DECORATOR_LIMIT}/h (the timed views' {DECORATOR_LIMIT}/s would let them all through"
         " on a machine slow enough to cross a second)."
-        f" {CHECKED} requests from one address with the 1-limit policy ({ONE_LIMIT['rates']})."
+        f" {CHECKED} requests from one address with the 1-limit policy ({ONE_LIMIT['rates']}),"
+        f" and from another with HASH_IPS on ({report.hashed_keys} keys then named a hashed"
+        " address)."
         f" Statuses: {checks}.",
         "",
         "| target | measured | |",

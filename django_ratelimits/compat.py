@@ -31,7 +31,7 @@ from django.utils.module_loading import import_string
 from django_ratelimits.conf import get_settings
 from django_ratelimits.decide import Planned, RateLimited, Verdict
 from django_ratelimits.engine import Algorithm, Check, Identity, get_engine
-from django_ratelimits.identity import client_ip, meta_key
+from django_ratelimits.identity import ip_identity, meta_key
 from django_ratelimits.policies.spec import PolicySpec, covers_method
 from django_ratelimits.rates import Rate
 
@@ -256,13 +256,13 @@ def _identity(group: str, request: HttpRequest, key: KeyArg) -> Identity:
     if callable(key):
         return Identity("key", key(group, request))
     if key == "ip":
-        return Identity("ip", client_ip(request))
+        return ip_identity(request)
     if key == "user":
         return Identity("user", str(request.user.pk))  # anonymous users share "None"
     if key == "user_or_ip":
         if request.user.is_authenticated:
             return Identity("user", str(request.user.pk))
-        return Identity("ip", client_ip(request))
+        return ip_identity(request)
     accessor, colon, name = key.partition(":")
     if colon:
         if accessor == "header":

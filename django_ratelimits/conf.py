@@ -63,6 +63,8 @@ _KEY_PREFIX: Final = re.compile(r"[A-Za-z0-9_.-]{1,16}")
 # nothing about SECRET_KEY and no other use of SECRET_KEY yields the same bytes.
 SHARD_KEY_PURPOSE: Final = b"django_ratelimits.engine.keys shard placement"
 SHARD_SECRET_MIN_LENGTH: Final = 16
+# What the IP hashing key is for (HASH_IPS): another purpose, so another key.
+IP_HASH_KEY_PURPOSE: Final = b"django_ratelimits.identity client address hashing"
 
 # Inclusive bounds of the numeric settings, by attribute name.
 _BOUNDS: Final[Mapping[str, tuple[float, int]]] = MappingProxyType(
@@ -85,7 +87,7 @@ _BOUNDS: Final[Mapping[str, tuple[float, int]]] = MappingProxyType(
 _FLOATS: Final = frozenset(
     {"socket_timeout", "socket_connect_timeout", "policy_refresh", "breaker_cooldown"}
 )
-_BOOLEANS: Final = ("enabled", "headers_on_allowed")
+_BOOLEANS: Final = ("enabled", "headers_on_allowed", "hash_ips")
 HEADER_NAME: Final = re.compile(r"[A-Za-z0-9-]{1,64}")
 """A header a setting or a policy may name: letters, digits and hyphens, a valid HTTP
 token that every server passes on (many drop header names with underscores)."""
@@ -189,6 +191,7 @@ class RateLimitSettings:
     identity_budget_rate: Rate | None = field(init=False, repr=False, compare=False)
     shard_secret: str | None = field(default=None, repr=False)
     key_functions: tuple[str, ...] = ()
+    hash_ips: bool = False
 
     def __post_init__(self) -> None:
         problems = list(self._problems())
@@ -265,8 +268,17 @@ class RateLimitSettings:
         HMAC-SHA256 of :data:`SHARD_KEY_PURPOSE` keyed with ``SHARD_SECRET``,
         or with ``settings.SECRET_KEY`` when that is None: never the raw secret.
         """
+        return self._derived_key(SHARD_KEY_PURPOSE)
+
+    @functools.cached_property
+    def ip_hash_key(self) -> bytes:
+        """The key of the HMAC that stands for client addresses when ``HASH_IPS`` is on
+        (32 bytes): derived as :attr:`shard_key` is, for another purpose."""
+        return self._derived_key(IP_HASH_KEY_PURPOSE)
+
+    def _derived_key(self, purpose: bytes) -> bytes:
         secret = settings.SECRET_KEY if self.shard_secret is None else self.shard_secret
-        return hmac.new(force_bytes(secret), SHARD_KEY_PURPOSE, hashlib.sha256).digest()
+        return hmac.new(force_bytes(secret), purpose, hashlib.sha256).digest()
 
 
 DEFAULTS: Final[Mapping[str, object]] = MappingProxyType(

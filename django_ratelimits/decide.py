@@ -51,7 +51,7 @@ from django_ratelimits.engine import (
 from django_ratelimits.engine.errors import BackendError
 from django_ratelimits.engine.hits import entry_head, ip_behind, user_behind
 from django_ratelimits.errors import RateLimitsError
-from django_ratelimits.identity import client_address, client_ip, identities
+from django_ratelimits.identity import client_address, client_ip, identities, ip_identity
 from django_ratelimits.policies.registry import PolicyRegistry, acurrent, current
 from django_ratelimits.policies.spec import PolicySpec, Recording
 from django_ratelimits.rates import Rate
@@ -445,7 +445,7 @@ def _plan(
         for identity in identities(request, policy):
             gate = None
             if budget is not None and identity.kind != "ip":
-                gate = Gate(Identity("ip", client_ip(request)), budget)
+                gate = Gate(ip_identity(request), budget)
             groups.setdefault((identity, policy.shadow, gate), []).extend(policy.limits)
             known = recording.get(identity, Recording.NONE)
             if policy.record_metadata.rank > known.rank:
@@ -490,10 +490,13 @@ def _exempt(request: HttpRequest, policy: PolicySpec) -> bool:
 
 def _metadata(request: HttpRequest, identity: Identity, behind: str | None) -> str:
     """The head of a hit entry (engine/hits.py): ``behind`` (else the user) behind an
-    IP, the IP behind anything else."""
+    IP, the IP behind anything else; with the address when the IP is counted under its
+    hash (HASH_IPS)."""
+    ip, address = ip_identity(request).value, client_ip(request)
+    kept = address if address != ip else ""
     if identity.kind != "ip":
-        return entry_head(ip_behind(client_ip(request)), request.method, request.path)
+        return entry_head(ip_behind(ip), request.method, request.path, kept)
     if behind is None:
         user = getattr(request, "user", None)
         behind = user_behind(user.pk if user is not None and user.is_authenticated else None)
-    return entry_head(behind, request.method, request.path)
+    return entry_head(behind, request.method, request.path, kept)

@@ -3,8 +3,9 @@
 The client address is ``REMOTE_ADDR`` unless that peer is one of
 ``TRUSTED_PROXIES``; only then may ``CLIENT_IP_HEADER`` name the client, read
 from the right so that nothing a client writes itself is believed. Addresses
-are normalised and grouped by prefix (IPv6 per /64 by default).
-``docs/client-ip.md`` explains the rules.
+are normalised and grouped by prefix (IPv6 per /64 by default), then, with
+``HASH_IPS``, counted under a keyed hash of the group (:func:`counted_ip`).
+``docs/client-ip.md`` and ``docs/privacy.md`` explain the rules.
 
 Nothing here raises on client input: a bad or missing address gives
 :data:`UNKNOWN` or the nearest trusted address, and the work per request is
@@ -15,6 +16,7 @@ if the peers look like a proxy that ``TRUSTED_PROXIES`` does not list.
 from __future__ import annotations
 
 import functools
+import hmac
 import ipaddress
 import logging
 import unicodedata
@@ -34,8 +36,10 @@ from django_ratelimits.policies.spec import KeyKind, PolicySpec
 __all__ = [
     "UNKNOWN",
     "client_ip",
+    "counted_ip",
     "group",
     "identities",
+    "ip_identity",
     "key_function",
     "login_username",
     "normalize_username",
@@ -47,6 +51,8 @@ logger = logging.getLogger("django_ratelimits")
 
 UNKNOWN: Final = "unknown"
 """The client address when ``REMOTE_ADDR`` is missing or not an address."""
+HASHED: Final = "h:"
+"""How an IP identity's value starts when it is a hash of the address (``HASH_IPS``)."""
 
 # Bounds on the proxy header: its last MAX_HEADER_CHARS characters, at most
 # MAX_ENTRIES entries of them. A longer chain only ever loses entries on the
@@ -72,6 +78,21 @@ def client_ip(request: HttpRequest) -> str:
     return _client(request)[2]
 
 
+def ip_identity(request: HttpRequest) -> Identity:
+    """The client address as the limiter counts it: its group (:func:`client_ip`), or
+    with ``HASH_IPS`` the group's keyed hash (:func:`counted_ip`)."""
+    return Identity("ip", _client(request)[3])
+
+
+def counted_ip(grouped: str, config: RateLimitSettings) -> str:
+    """The value the address group ``grouped`` is counted under: itself, or with
+    ``HASH_IPS`` ``h:`` and 32 hex digits (128 bits) of its HMAC-SHA256 keyed with
+    the settings' IP hashing key. :data:`UNKNOWN` names no one and stays as it is."""
+    if not config.hash_ips or grouped == UNKNOWN:
+        return grouped
+    return HASHED + hmac.digest(config.ip_hash_key, grouped.encode("ascii"), "sha256")[:16].hex()
+
+
 def client_address(request: HttpRequest) -> IPAddress | None:
     """The client's own address, not grouped (``None`` if ``REMOTE_ADDR`` is unusable).
 
@@ -80,17 +101,20 @@ def client_address(request: HttpRequest) -> IPAddress | None:
     return _client(request)[1]
 
 
-def _client(request: HttpRequest) -> tuple[RateLimitSettings, IPAddress | None, str]:
-    """The settings, the client's address and its group, worked out once per request
-    (every policy, gate, exemption and metadata entry of a request asks), and again
-    only if the settings change."""
+_Client = tuple[RateLimitSettings, IPAddress | None, str, str]
+
+
+def _client(request: HttpRequest) -> _Client:
+    """The settings, the client's address, its group and the value it is counted
+    under, worked out once per request (every policy, gate, exemption and metadata
+    entry of a request asks), and again only if the settings change."""
     config = get_settings()
-    cached: tuple[RateLimitSettings, IPAddress | None, str] | None = getattr(request, _CACHE, None)
+    cached: _Client | None = getattr(request, _CACHE, None)
     if cached is not None and cached[0] is config:
         return cached
     address = _client_address(request, config)
     grouped = UNKNOWN if address is None else group(address, config.ipv4_prefix, config.ipv6_prefix)
-    cached = (config, address, grouped)
+    cached = (config, address, grouped, counted_ip(grouped, config))
     setattr(request, _CACHE, cached)
     return cached
 
@@ -287,31 +311,31 @@ def identities(request: HttpRequest, spec: PolicySpec) -> list[Identity]:
     """Who ``spec`` counts for ``request``; an empty list counts nobody."""
     kind = spec.key
     if kind == KeyKind.IP:
-        return [_ip(request)]
+        return [ip_identity(request)]
     if kind == KeyKind.USER:
         return _user(request)
     if kind == KeyKind.USER_OR_IP:
-        return _user(request) or [_ip(request)]
+        return _user(request) or [ip_identity(request)]
     if kind == KeyKind.IP_AND_USER:
-        return [_ip(request), *_user(request)]
+        return [ip_identity(request), *_user(request)]
     if kind == KeyKind.HEADER:
         value = request.headers.get(spec.key_arg, "").strip() if spec.key_arg else ""
-        return [Identity("header", value)] if value else [_ip(request)]
+        return [Identity("header", value)] if value else [ip_identity(request)]
     if kind == KeyKind.CALLABLE:
         if not key_functions.is_allowed(spec.key_arg):
             _report_not_allowed(spec)
-            return [_ip(request)]
+            return [ip_identity(request)]
         return _from_callable(request, spec.key_arg)
     if kind == KeyKind.USERNAME:
-        return [_username(request) or _ip(request)]
+        return [_username(request) or ip_identity(request)]
     if kind == KeyKind.IP_AND_USERNAME:
         username = _username(request)
-        return [_ip(request)] if username is None else [_ip(request), username]
+        return [ip_identity(request)] if username is None else [ip_identity(request), username]
     if kind == KeyKind.IP_USERNAME_PAIR:
         name = login_username(request)
         if name is None:
-            return [_ip(request)]
-        return [Identity("ip_username", f"{client_ip(request)} {name}")]
+            return [ip_identity(request)]
+        return [Identity("ip_username", f"{ip_identity(request).value} {name}")]
     raise ValueError(f"policy {spec.name!r} has an unknown key kind {kind!r}")
 
 
@@ -351,10 +375,6 @@ def login_username(request: HttpRequest) -> str | None:
 def _username(request: HttpRequest) -> Identity | None:
     name = login_username(request)
     return None if name is None else Identity("username", name)
-
-
-def _ip(request: HttpRequest) -> Identity:
-    return Identity("ip", client_ip(request))
 
 
 def _user(request: HttpRequest) -> list[Identity]:

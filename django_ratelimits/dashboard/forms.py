@@ -16,6 +16,7 @@ from django.core.exceptions import ValidationError
 from django.http import QueryDict
 from django.utils.translation import gettext_lazy as _
 
+from django_ratelimits.conf import get_settings
 from django_ratelimits.engine.offenders import SCAN_LIMIT, Order
 from django_ratelimits.engine.overrides import BLOCKED_POLICY
 from django_ratelimits.offenders import (
@@ -40,6 +41,7 @@ PERIODS = {
 }
 DEFAULT_PERIOD = 3600
 ORDERS = {"last": _("last seen"), "denials": _("denials")}
+_HASHED_HELP = _("Addresses are stored hashed (HASH_IPS): this filter cannot match them.")
 KIND_CHOICES = [
     ("", _("every kind")),
     ("ip", _("IP addresses")),
@@ -90,6 +92,8 @@ class FilterForm(forms.Form):
         data.setdefault("period", str(DEFAULT_PERIOD))
         data.setdefault("order", "last")
         super().__init__(data)
+        if get_settings().hash_ips:
+            self.fields["ip"].help_text = _HASHED_HELP
         field = cast(forms.ChoiceField, self.fields["policy"])
         field.choices = [
             ("", _("every policy")),
@@ -101,6 +105,14 @@ class FilterForm(forms.Form):
         text = self.cleaned_data["ip"].strip()
         if not text:
             return None
+        if get_settings().hash_ips:
+            raise ValidationError(
+                _(
+                    "Addresses are stored hashed (HASH_IPS), so no filter can match them. "
+                    "Open an address's page from its row, or with manage.py ratelimits show."
+                ),
+                code="hashed",
+            )
         try:
             return ipaddress.ip_network(text, strict=False)
         except ValueError:

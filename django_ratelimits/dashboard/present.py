@@ -8,7 +8,7 @@ all recorded hits in one colour and the denied ones over them in another
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -21,6 +21,7 @@ from django_ratelimits.engine import Identity, LimitResult
 from django_ratelimits.engine.hits import ANONYMOUS, DENIED, SHADOW, Hit
 from django_ratelimits.engine.offenders import Offender, OffenderDetail
 from django_ratelimits.engine.overrides import BLOCKED_POLICY, Override
+from django_ratelimits.identity import HASHED
 from django_ratelimits.offenders import Row
 from django_ratelimits.offenders.text import ago, duration
 from django_ratelimits.policies.labels import ALGORITHM_LABELS
@@ -296,13 +297,29 @@ def policy_label(name: str) -> str:
 
 
 def display_name(who: str, names: Mapping[str, str]) -> str:
-    """``alice (user 42)`` for a known user, ``anonymous`` for ``user:-``, else the value."""
+    """``alice (user 42)`` for a known user, ``anonymous`` for ``user:-``; for a hashed
+    address (``HASH_IPS``) the address a recent hit keeps (:func:`addresses`), else
+    ``hashed address h:ab12cd34…``; else the value."""
     if who == ANONYMOUS:
         return gettext("anonymous")
     kind, _, value = who.partition(":")
     if kind == "user" and who in names:
         return gettext("%(name)s (user %(pk)s)") % {"name": names[who], "pk": value}
+    if kind == "ip" and value.startswith(HASHED):
+        return names.get(who) or gettext("hashed address %(hash)s…") % {"hash": value[:10]}
     return value
+
+
+def addresses(hits: Iterable[Hit], own: str) -> dict[str, str]:
+    """``{"ip:h:ab12...": "203.0.113.5"}``: the addresses that hits of the identity
+    labelled ``own`` keep beside the hashes they stand for (``HASH_IPS``), newest first:
+    an IP's own address, the IPs behind anyone else."""
+    found: dict[str, str] = {}
+    mine = own.startswith("ip:")
+    for hit in hits:
+        if hit.address:
+            found.setdefault(own if mine else hit.who, hit.address)
+    return found
 
 
 def override_text(override: Override | None) -> str:

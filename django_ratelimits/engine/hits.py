@@ -13,6 +13,12 @@ parses it. An entry reads ``<who>|<what>|<ms>|<outcome>|<policies>``:
 - ``policies`` names each policy that counted the request, with its own
   outcome: ``api=A,orders-watch=S`` (``!blocked=D`` for a block).
 
+With ``HASH_IPS`` (``docs/privacy.md``) an IP is counted under a hash
+(``ip:h:<hex>``) and the entry starts with ``@<address>|``: the client address
+(its group) the hash stands for, kept in these short-lived entries only, so that
+the dashboard can show it while a recent hit holds it. Without hashing no entry
+starts with ``@`` (``who`` starts with a kind).
+
 One request is one entry, however many policies counted it. The limiter writes
 the head, ``<who>|<what>`` (:func:`entry_head`), and passes it with the
 identity's checks; the engine cuts it to 300 printable characters; the check
@@ -28,6 +34,7 @@ import re
 from dataclasses import dataclass
 
 from django_ratelimits.engine.keys import printable
+from django_ratelimits.engine.limits import Identity
 
 ANONYMOUS = "user:-"
 
@@ -47,6 +54,7 @@ class Hit:
     at_ms: int
     outcome: str  # DENIED, SHADOW or ALLOWED
     policies: tuple[tuple[str, str], ...] = ()  # (("api", "A"), ("orders-watch", "S"))
+    address: str = ""  # with HASH_IPS, the client address (group) behind the request
 
     @property
     def allowed(self) -> bool:
@@ -65,7 +73,7 @@ class Hit:
 
 def user_behind(pk: object | None) -> str:
     """``user:<pk>`` for a signed-in user's primary key, :data:`ANONYMOUS` for ``None``."""
-    return ANONYMOUS if pk is None else f"user:{str(pk).replace('|', '/')}"
+    return ANONYMOUS if pk is None else behind(Identity("user", str(pk)))
 
 
 def username_behind(name: str) -> str:
@@ -75,12 +83,19 @@ def username_behind(name: str) -> str:
 
 def ip_behind(address: str) -> str:
     """``ip:<address>`` for the client address behind a request."""
-    return f"ip:{address.replace('|', '/')}"
+    return behind(Identity("ip", address))
 
 
-def entry_head(who: str, method: str | None, path: str) -> str:
-    """``<who>|<method> <path>``: what the limiter hands the engine for one request."""
-    return f"{who}|{method} {path}"
+def behind(identity: Identity) -> str:
+    """``identity`` as a hit entry names it behind another one (``user:42``, ``ip:...``)."""
+    return f"{identity.kind}:{identity.value.replace('|', '/')}"
+
+
+def entry_head(who: str, method: str | None, path: str, address: str = "") -> str:
+    """``<who>|<method> <path>``: what the limiter hands the engine for one request,
+    after ``@<address>|`` when an ``address`` is kept beside its hash."""
+    head = f"{who}|{method} {path}"
+    return f"@{address.replace('|', '/')}|{head}" if address else head
 
 
 def full_entry(head: str, at_ms: int, outcome: str, policies: dict[str, str]) -> str:
@@ -93,6 +108,9 @@ def full_entry(head: str, at_ms: int, outcome: str, policies: dict[str, str]) ->
 def parse(entry: bytes) -> Hit | None:
     """The hit ``entry`` records, or ``None`` if it is not a whole entry."""
     text = entry.decode("utf-8", "replace")
+    address = ""
+    if text.startswith("@"):
+        address, _, text = text[1:].partition("|")
     who, _, rest = text.partition("|")
     rest, _, named = rest.rpartition("|")
     rest, _, outcome = rest.rpartition("|")
@@ -104,4 +122,4 @@ def parse(entry: bytes) -> Hit | None:
         for name, _, status in (part.rpartition("=") for part in named.split(","))
         if name and status in _OUTCOMES
     )
-    return Hit(who, what, int(at), outcome, policies)
+    return Hit(who, what, int(at), outcome, policies, address)

@@ -37,9 +37,12 @@ OUTCOMES = {DENIED: "denied", SHADOW: "would have been denied"}
 
 def hit_data(hit: Hit) -> Data:
     """One recorded request: ``outcome`` is ``allowed``, ``denied`` or ``would have
-    been denied`` (only shadow-mode policies refused it: it was let through)."""
+    been denied`` (only shadow-mode policies refused it: it was let through);
+    ``address`` is the client address the hit keeps beside its hash (``HASH_IPS``), or
+    ``""``."""
     return {
         "who": hit.who,
+        "address": hit.address,
         "what": hit.what,
         "at_ms": hit.at_ms,
         "allowed": hit.allowed,

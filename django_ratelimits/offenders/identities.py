@@ -6,7 +6,9 @@
 
 - ``ip``: an address or a network, as the address group the limiter counts
   (``IPV4_PREFIX``, ``IPV6_PREFIX``: ``2001:db8::7`` is ``2001:db8::/64`` by
-  default), or ``unknown`` (requests with no usable address);
+  default), or ``unknown`` (requests with no usable address); with ``HASH_IPS``
+  the value is the group's keyed hash (``h:`` and 32 hex digits), which staff
+  may also type as the dashboard shows it;
 - ``user``: a user that exists, by id or by username (an id first); the value
   is its id, as the limiter counts it;
 - ``header`` and ``key``: any value of 1 to :data:`VALUE_MAX` characters with
@@ -20,6 +22,7 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -27,10 +30,18 @@ from django.core.exceptions import ValidationError
 
 from django_ratelimits.conf import get_settings
 from django_ratelimits.engine import Identity
-from django_ratelimits.identity import UNKNOWN, group, normalize_username, parse_address
+from django_ratelimits.identity import (
+    HASHED,
+    UNKNOWN,
+    counted_ip,
+    group,
+    normalize_username,
+    parse_address,
+)
 
 KINDS = ("ip", "user", "header", "key", "username", "ip_username")
 VALUE_MAX = 1000
+_HASH = re.compile(re.escape(HASHED) + "[0-9a-f]{32}")
 
 
 class NoSuchIdentity(ValueError):
@@ -55,14 +66,14 @@ def resolve(kind: str, value: str) -> Identity:
             f"an identity's value has 1 to {VALUE_MAX} characters, not only spaces"
         )
     if kind == "ip":
-        return Identity("ip", address_group(value))
+        return Identity("ip", ip_value(value))
     if kind == "user":
         return Identity("user", user_pk(value))
     if kind == "username":
         return Identity(kind, _username(value))
     if kind == "ip_username":
         address, _, name = value.strip().partition(" ")
-        return Identity(kind, f"{address_group(address)} {_username(name)}")
+        return Identity(kind, f"{ip_value(address)} {_username(name)}")
     return Identity(kind, value)
 
 
@@ -71,6 +82,16 @@ def _username(value: str) -> str:
     if name is None:
         raise NoSuchIdentity("a username tried has something other than spaces")
     return name
+
+
+def ip_value(value: str) -> str:
+    """The value the limiter counts the address or network ``value`` under: its group
+    (:func:`address_group`), or with ``HASH_IPS`` the group's hash, which may also be
+    given as it is."""
+    config = get_settings()
+    if config.hash_ips and _HASH.fullmatch(value):
+        return value
+    return counted_ip(address_group(value), config)
 
 
 def address_group(value: str) -> str:

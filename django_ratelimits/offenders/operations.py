@@ -1,4 +1,4 @@
-"""What staff can do to an identity, as a value: reset, block, allow-list, lift.
+"""What staff can do to an identity, as a value: reset, block, allow-list, lift, forget.
 
 An :class:`Operation` is one action on one identity, with the permission it
 needs and the sentence that says it was done (for a message or admin's
@@ -34,10 +34,11 @@ class Action(StrEnum):
     BLOCK = "block"
     ALLOW = "allow"
     LIFT = "lift"
+    FORGET = "forget"
 
     @property
     def permission(self) -> str:
-        if self is Action.RESET:
+        if self in (Action.RESET, Action.FORGET):
             return "django_ratelimits.reset_offenders"
         return LIFT_PERMISSION  # blocks, allow-lists and lifts
 
@@ -51,6 +52,7 @@ _LABELS = {
     Action.BLOCK: pgettext_lazy("action", "Block"),
     Action.ALLOW: pgettext_lazy("action", "Allow-list"),
     Action.LIFT: pgettext_lazy("action", "Lift the block or allow-listing"),
+    Action.FORGET: pgettext_lazy("action", "Forget everything about it"),
 }
 
 
@@ -100,6 +102,8 @@ class Operation:
             text = gettext("Blocked %(who)s for %(duration)s")
         elif self.action is Action.ALLOW:
             text = gettext("Allow-listed %(who)s for %(duration)s")
+        elif self.action is Action.FORGET:
+            text = gettext("Forgot %(who)s")
         else:
             text = gettext("Lifted the block or allow-listing of %(who)s")
         return text % values

@@ -1,11 +1,12 @@
-"""The offenders service: list, inspect, reset, block, allow-list and lift identities,
-and list the blocks and allow-listings in force.
+"""The offenders service: list, inspect, reset, block, allow-list, lift and forget
+identities, and list the blocks and allow-listings in force.
 
 The dashboard's views and ``manage.py ratelimits`` both go through
 :class:`Offenders`; they only turn what it returns into pages or terminal
 output. Reads go through :class:`~django_ratelimits.engine.offenders.OffenderReader`
 (bounded: never KEYS or SCAN) and ``engine.peek``; writes through
-:class:`~django_ratelimits.engine.controls.Controls`, each followed by a bump of the
+:class:`~django_ratelimits.engine.controls.Controls` (and
+:class:`~django_ratelimits.engine.erasure.Eraser` to forget), each followed by a bump of the
 denial epoch, so every worker drops the denials it cached within ``POLICY_REFRESH``
 (``docs/flood.md``). Every method raises
 :class:`~django_ratelimits.exceptions.BackendError` when Redis fails.
@@ -22,10 +23,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
+from django_ratelimits.conf import get_settings
 from django_ratelimits.deny_cache import cache_for
 from django_ratelimits.engine import Check, Engine, Identity, LimitResult, get_engine
 from django_ratelimits.engine.controls import ActiveOverrides, Controls
 from django_ratelimits.engine.denials import Denials
+from django_ratelimits.engine.erasure import Erased, Eraser
 from django_ratelimits.engine.hits import Hit
 from django_ratelimits.engine.keys import ident
 from django_ratelimits.engine.offenders import (
@@ -39,6 +42,7 @@ from django_ratelimits.engine.overrides import Override
 from django_ratelimits.identity import IPNetwork
 from django_ratelimits.offenders.operations import Action, Operation
 from django_ratelimits.policies import current
+from django_ratelimits.rates import Rate
 
 ROW_HITS = 100  # metadata entries read for each row of a page, newest first
 
@@ -123,6 +127,10 @@ class Offenders:
         return Controls(self.engine)
 
     @cached_property
+    def eraser(self) -> Eraser:
+        return Eraser(self.engine)
+
+    @cached_property
     def denials(self) -> Denials:
         return Denials(self.engine)
 
@@ -191,6 +199,17 @@ class Offenders:
         self._changed()
         return tuple(spec.name for spec in specs)
 
+    def forget(self, identity: Identity) -> Erased:
+        """Erase what Redis holds of ``identity``: its counters under every policy, its
+        records, hits, override and index entries, and the hit entries of the identities
+        its hits name that name it (:mod:`django_ratelimits.engine.erasure`)."""
+        specs = current().all()
+        limits = [limit for spec in specs for limit in spec.limits]
+        budgets = {get_settings().identity_budget_rate, *(s.identity_budget for s in specs)}
+        erased = self.eraser.forget(identity, limits, [b for b in budgets if isinstance(b, Rate)])
+        self._changed()
+        return erased
+
     def block(self, identity: Identity, seconds: float, *, by: str = "") -> None:
         """Deny every request of ``identity`` for ``seconds``; ``by`` is who does it."""
         self.controls.block(identity, seconds, by=by)
@@ -221,6 +240,8 @@ class Offenders:
             self.block(identity, operation.seconds or 0, by=by)
         elif action is Action.ALLOW:
             self.allow(identity, operation.seconds or 0, by=by)
+        elif action is Action.FORGET:
+            self.forget(identity)
         else:
             self.lift(identity)
 

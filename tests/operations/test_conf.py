@@ -74,6 +74,7 @@ def test_defaults_by_setting_name() -> None:
         "IDENTITY_BUDGET": "50/h",
         "SHARD_SECRET": None,
         "KEY_FUNCTIONS": (),
+        "HASH_IPS": False,
     }
 
 

@@ -34,7 +34,7 @@ from django_ratelimits.dashboard.views.common import (
 )
 from django_ratelimits.engine import Identity
 from django_ratelimits.engine.errors import BackendError
-from django_ratelimits.identity import client_ip
+from django_ratelimits.identity import ip_identity
 from django_ratelimits.offenders import (
     DURATIONS,
     Action,
@@ -50,6 +50,7 @@ _FLAGS = {
     Action.BLOCK: ADDITION,
     Action.ALLOW: ADDITION,
     Action.LIFT: DELETION,
+    Action.FORGET: DELETION,
 }
 
 
@@ -100,7 +101,7 @@ def offender_action(request: HttpRequest, site: AdminSite) -> HttpResponse:
 def own(request: HttpRequest, identity: Identity) -> bool:
     """Whether ``identity`` is the admin's own: their client IP group, or their user."""
     if identity.kind == "ip":
-        return identity.value == client_ip(request)
+        return identity == ip_identity(request)
     return identity.kind == "user" and identity.value == str(request.user.pk)
 
 

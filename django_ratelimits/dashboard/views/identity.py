@@ -12,6 +12,7 @@ from django.utils.translation import gettext
 
 from django_ratelimits.dashboard.present import (
     activity,
+    addresses,
     denied_by,
     display_name,
     hit_views,
@@ -77,6 +78,7 @@ def _report(report: IdentityReport, site: AdminSite) -> dict[str, Any]:
     me = label(report.identity)
     chart = activity(detail.hits, report.now_ms)
     names = user_names([me, *(who for who, _ in seen_with), *(hit.who for hit in hits)])
+    names.update(addresses(detail.hits, me))
 
     def url_for(other: Identity) -> str:
         return detail_url(site, other)
@@ -106,6 +108,7 @@ def _actions(request: HttpRequest, site: AdminSite) -> dict[str, Any]:
     return {
         "action_url": reverse(f"{site.name}:django_ratelimits_offender_action"),
         "can_reset": user.has_perm(Action.RESET.permission),
+        "can_forget": user.has_perm(Action.FORGET.permission),
         "can_block": user.has_perm(Action.BLOCK.permission),
         "policy_names": policy_names(),
         "durations": list(DURATIONS.items()),

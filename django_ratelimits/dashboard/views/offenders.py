@@ -14,7 +14,13 @@ from django.urls import reverse
 from django.utils.translation import gettext
 
 from django_ratelimits.dashboard.forms import MAX_PAGE, PER_PAGE, PERIODS, FilterForm
-from django_ratelimits.dashboard.present import Activity, RowView, page_activity, row_view
+from django_ratelimits.dashboard.present import (
+    Activity,
+    RowView,
+    addresses,
+    page_activity,
+    row_view,
+)
 from django_ratelimits.dashboard.views.common import (
     TEMPLATES,
     admin_context,
@@ -164,6 +170,8 @@ def load(request: HttpRequest, site: AdminSite) -> Board:
     names = user_names(
         who for row in listing.rows for who in (row.offender.label, *(hit.who for hit in row.hits))
     )
+    for row in listing.rows:
+        names.update(addresses(row.hits, row.offender.label))
     rows = tuple(
         row_view(row, listing.now_ms, names, lambda i: detail_url(site, i)) for row in listing.rows
     )

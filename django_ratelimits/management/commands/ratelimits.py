@@ -11,6 +11,7 @@
     manage.py ratelimits block ip:203.0.113.7 --for 1h
     manage.py ratelimits allow user:42 --for 30m
     manage.py ratelimits lift ip:203.0.113.7
+    manage.py ratelimits forget ip:203.0.113.7
     manage.py ratelimits status
     manage.py ratelimits block-network 203.0.113.0/24 --reason "scraper" [--for 1d]
     manage.py ratelimits unblock-network 203.0.113.0/24
@@ -150,6 +151,10 @@ class Command(BaseCommand):
                 help="how long: a number and s, m, h or d, from 1s to 365d (90s, 30m, 1h, 7d)",
             )
         add("lift", "end a block or allow-listing").add_argument("ident")
+        add(
+            "forget",
+            "erase everything Redis holds of an identity, and the hit entries of others naming it",
+        ).add_argument("ident")
         add("status", "Redis, the key space, the policies and the offender index")
         networks.add_arguments(add, duration)
 
@@ -319,6 +324,25 @@ def lift(options: dict[str, Any]) -> Report:
     return data, f"{label(identity)}: lifted ({override_text(data['lifted'])})."
 
 
+def forget(options: dict[str, Any]) -> Report:
+    identity = _identity(options["ident"])
+    erased = Offenders(get_engine).forget(identity)
+    others = [label(other) for other in erased.others]
+    data = {
+        "action": "forget",
+        "identity": label(identity),
+        "keys_deleted": erased.keys,
+        "entries_dropped": erased.entries,
+        "lists_cleaned": others,
+    }
+    text = (
+        f"{label(identity)}: forgotten; {erased.keys} key(s) deleted, {erased.entries} hit "
+        f"entr{'y' if erased.entries == 1 else 'ies'} naming it dropped from "
+        f"{len(others)} other identit{'y' if len(others) == 1 else 'ies'}' lists."
+    )
+    return data, text
+
+
 def status(options: dict[str, Any]) -> Report:
     config = get_settings()
     engine = get_engine()
@@ -367,6 +391,7 @@ SUBCOMMANDS: dict[str, Callable[[dict[str, Any]], Report]] = {
     "block": _overriding("block"),
     "allow": _overriding("allow"),
     "lift": lift,
+    "forget": forget,
     "status": status,
     **networks.SUBCOMMANDS,
 }
