@@ -63,6 +63,11 @@ _KEY_PREFIX: Final = re.compile(r"[A-Za-z0-9_.-]{1,16}")
 # nothing about SECRET_KEY and no other use of SECRET_KEY yields the same bytes.
 SHARD_KEY_PURPOSE: Final = b"django_ratelimits.engine.keys shard placement"
 SHARD_SECRET_MIN_LENGTH: Final = 16
+METRICS_BACKENDS: Final = ("prometheus",)
+"""What ``METRICS`` may name besides ``False`` (off): the backend that counts
+(``docs/metrics.md``)."""
+METRICS_TOKEN_MIN: Final = 32
+"""The shortest ``METRICS_TOKEN``: the bearer token of the metrics view, a secret."""
 
 # Inclusive bounds of the numeric settings, by attribute name.
 _BOUNDS: Final[Mapping[str, tuple[float, int]]] = MappingProxyType(
@@ -188,6 +193,8 @@ class RateLimitSettings:
     identity_budget_rate: Rate | None = field(init=False, repr=False, compare=False)
     shard_secret: str | None = field(default=None, repr=False)
     key_functions: tuple[str, ...] = ()
+    metrics: str | bool = False
+    metrics_token: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         problems = list(self._problems())
@@ -244,17 +251,26 @@ class RateLimitSettings:
                 f"{_name('fail_closed_status')} must be 429 or 503, "
                 f"not {_describe(self.fail_closed_status)}"
             )
-        secret = self.shard_secret
-        if secret is not None and not (
-            isinstance(secret, str) and len(secret) >= SHARD_SECRET_MIN_LENGTH
+        for attribute, minimum in (
+            ("shard_secret", SHARD_SECRET_MIN_LENGTH),
+            ("metrics_token", METRICS_TOKEN_MIN),
         ):
-            # Never the value: it is a secret.
-            shown = (
-                f"{len(secret)} characters" if isinstance(secret, str) else type(secret).__name__
-            )
+            secret = getattr(self, attribute)
+            if secret is not None and not (isinstance(secret, str) and len(secret) >= minimum):
+                # Never the value: it is a secret.
+                shown = (
+                    f"{len(secret)} characters"
+                    if isinstance(secret, str)
+                    else type(secret).__name__
+                )
+                yield (
+                    f"{_name(attribute)} must be None or a str of at least {minimum} "
+                    f"characters, not {shown}"
+                )
+        if not (self.metrics is False or self.metrics in METRICS_BACKENDS):
             yield (
-                f"{_name('shard_secret')} must be None or a str of at least "
-                f"{SHARD_SECRET_MIN_LENGTH} characters, not {shown}"
+                f"{_name('metrics')} must be False or "
+                f"{' or '.join(map(repr, METRICS_BACKENDS))}, not {_describe(self.metrics)}"
             )
 
     @functools.cached_property

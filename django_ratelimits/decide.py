@@ -20,7 +20,8 @@ entry per request, recorded as its policies' ``record_metadata`` asks (by
 default only when a policy denied, or would have denied, it). A client-chosen
 identity (header, callable, user) is gated by its policy's identity budget
 for the client IP: past it, the check counts against the IP (see
-``docs/client-ip.md``).
+``docs/client-ip.md``). With ``METRICS`` on, the observer of
+:mod:`django_ratelimits.metrics` hears of each engine call and each verdict.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from typing import Final
 
 from django.http import HttpRequest
 
-from django_ratelimits import signals
+from django_ratelimits import metrics, signals
 from django_ratelimits.breaker import breaker
 from django_ratelimits.conf import get_settings
 from django_ratelimits.deny_cache import DenialCache, cache_for
@@ -258,7 +259,8 @@ class Planned:
     circuit breaker is open); otherwise :meth:`run` (or :meth:`arun`) sends
     ``checks`` to the engine and turns its answer, or its failure, into the
     verdict. ``checks`` are planned from ``policies`` unless given (the compat
-    API counts its own identities).
+    API counts its own identities). Unless ``observed`` is false (a look that
+    charges nothing), the metrics observer hears of the call and the verdict.
     """
 
     def __init__(
@@ -266,6 +268,8 @@ class Planned:
         request: HttpRequest,
         policies: tuple[PolicySpec, ...],
         checks: list[Check] | None = None,
+        *,
+        observed: bool = True,
     ) -> None:
         self.request = request
         self.considered = _names(policies)
@@ -274,6 +278,7 @@ class Planned:
         else:
             self.applied, self.checks = policies, checks
         self.verdict: Verdict | None = None
+        self.observer = metrics.observer() if observed else None
         if not self.checks:
             self.verdict = Verdict(self.applied, considered=self.considered)
         elif not breaker.allow():
@@ -307,7 +312,7 @@ class Planned:
         if verdict is None:
             epoch, sent = (None, 0) if cache is None else (cache.epoch(), cache.now_us())
             try:
-                decision = await call(self.checks)
+                decision = await self._aask(call)
             except BackendError as error:
                 return self.failed(error)
             verdict = self.decided(decision)
@@ -322,7 +327,7 @@ class Planned:
     ) -> Verdict:
         epoch, sent = (None, 0) if cache is None else (cache.epoch(), cache.now_us())
         try:
-            decision = call(self.checks)
+            decision = self._ask(call)
         except BackendError as error:
             return self.failed(error)
         verdict = self.decided(decision)
@@ -330,10 +335,32 @@ class Planned:
             self._learn(cache, decision, epoch, sent)
         return verdict
 
+    def _ask(self, call: Callable[[list[Check]], Decision]) -> Decision:
+        """``call`` on the checks, timed for the observer if there is one."""
+        observer = self.observer
+        if observer is None:
+            return call(self.checks)
+        started = time.perf_counter()
+        try:
+            return call(self.checks)
+        finally:
+            observer.engine_call(time.perf_counter() - started)
+
+    async def _aask(self, call: Callable[[list[Check]], Awaitable[Decision]]) -> Decision:
+        """:meth:`_ask` with an async ``call``."""
+        observer = self.observer
+        if observer is None:
+            return await call(self.checks)
+        started = time.perf_counter()
+        try:
+            return await call(self.checks)
+        finally:
+            observer.engine_call(time.perf_counter() - started)
+
     def _cached(self, cache: DenialCache, charge: bool) -> Verdict | None:
         """The verdict the cache of denials gives without Redis, if it has one."""
         decision = cache.refuse(self.checks, count=charge)
-        return None if decision is None else self._announced(decision)
+        return None if decision is None else self._announced(decision, cached=True)
 
     def _learn(
         self, cache: DenialCache, decision: Decision, epoch: int | None, sent_us: int
@@ -348,11 +375,16 @@ class Planned:
 
     def decided(self, decision: Decision) -> Verdict:
         breaker.success()
+        if self.observer is not None:
+            self.observer.breaker(breaker.is_open)
         return self._announced(decision)
 
-    def _announced(self, decision: Decision) -> Verdict:
-        """The verdict of ``decision``, its blocks logged and its denials signalled."""
+    def _announced(self, decision: Decision, *, cached: bool = False) -> Verdict:
+        """The verdict of ``decision`` (the denial cache's if ``cached``), its blocks
+        logged, its denials signalled, its outcomes counted."""
         verdict = Verdict(self.applied, decision, considered=self.considered)
+        if self.observer is not None:
+            metrics.record_decision(self.observer, self.applied, decision, cached=cached)
         announced: set[str] = set()
         logged: set[Identity] = set()
         for result in decision.results:
@@ -374,6 +406,8 @@ class Planned:
 
     def failed(self, error: BackendError) -> Verdict:
         breaker.failure(error)
+        if self.observer is not None:
+            self.observer.breaker(breaker.is_open)
         cache = _cache()
         if cache is not None:  # Redis fails: fail open or closed, as without the cache
             cache.clear()
@@ -381,6 +415,8 @@ class Planned:
 
     def _refused(self, error: BackendError) -> Verdict:
         verdict = Verdict(self.applied, error=error, considered=self.considered)
+        if self.observer is not None:
+            metrics.record_failure(self.observer, self.applied)
         signals.backend_failed.send(
             sender=PolicySpec,
             request=self.request,

@@ -73,6 +73,8 @@ def test_defaults_by_setting_name() -> None:
         "IDENTITY_BUDGET": "50/h",
         "SHARD_SECRET": None,
         "KEY_FUNCTIONS": (),
+        "METRICS": False,
+        "METRICS_TOKEN": None,
     }
 
 
