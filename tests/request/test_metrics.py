@@ -4,16 +4,18 @@ counted by a Prometheus observer on a fresh registry per test (docs/metrics.md).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.test import AsyncClient, Client, override_settings
+from django.test import AsyncClient, Client, RequestFactory, override_settings
 from prometheus_client import CollectorRegistry
 
 from django_ratelimits import metrics
+from django_ratelimits.compat import get_usage, is_ratelimited
 from django_ratelimits.engine import get_engine
 from django_ratelimits.metrics import Outcome, observing, prometheus
 from django_ratelimits.metrics.prometheus import PREFIX, PrometheusMetrics
@@ -165,6 +167,28 @@ def test_redis_down_counts_failed_open_failed_closed_and_the_breaker(
     assert decisions(registry, "closed") == {"failed_closed": 1}
     assert sample(registry, "breaker_open") == 1
     assert registry.get_sample_value(ENGINE_CALLS) == 1 + 3  # no call while it was open
+    # Redis is back: once the cooldown is over, the next request's trial closes the breaker.
+    short = {**settings.DJANGO_RATELIMITS, "BREAKER_COOLDOWN": 0.1}
+    with override_settings(DJANGO_RATELIMITS=short):
+        time.sleep(0.2)
+        assert statuses(Client(), 1) == [200]
+    assert sample(registry, "breaker_open") == 0
+    assert decisions(registry) == {"allowed": 2, "failed_open": 4}
+
+
+def test_compat_counts_charges_not_peeks(
+    frozen_clock: FakeClock, registry: CollectorRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = Calls(monkeypatch)
+    request = RequestFactory().get("/", REMOTE_ADDR="203.0.113.9")
+    options: dict[str, Any] = {"group": "g", "key": "ip", "rate": "2/h"}
+    assert not is_ratelimited(request, **options, increment=True)
+    assert not is_ratelimited(request, **options, increment=False)
+    assert get_usage(request, **options) is not None
+    assert [is_ratelimited(request, **options, increment=True) for _ in range(2)] == [False, True]
+    assert decisions(registry, "g") == {"allowed": 2, "denied": 1}
+    # The charges' engine calls are timed; the peeks' (engine.peek) are not.
+    assert registry.get_sample_value(ENGINE_CALLS) == calls.n == 3
 
 
 def test_a_flood_of_new_identities_adds_no_series(
