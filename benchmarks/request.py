@@ -451,9 +451,10 @@ def render(report: Report) -> str:
     counted = ", ".join(f"{int(n):,}" for n in report.metered.values())
     lines += [
         "",
-        f"Metrics: on (Prometheus), a request of the {HEADLINE}-policy rows costs"
-        f" {metered:+.1f} µs more ({replayed:+.1f} µs with the engine's answer replayed; the"
-        f" rows counted {counted} decisions); what it tells the observer, timed alone:"
+        f"Metrics: the {HEADLINE}-policy request's overhead with metrics on (Prometheus) minus"
+        f" off, {metered:+.1f} µs ({replayed:+.1f} µs with the engine's answer replayed; the"
+        " rows' noise can exceed it; they counted"
+        f" {counted} decisions); what a request tells the observer, timed alone:"
         f" {report.observing_us:.1f} µs (the fastest of 5 rounds). Off, it pays the observer"
         f" lookup, {report.observer_ns:.0f} ns timed alone, and a few `is None` tests.",
     ]
