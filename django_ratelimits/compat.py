@@ -305,7 +305,7 @@ def _spec(name: str, limit: int, period: int, fail_closed: bool) -> PolicySpec:
 
 def _decide(request: HttpRequest, spec: PolicySpec, identity: Identity, increment: bool) -> Verdict:
     """One engine call: charge (``increment``) or look; a Redis failure becomes a verdict."""
-    planned = Planned(request, (spec,), [Check(identity, spec.limits)])
+    planned = Planned(request, (spec,), [Check(identity, spec.limits)], observed=increment)
     return planned.run(
         lambda checks: (get_engine().check if increment else get_engine().peek)(checks),
         charge=increment,

@@ -65,6 +65,11 @@ SHARD_KEY_PURPOSE: Final = b"django_ratelimits.engine.keys shard placement"
 SHARD_SECRET_MIN_LENGTH: Final = 16
 # What the IP hashing key is for (HASH_IPS): another purpose, so another key.
 IP_HASH_KEY_PURPOSE: Final = b"django_ratelimits.identity client address hashing"
+METRICS_BACKENDS: Final = ("prometheus",)
+"""What ``METRICS`` may name besides ``False`` (off): the backend that counts
+(``docs/metrics.md``)."""
+METRICS_TOKEN_MIN: Final = 32
+"""The shortest ``METRICS_TOKEN``: the bearer token of the metrics view, a secret."""
 
 # Inclusive bounds of the numeric settings, by attribute name.
 _BOUNDS: Final[Mapping[str, tuple[float, int]]] = MappingProxyType(
@@ -192,6 +197,8 @@ class RateLimitSettings:
     shard_secret: str | None = field(default=None, repr=False)
     key_functions: tuple[str, ...] = ()
     hash_ips: bool = False
+    metrics: str | bool = False
+    metrics_token: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         problems = list(self._problems())
@@ -248,17 +255,26 @@ class RateLimitSettings:
                 f"{_name('fail_closed_status')} must be 429 or 503, "
                 f"not {_describe(self.fail_closed_status)}"
             )
-        secret = self.shard_secret
-        if secret is not None and not (
-            isinstance(secret, str) and len(secret) >= SHARD_SECRET_MIN_LENGTH
+        for attribute, minimum in (
+            ("shard_secret", SHARD_SECRET_MIN_LENGTH),
+            ("metrics_token", METRICS_TOKEN_MIN),
         ):
-            # Never the value: it is a secret.
-            shown = (
-                f"{len(secret)} characters" if isinstance(secret, str) else type(secret).__name__
-            )
+            secret = getattr(self, attribute)
+            if secret is not None and not (isinstance(secret, str) and len(secret) >= minimum):
+                # Never the value: it is a secret.
+                shown = (
+                    f"{len(secret)} characters"
+                    if isinstance(secret, str)
+                    else type(secret).__name__
+                )
+                yield (
+                    f"{_name(attribute)} must be None or a str of at least {minimum} "
+                    f"characters, not {shown}"
+                )
+        if not (self.metrics is False or self.metrics in METRICS_BACKENDS):
             yield (
-                f"{_name('shard_secret')} must be None or a str of at least "
-                f"{SHARD_SECRET_MIN_LENGTH} characters, not {shown}"
+                f"{_name('metrics')} must be False or "
+                f"{' or '.join(map(repr, METRICS_BACKENDS))}, not {_describe(self.metrics)}"
             )
 
     @functools.cached_property

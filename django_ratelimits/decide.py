@@ -20,7 +20,8 @@ entry per request, recorded as its policies' ``record_metadata`` asks (by
 default only when a policy denied, or would have denied, it). A client-chosen
 identity (header, callable, user) is gated by its policy's identity budget
 for the client IP: past it, the check counts against the IP (see
-``docs/client-ip.md``).
+``docs/client-ip.md``). With ``METRICS`` on, the observer of
+:mod:`django_ratelimits.metrics` hears of each engine call and each verdict.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from typing import Final
 
 from django.http import HttpRequest
 
-from django_ratelimits import signals
+from django_ratelimits import metrics, signals
 from django_ratelimits.breaker import breaker
 from django_ratelimits.conf import get_settings
 from django_ratelimits.deny_cache import DenialCache, Sending, cache_for
@@ -259,7 +260,9 @@ class Planned:
     ``checks`` to the engine and turns its answer, or its failure, into the
     verdict. ``checks`` are planned from ``policies`` unless given (the compat
     API counts its own identities). ``behind`` is who the hit entries of the
-    client IP name (a login's username tried); by default the user.
+    client IP name (a login's username tried); by default the user. Unless
+    ``observed`` is false (a look that charges nothing), the metrics observer hears
+    of the call and the verdict.
     """
 
     def __init__(
@@ -269,6 +272,7 @@ class Planned:
         checks: list[Check] | None = None,
         *,
         behind: str | None = None,
+        observed: bool = True,
     ) -> None:
         self.request = request
         self.considered = _names(policies)
@@ -277,6 +281,7 @@ class Planned:
         else:
             self.applied, self.checks = policies, checks
         self.verdict: Verdict | None = None
+        self.observer = metrics.observer() if observed else None
         if not self.checks:
             self.verdict = Verdict(self.applied, considered=self.considered)
         elif not breaker.allow():
@@ -318,7 +323,7 @@ class Planned:
     ) -> Verdict:
         sent = None if cache is None else cache.sending()
         try:
-            decision = call(self.checks)
+            decision = self._ask(call)
         except BackendError as error:
             return self.failed(error, cache)
         return self._received(decision, cache, sent)
@@ -328,7 +333,7 @@ class Planned:
     ) -> Verdict:
         sent = None if cache is None else cache.sending()
         try:
-            decision = await call(self.checks)
+            decision = await self._aask(call)
         except BackendError as error:
             return self.failed(error, cache)
         return self._received(decision, cache, sent)
@@ -342,18 +347,45 @@ class Planned:
             cache.learn(decision, enforced, sent)
         return verdict
 
+    def _ask(self, call: Callable[[list[Check]], Decision]) -> Decision:
+        """``call`` on the checks, timed for the observer if there is one."""
+        observer = self.observer
+        if observer is None:
+            return call(self.checks)
+        started = time.perf_counter()
+        try:
+            return call(self.checks)
+        finally:
+            observer.engine_call(time.perf_counter() - started)
+
+    async def _aask(self, call: Callable[[list[Check]], Awaitable[Decision]]) -> Decision:
+        """:meth:`_ask` with an async ``call``."""
+        observer = self.observer
+        if observer is None:
+            return await call(self.checks)
+        started = time.perf_counter()
+        try:
+            return await call(self.checks)
+        finally:
+            observer.engine_call(time.perf_counter() - started)
+
     def _cached(self, cache: DenialCache, charge: bool) -> Verdict | None:
         """The verdict the cache of denials gives without Redis, if it has one."""
         decision = cache.refuse(self.checks, count=charge)
-        return None if decision is None else self._announced(decision)
+        return None if decision is None else self._announced(decision, cached=True)
 
     def decided(self, decision: Decision) -> Verdict:
         breaker.success()
+        if self.observer is not None:
+            self.observer.breaker(breaker.is_open)
         return self._announced(decision)
 
-    def _announced(self, decision: Decision) -> Verdict:
-        """The verdict of ``decision``, its blocks logged and its denials signalled."""
+    def _announced(self, decision: Decision, *, cached: bool = False) -> Verdict:
+        """The verdict of ``decision`` (the denial cache's if ``cached``), its blocks
+        logged, its denials signalled, its outcomes counted."""
         verdict = Verdict(self.applied, decision, considered=self.considered)
+        if self.observer is not None:
+            metrics.record_decision(self.observer, self.applied, decision, cached=cached)
         announced: set[str] = set()
         logged: set[Identity] = set()
         for result in decision.results:
@@ -375,12 +407,16 @@ class Planned:
 
     def failed(self, error: BackendError, cache: DenialCache | None = None) -> Verdict:
         breaker.failure(error)
+        if self.observer is not None:
+            self.observer.breaker(breaker.is_open)
         if cache is not None:  # Redis fails: fail open or closed, as without the cache
             cache.clear()
         return self._refused(error)
 
     def _refused(self, error: BackendError) -> Verdict:
         verdict = Verdict(self.applied, error=error, considered=self.considered)
+        if self.observer is not None:
+            metrics.record_failure(self.observer, self.applied)
         signals.backend_failed.send(
             sender=PolicySpec,
             request=self.request,

@@ -15,6 +15,7 @@ below them, and nothing imports them but ``apps.ready`` (which registers them).
 ``E006``                  code names a policy that does not exist
 ``E007``                  a django-ratelimit setting that ``compat`` does not honour
 ``E008``                  a policy names a key function that is not allowed (one per policy)
+``E009``                  ``METRICS`` names a backend whose library is not installed
 ``W001``                  the app is installed but ``RateLimitMiddleware`` is not
 ``W002``                  Redis does not answer PING within half a second
 ``W003``                  (``--deploy``) a full Redis would refuse writes, or its
@@ -23,7 +24,7 @@ below them, and nothing imports them but ``apps.ready`` (which registers them).
 ``W005``                  ``FailedLoginBackend`` is not first in ``AUTHENTICATION_BACKENDS``
 ========================  =========================================================
 
-``setup`` holds E001 to E004, E007 and W001; ``policies`` E005, E006, E008 and
+``setup`` holds E001 to E004, E007, E009 and W001; ``policies`` E005, E006, E008 and
 W004 (with ``references``, the places code names a policy); ``redis_server``
 W002 and W003; ``logins`` W005.
 """

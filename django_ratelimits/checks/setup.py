@@ -1,8 +1,10 @@
 """Checks of the project's setup: middleware order, ``DJANGO_RATELIMITS``, proxies,
-and django-ratelimit settings that would be silently ignored (E001 to E004, E007, W001)."""
+django-ratelimit settings that would be silently ignored, and a metrics backend that
+is not installed (E001 to E004, E007, E009, W001)."""
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -159,4 +161,31 @@ def check_compat_settings(**kwargs: Any) -> list[CheckMessage]:
             id="django_ratelimits.E007",
         )
         for name, hint in found
+    ]
+
+
+# The module each METRICS backend needs, and the extra that installs it.
+_METRICS_NEEDS: Final = {"prometheus": ("prometheus_client", "django-ratelimits[prometheus]")}
+
+
+@register(TAG)
+def check_metrics_backend(**kwargs: Any) -> list[CheckMessage]:
+    """E009: ``METRICS`` names a backend whose client library is not installed (the
+    first request would fail to count, and the metrics view to answer)."""
+    config = valid_settings()
+    if config is None or config.metrics is False:
+        return []
+    module, extra = _METRICS_NEEDS[str(config.metrics)]
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except ValueError:  # imported already, without a spec
+        found = True
+    if found:
+        return []
+    return [
+        Error(
+            f"{SETTING_NAME}['METRICS'] is {config.metrics!r} but {module} is not installed.",
+            hint=f"pip install '{extra}', or set {SETTING_NAME}['METRICS'] = False.",
+            id="django_ratelimits.E009",
+        )
     ]

@@ -321,6 +321,12 @@ def test_status_describes_redis_and_the_index(engine: Engine) -> None:
     assert text.startswith("Redis: reachable, ")
     assert "offender index: 4 identities (all shards)" in text
     assert "circuit breaker: closed" in text
+    assert data["metrics"] is False and "metrics: off" in text
+    with override_settings(
+        DJANGO_RATELIMITS={**settings.DJANGO_RATELIMITS, "METRICS": "prometheus"}
+    ):
+        assert run_json("status")["metrics"] == "prometheus"
+        assert "metrics: prometheus" in run("status")
 
 
 # --------------------------------------------------------------------------- errors

@@ -75,6 +75,8 @@ def test_defaults_by_setting_name() -> None:
         "SHARD_SECRET": None,
         "KEY_FUNCTIONS": (),
         "HASH_IPS": False,
+        "METRICS": False,
+        "METRICS_TOKEN": None,
     }
 
 

@@ -7,6 +7,7 @@ allowed path, and that each limiter refused past its limit.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -85,6 +86,9 @@ def test_the_request_rows_ask_redis_once_and_the_limits_bite(report: str) -> Non
             assert row[4] == "1", row  # one round trip per request, 6 limits and all
         assert row[5] == "0", row
     assert "Limits bite (yes)" in report  # the 1-limit policy and both decorators refused too
+    # The rows with metrics on counted their requests (each row's, however many).
+    counted = re.search(r"they counted ([\d,]+), ([\d,]+) decisions", report)
+    assert counted and all(int(n.replace(",", "")) > 0 for n in counted.groups()), counted
     assert "middleware: [200, 200, 200, 200, 200, 429]" in report  # really enforcing
 
 

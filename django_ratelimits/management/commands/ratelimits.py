@@ -362,6 +362,7 @@ def status(options: dict[str, Any]) -> Report:
         "policies": len(current().all()),
         "offenders_indexed": indexed,
         "breaker_open": breaker.is_open,
+        "metrics": config.metrics,
         "memory": [m.as_dict() for m in memory],
     }
     node_lines = [
@@ -377,6 +378,7 @@ def status(options: dict[str, Any]) -> Report:
             f"offender index: {indexed} identities (all shards)",
             f"circuit breaker: {'open' if breaker.is_open else 'closed'} "
             "(in this process; every worker keeps its own)",
+            f"metrics: {config.metrics or 'off'} (docs/metrics.md)",
             "memory when full:",
             *(f"    {m.describe()}" for m in memory),
         ]
