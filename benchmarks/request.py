@@ -12,7 +12,8 @@ demo's middleware stack, :class:`benchmarks.site.BenchUser` for the user):
   paths than the registry's match cache and the middleware's view cache hold);
 * ``RateLimitMiddleware`` with 1 policy of 1 limit by client address
   (:data:`ONE_LIMIT`, the model's default algorithm and recording): issue 12's
-  match for django-ratelimit's decorator;
+  match for django-ratelimit's decorator; and the same charging 5 per request
+  (:data:`COSTED`, docs/cost.md);
 * django-ratelimit's ``@ratelimit(key="ip", rate="10/s")`` on the same view,
   and ``django_ratelimits.compat.ratelimit``, its drop-in, without the middleware.
 
@@ -62,6 +63,10 @@ CHECKED = 2 * DECORATOR_LIMIT + 1  # requests to each decorator before the timin
 # fall in one window however slow the machine (the timed requests never near it).
 ONE_LIMIT = {"name": "api", "rates": "10/m", "key": "ip", "path": r"^/api/"}
 ONE_LIMIT_ROW = f"RateLimitMiddleware, 1 policy, 1 limit by IP ({ONE_LIMIT['rates']})"
+# The same policy charging 5 per request (docs/cost.md): what a cost costs, against the
+# row above, whose cost of 1 sends what was sent before costs existed.
+COSTED = {**ONE_LIMIT, "rates": "100/m", "cost": 5}
+COSTED_ROW = f"RateLimitMiddleware, 1 policy, 1 limit by IP ({COSTED['rates']}), cost 5"
 
 # Targets of issue 5.
 TARGET_OVERHEAD = 1.5  # x PING, 10 policies with 6 limits matching
@@ -253,6 +258,9 @@ def run(server: RedisServer, quick: bool = False) -> Report:
     call = _caller(limited, _paths("/api/items", per_round), next(tag), per_round, False)
     report.rows.append(Row(Scenario(ONE_LIMIT_ROW, call)))
     registry_of[ONE_LIMIT_ROW] = _registry([ONE_LIMIT])
+    call = _caller(limited, _paths("/api/items", per_round), next(tag), per_round, False)
+    report.rows.append(Row(Scenario(COSTED_ROW, call)))
+    registry_of[COSTED_ROW] = _registry([COSTED])
     for label, prefix in (
         ("django-ratelimit `@ratelimit`", _DECORATED["django-ratelimit"]),
         ("django_ratelimits.compat `@ratelimit`", _DECORATED["compat"]),

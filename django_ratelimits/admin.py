@@ -34,7 +34,18 @@ from django_ratelimits.rates import Rate
 _FIELDSETS: list[tuple[Any, dict[str, Any]]] = [
     (
         _("What"),
-        {"fields": ("name", "description", "enabled", "mode", "algorithm", "rates", "burst")},
+        {
+            "fields": (
+                "name",
+                "description",
+                "enabled",
+                "mode",
+                "algorithm",
+                "rates",
+                "burst",
+                "cost",
+            )
+        },
     ),
     (_("Where"), {"fields": ("path", "methods", "priority")}),
     (_("Who"), {"fields": ("key", "key_arg", "identity_budget")}),

@@ -15,6 +15,7 @@ import secrets
 from typing import Any
 
 from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
@@ -31,6 +32,7 @@ from django_ratelimits.policies.labels import (
 from django_ratelimits.policies.parse import (
     PATH_MAX_LENGTH,
     check_burst,
+    check_cost,
     check_key_arg,
     parse_cidrs,
     parse_identity_budget,
@@ -38,7 +40,7 @@ from django_ratelimits.policies.parse import (
     parse_path,
     parse_policy_rates,
 )
-from django_ratelimits.policies.spec import KeyKind, Mode, PolicySpec, Recording
+from django_ratelimits.policies.spec import MAX_COST, KeyKind, Mode, PolicySpec, Recording
 from django_ratelimits.rates import Rate
 
 
@@ -91,6 +93,15 @@ class Policy(models.Model):
         help_text=_(
             "Token bucket and GCRA only: how many requests may arrive at once "
             "(the bucket size). Empty: the rate's limit."
+        ),
+    )
+    cost = models.PositiveIntegerField(
+        _("cost per request"),
+        default=1,
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_COST)],
+        help_text=_(
+            "What one request spends of each rate, e.g. 5 for an expensive endpoint: "
+            "on “10/h” it may then be made twice an hour. At most what each rate allows."
         ),
     )
     key = models.CharField(
@@ -192,6 +203,8 @@ class Policy(models.Model):
         if rates is not None:
             self.rates = ", ".join(str(rate) for rate in rates)
             _collect(errors, "burst", check_burst, self.algorithm, rates, self.burst)
+            if "burst" not in errors:
+                _collect(errors, "cost", check_cost, self.cost, self.algorithm, rates, self.burst)
         _collect(errors, "path", parse_path, self.path)
         methods = _collect(errors, "methods", parse_methods, self.methods)
         if methods is not None:
@@ -228,6 +241,7 @@ class Policy(models.Model):
             priority=self.priority,
             description=self.description,
             identity_budget=parse_identity_budget(self.identity_budget),
+            cost=self.cost,
         )
 
 
@@ -252,6 +266,7 @@ def spec_fields(spec: PolicySpec) -> dict[str, Any]:
         "record_metadata": spec.record_metadata.value,
         "priority": spec.priority,
         "identity_budget": _budget_text(spec.identity_budget),
+        "cost": spec.cost,
     }
 
 

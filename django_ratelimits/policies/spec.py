@@ -9,17 +9,25 @@ the values admin stores; what admin calls them is in
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Literal
+from typing import Final, Literal
 
 from django_ratelimits.conf import IPNetwork
 from django_ratelimits.engine import Algorithm, Limit
 from django_ratelimits.policies.matching import PathPattern
 from django_ratelimits.rates import Rate
 
-__all__ = ["KeyKind", "Mode", "PolicySpec", "Recording", "covers_method"]
+__all__ = [
+    "MAX_COST",
+    "KeyKind",
+    "Mode",
+    "PolicySpec",
+    "Recording",
+    "cost_problem",
+    "covers_method",
+]
 
 
 class Mode(StrEnum):
@@ -73,6 +81,22 @@ _IDENTITY_KINDS = {
 }
 
 
+MAX_COST: Final = 1_000_000
+"""The most one request may cost under a policy (its ``cost`` field, or a cost function's
+answer, which is lowered to it)."""
+
+
+def cost_problem(cost: object, limits: Iterable[Limit]) -> str | None:
+    """Why ``cost`` cannot be a policy's cost with ``limits``: ``"cost_range"`` (not a
+    whole number from 1 to :data:`MAX_COST`), ``"cost_capacity"`` (more than a limit
+    holds: such a request could never pass), or None."""
+    if isinstance(cost, bool) or not isinstance(cost, int) or not 1 <= cost <= MAX_COST:
+        return "cost_range"
+    if any(cost > limit.capacity for limit in limits):
+        return "cost_capacity"
+    return None
+
+
 @dataclass(frozen=True)
 class PolicySpec:
     """One enabled policy, ready to enforce.
@@ -91,6 +115,9 @@ class PolicySpec:
     ``record_metadata`` says which hits are recorded for the dashboard
     (:class:`Recording`): by default the denials, so that "who was behind the
     denials" is answered without recording every allowed request.
+    ``cost`` is what one request charges each of its limits (1 to :data:`MAX_COST`);
+    a cost function named by ``@ratelimit(..., cost=...)`` may say otherwise per
+    request (:mod:`django_ratelimits.costs`).
     """
 
     name: str
@@ -110,6 +137,7 @@ class PolicySpec:
     priority: int = 0
     description: str = ""
     identity_budget: Rate | Literal["default", "off"] = "default"
+    cost: int = 1
     limits: tuple[Limit, ...] = field(init=False, repr=False, compare=False)
     path_re: PathPattern | None = field(init=False, repr=False, compare=False)
 
@@ -117,6 +145,11 @@ class PolicySpec:
         if not self.rates:
             raise ValueError(f"policy {self.name!r} needs at least one rate")
         limits = tuple(Limit(self.name, rate, self.algorithm, self.burst) for rate in self.rates)
+        if cost_problem(self.cost, ()) is not None:
+            raise ValueError(
+                f"policy {self.name!r}: the cost must be a whole number from 1 to {MAX_COST}, "
+                f"not {self.cost!r}"
+            )
         object.__setattr__(self, "limits", limits)
         object.__setattr__(self, "path_re", PathPattern(self.path) if self.path else None)
 
