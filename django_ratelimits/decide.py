@@ -447,7 +447,7 @@ def _plan(
                 gate = Gate(Identity("ip", client_ip(request)), budget)
             group = (identity, policy.shadow, gate)
             limits = groups.setdefault(group, [])
-            if cost != 1 or group in costs:
+            if cost != 1 or (costs and group in costs):  # no lookup when no cost is set
                 costs.setdefault(group, [1] * len(limits)).extend(charges(cost, policy.limits))
             limits.extend(policy.limits)
             known = recording.get(identity, Recording.NONE)
@@ -463,7 +463,7 @@ def _plan(
             shadow=s,
             record_every=recording.get(i) == Recording.EVERY,
             overrides=overrides,
-            costs=tuple(costs.get((i, s, g), ())),
+            costs=tuple(costs.get((i, s, g), ())) if costs else (),
         )
         for (i, s, g), limits in groups.items()
     ]

@@ -6,6 +6,7 @@ import asyncio
 import struct
 from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field, replace
+from itertools import repeat
 from typing import Any, Protocol
 
 from redis import Redis
@@ -208,7 +209,7 @@ class Engine:
             raise ValueError(f"cost must be at least {least}, not {cost}")
         planned = [c for c in checks if c.limits]
         for chk in planned:
-            charges = chk.costs or [cost] * len(chk.limits)
+            charges = chk.costs or repeat(cost, len(chk.limits))
             for limit, charged in zip(chk.limits, charges, strict=True):
                 if charged < least:
                     raise ValueError(f"cost must be at least {least}, not {charged}")
