@@ -71,8 +71,9 @@ def _settings(**changes: object) -> override_settings:
 
 @contextmanager
 def disable_ratelimits() -> Iterator[None]:
-    """Limit nothing in the block: no policy is checked, no Redis call is made."""
-    with _on("disable_ratelimits"), _settings(ENABLED=False):
+    """Limit nothing in the block: no policy is checked, no Redis call is made, and no
+    policy is read from the database (a test without database access may use it)."""
+    with _on("disable_ratelimits"), _settings(ENABLED=False), _pinned(()):
         yield
 
 
@@ -107,11 +108,17 @@ def override_policies(
     "path": "^/api/"}``. A mistake raises ``ValueError`` on entry. Yields the policies.
     """
     specs = tuple(p if isinstance(p, PolicySpec) else declared(**p) for p in policies)
+    with _on("override_policies"), _pinned(specs):
+        yield specs
+
+
+@contextmanager
+def _pinned(specs: tuple[PolicySpec, ...]) -> Iterator[None]:
+    """The process's registry holds ``specs`` only, in the block."""
     previous = registry._registry
     registry._registry = _Pinned(specs)
     try:
-        with _on("override_policies"):
-            yield specs
+        yield
     finally:
         registry._registry = previous
 
