@@ -14,7 +14,8 @@ demo's middleware stack, :class:`benchmarks.site.BenchUser` for the user):
   (:data:`ONE_LIMIT`, the model's default algorithm and recording): issue 12's
   match for django-ratelimit's decorator; and the same with ``HASH_IPS`` on
   (:data:`HASHED_ROW`): one HMAC-SHA256 of the address per request
-  (``docs/privacy.md``);
+  (``docs/privacy.md``); and the same charging 5 per request (:data:`COSTED`,
+  docs/cost.md);
 * the 10 policies and two failed-login policies (:data:`LOGIN_POLICIES`, one on
   the timed path's own prefix): a request that is not a login pays nothing for
   them (issue 13);
@@ -82,6 +83,10 @@ LOGIN_POLICIES = [
 LOGINS_ROW = f"RateLimitMiddleware, {HEADLINE} policies and 2 failed-login policies, not a login"
 METRICS_ROW = f"RateLimitMiddleware, {HEADLINE} policies, metrics on (Prometheus)"
 REPLAYED = "the engine's answer replayed"
+# The same policy charging 5 per request (docs/cost.md): what a cost costs, against the
+# row above, whose cost of 1 sends what was sent before costs existed.
+COSTED = {**ONE_LIMIT, "rates": "100/m", "cost": 5}
+COSTED_ROW = f"RateLimitMiddleware, 1 policy, 1 limit by IP ({COSTED['rates']}), cost 5"
 
 # Targets of issue 5.
 TARGET_OVERHEAD = 1.5  # x PING, 10 policies with 6 limits matching
@@ -341,6 +346,9 @@ def run(server: RedisServer, quick: bool = False) -> Report:
     # HASH_IPS for the identity layer only (the engine and the rest keep their settings,
     # so the row's engine and connections are the other rows').
     hashing = replace(get_settings(), hash_ips=True)
+    call = _caller(limited, _paths("/api/items", per_round), next(tag), per_round, False)
+    report.rows.append(Row(Scenario(COSTED_ROW, call)))
+    registry_of[COSTED_ROW] = _registry([COSTED])
     for label, prefix in (
         ("django-ratelimit `@ratelimit`", _DECORATED["django-ratelimit"]),
         ("django_ratelimits.compat `@ratelimit`", _DECORATED["compat"]),

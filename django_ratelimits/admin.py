@@ -37,7 +37,18 @@ from django_ratelimits.rates import Rate
 _FIELDSETS: list[tuple[Any, dict[str, Any]]] = [
     (
         _("What"),
-        {"fields": ("name", "description", "enabled", "mode", "algorithm", "rates", "burst")},
+        {
+            "fields": (
+                "name",
+                "description",
+                "enabled",
+                "mode",
+                "algorithm",
+                "rates",
+                "burst",
+                "cost",
+            )
+        },
     ),
     (
         _("Logins"),

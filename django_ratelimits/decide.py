@@ -39,6 +39,7 @@ from django.http import HttpRequest
 from django_ratelimits import metrics, signals
 from django_ratelimits.breaker import breaker
 from django_ratelimits.conf import get_settings
+from django_ratelimits.costs import charges, cost_of
 from django_ratelimits.deny_cache import DenialCache, Sending, cache_for
 from django_ratelimits.engine import (
     Check,
@@ -473,16 +474,25 @@ def _plan(
         return applied, []
     overrides = not way_back(request)
     groups: dict[tuple[Identity, bool, Gate | None], list[Limit]] = {}
+    # What each limit of a group charges, for the groups where one charges more than 1.
+    costs: dict[tuple[Identity, bool, Gate | None], list[int]] = {}
     # What each identity's policies record: the most any of them asks for. The
     # engine makes one hit entry of the identity's checks (enforced and shadow).
     recording: dict[Identity, Recording] = {}
     for policy in applied:
+        cost = cost_of(request, policy)
+        if cost == 0:  # its cost function says this request is free under it
+            continue
         budget = _budget(policy)
         for identity in identities(request, policy):
             gate = None
             if budget is not None and identity.kind != "ip":
                 gate = Gate(ip_identity(request), budget)
-            groups.setdefault((identity, policy.shadow, gate), []).extend(policy.limits)
+            group = (identity, policy.shadow, gate)
+            limits = groups.setdefault(group, [])
+            if cost != 1 or (costs and group in costs):  # no lookup when no cost is set
+                costs.setdefault(group, [1] * len(limits)).extend(charges(cost, policy.limits))
+            limits.extend(policy.limits)
             known = recording.get(identity, Recording.NONE)
             if policy.record_metadata.rank > known.rank:
                 recording[identity] = policy.record_metadata
@@ -496,6 +506,7 @@ def _plan(
             shadow=s,
             record_every=recording.get(i) == Recording.EVERY,
             overrides=overrides,
+            costs=tuple(costs.get((i, s, g), ())) if costs else (),
         )
         for (i, s, g), limits in groups.items()
     ]

@@ -30,13 +30,12 @@ from typing import Any, TypeVar
 from asgiref.sync import iscoroutinefunction
 from django.http import HttpRequest
 
-from django_ratelimits import blocklist, key_functions
+from django_ratelimits import blocklist, costs
 from django_ratelimits.decide import adecide_policy, decide_policy
 from django_ratelimits.engine import Algorithm
-from django_ratelimits.policies.parse import parse_cidrs, parse_identity_budget
+from django_ratelimits.policies.declare import declared
 from django_ratelimits.policies.registry import acurrent, current, get_registry
-from django_ratelimits.policies.spec import KeyKind, Mode, PolicySpec, Recording
-from django_ratelimits.rates import parse_rates
+from django_ratelimits.policies.spec import Mode, Recording
 from django_ratelimits.resolved import VIEW_POLICIES
 from django_ratelimits.responses import refusal
 
@@ -61,6 +60,7 @@ def ratelimit(
     path: str = "",
     priority: int = 0,
     description: str = "",
+    cost: int | costs.CostFunction = 1,
     block: bool = True,
 ) -> Callable[[View], View]:
     """Apply policy ``name`` to the decorated view.
@@ -74,30 +74,41 @@ def ratelimit(
     (``["10.0.0.0/8"]``); a ``path`` makes the middleware apply the policy there
     too. A callable named here is trusted (code, unlike admin text, may name any
     function): policies may use it without ``KEY_FUNCTIONS`` listing it.
+
+    ``cost`` is what one request charges each of the policy's limits: a whole
+    number (a default, like ``rate``: admin may change it), or a function
+    ``cost(request) -> int`` called on every request (see
+    :mod:`django_ratelimits.costs` for what it may return). A policy has at most
+    one cost function.
     """
+    if callable(cost):
+        costs.register(name, cost)
+        cost = 1
+    elif rate is None and cost != 1:
+        raise ValueError(
+            f"@ratelimit({name!r}, cost={cost!r}) without rate=: a cost, like a rate, is "
+            "a default of the policy; give rate= too, or set the cost in admin"
+        )
     if rate is not None:
-        kind, _, arg = key.partition(":")
-        if kind == KeyKind.CALLABLE:
-            key_functions.trust(arg)
         get_registry().declare(
-            PolicySpec(
+            declared(
                 name,
-                parse_rates(rate),
-                Algorithm(algorithm),
-                burst,
-                Mode(mode),
-                KeyKind(kind),
-                arg,
-                path=path,
-                methods=frozenset(m.upper() for m in methods),
+                rate=rate,
+                key=key,
+                methods=methods,
+                algorithm=algorithm,
+                burst=burst,
+                mode=mode,
+                identity_budget=identity_budget,
+                record_metadata=record_metadata,
+                fail_closed=fail_closed,
                 exempt_staff=exempt_staff,
                 exempt_superusers=exempt_superusers,
-                allow_cidrs=parse_cidrs("\n".join(allow_cidrs)),
-                fail_closed=fail_closed,
-                record_metadata=Recording(record_metadata),
+                allow_cidrs=allow_cidrs,
+                path=path,
                 priority=priority,
                 description=description,
-                identity_budget=parse_identity_budget(identity_budget),
+                cost=cost,
             )
         )
 

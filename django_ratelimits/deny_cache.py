@@ -256,6 +256,10 @@ class DenialCache:
             for r in decision.results:
                 if r.allowed or r.limit.policy not in enforced:
                     continue
+                if r.remaining > 0 and not r.blocked:
+                    # A request that costs more than 1 is denied with quota left, which
+                    # a cheaper one may use: only an exhausted limit refuses them all.
+                    continue
                 key = (r.identity, r.limit)
                 self._entries[key] = _Entry(
                     hold_us=sent_us + min(r.retry_after_us, HOLD_MAX_US),

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
@@ -37,6 +38,7 @@ from django_ratelimits.policies.networks import NETWORK_MAX_LENGTH, parse_networ
 from django_ratelimits.policies.parse import (
     PATH_MAX_LENGTH,
     check_burst,
+    check_cost,
     check_key_arg,
     check_login_key,
     parse_cidrs,
@@ -45,7 +47,7 @@ from django_ratelimits.policies.parse import (
     parse_path,
     parse_policy_rates,
 )
-from django_ratelimits.policies.spec import Counts, KeyKind, Mode, PolicySpec, Recording
+from django_ratelimits.policies.spec import MAX_COST, Counts, KeyKind, Mode, PolicySpec, Recording
 from django_ratelimits.rates import Rate
 
 _Row = TypeVar("_Row", bound=models.Model)
@@ -123,6 +125,15 @@ class Policy(models.Model):
         help_text=_(
             "Failed logins only: a successful login clears this policy's counters of its "
             "IP and username."
+        ),
+    )
+    cost = models.PositiveIntegerField(
+        _("cost per request"),
+        default=1,
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_COST)],
+        help_text=_(
+            "What one request spends of each rate, e.g. 5 for an expensive endpoint: "
+            "on “10/h” it may then be made twice an hour. At most what each rate allows."
         ),
     )
     key = models.CharField(
@@ -224,6 +235,8 @@ class Policy(models.Model):
         if rates is not None:
             self.rates = ", ".join(str(rate) for rate in rates)
             _collect(errors, "burst", check_burst, self.algorithm, rates, self.burst)
+            if "burst" not in errors:
+                _collect(errors, "cost", check_cost, self.cost, self.algorithm, rates, self.burst)
         _collect(errors, "path", parse_path, self.path)
         methods = _collect(errors, "methods", parse_methods, self.methods)
         if methods is not None:
@@ -269,6 +282,7 @@ class Policy(models.Model):
             identity_budget=parse_identity_budget(self.identity_budget),
             counts=Counts(self.counts),
             reset_on_success=self.reset_on_success,
+            cost=self.cost,
         )
 
 
@@ -295,6 +309,7 @@ def spec_fields(spec: PolicySpec) -> dict[str, Any]:
         "identity_budget": _budget_text(spec.identity_budget),
         "counts": spec.counts.value,
         "reset_on_success": spec.reset_on_success,
+        "cost": spec.cost,
     }
 
 

@@ -52,6 +52,9 @@ from devtools.redis_harness import (
 from django_ratelimits.testing import FakeClock
 from tests.engine_helpers import EPOCH_US
 
+# The test kit's fixtures, as a project's root conftest.py asks for them (tests/kit).
+pytest_plugins = ["django_ratelimits.testing.pytest_plugin"]
+
 _WORKDIR_KEY = pytest.StashKey[Path]()
 
 

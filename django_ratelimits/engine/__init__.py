@@ -34,6 +34,24 @@ __all__ = [
 ]
 
 _current: tuple[object, object, Engine] | None = None
+# The test kit's clock (django_ratelimits.testing.fake_clock): set by code only, never
+# from settings, so production cannot turn it on (invariant 3; system check E100 errors
+# if it is set when checks run).
+_test_clock: Clock | None = None
+
+
+def use_test_clock(clock: Clock | None) -> None:
+    """Build the shared engine on ``clock`` from now on (``None``: Redis' ``TIME``).
+
+    For :mod:`django_ratelimits.testing` only; no setting calls it.
+    """
+    global _current, _test_clock
+    _test_clock, _current = clock, None
+
+
+def active_test_clock() -> Clock | None:
+    """The clock :func:`use_test_clock` set, if any."""
+    return _test_clock
 
 
 def get_engine() -> Engine:
@@ -55,6 +73,7 @@ def get_engine() -> Engine:
             offender_retention=config.offender_retention,
             offender_index_max=config.offender_index_max,
             async_client=lambda: get_async_redis(config),
+            clock=_test_clock,
         )
         current = _current = (config, client, engine)
     return current[2]

@@ -6,6 +6,7 @@ import asyncio
 import struct
 from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field, replace
+from itertools import repeat
 from typing import Any, Protocol
 
 from redis import Redis
@@ -208,11 +209,14 @@ class Engine:
             raise ValueError(f"cost must be at least {least}, not {cost}")
         planned = [c for c in checks if c.limits]
         for chk in planned:
-            for limit in chk.limits:
-                if cost > limit.capacity:
+            charges = chk.costs or repeat(cost, len(chk.limits))
+            for limit, charged in zip(chk.limits, charges, strict=True):
+                if charged < least:
+                    raise ValueError(f"cost must be at least {least}, not {charged}")
+                if charged > limit.capacity:
                     raise ValueError(
-                        f"cost {cost} exceeds the capacity {limit.capacity} of {limit.policy} "
-                        f"({limit.rate}): such a request could never pass"
+                        f"cost {charged} exceeds the capacity {limit.capacity} of "
+                        f"{limit.policy} ({limit.rate}): such a request could never pass"
                     )
         return self._plan(planned, mode, cost)
 
@@ -305,7 +309,10 @@ class Engine:
             info += "n"
         else:
             info += ("a" if chk.record_every else "d") + printable(metadata, 300)
-        framed = b"".join([limit.framed_spec for limit in limits])
+        if chk.costs:  # limits that charge their own cost (a policy's cost per request)
+            framed = b"".join(map(Limit.framed_at, limits, chk.costs))
+        else:
+            framed = b"".join([limit.framed_spec for limit in limits])
         call.args += [framed, keys.ident, label(identity), info]
         return [(identity, limit) for limit in limits]
 

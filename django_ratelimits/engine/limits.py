@@ -131,6 +131,11 @@ class Limit:
         group's limits (one argument, the limits' framed specs one after the other)."""
         return b"%d:%s" % (len(self.encoded_spec), self.encoded_spec)
 
+    def framed_at(self, cost: int) -> bytes:
+        """:attr:`framed_spec` for this limit charging ``cost`` instead of the call's cost:
+        ``<length>*<cost>:<spec>``."""
+        return b"%d*%d:%s" % (len(self.encoded_spec), cost, self.encoded_spec)
+
     @property
     def is_log(self) -> bool:
         """Whether the state is a key of its own (the sliding log's ZSET)."""
@@ -166,7 +171,9 @@ class Check:
     ``gate``, when given, is the identity budget the identity must pass first
     (see :class:`Gate`). With ``overrides=False`` a block or allow-listing by
     staff does not decide the check, its limits do (the way back to admin, see
-    :mod:`django_ratelimits.way_back`).
+    :mod:`django_ratelimits.way_back`). ``costs``, when given, are what each of
+    ``limits`` charges instead of the call's cost (a policy's cost per request);
+    a check is still all or nothing.
     """
 
     identity: Identity
@@ -176,3 +183,4 @@ class Check:
     shadow: bool = False
     record_every: bool = False
     overrides: bool = True
+    costs: tuple[int, ...] = ()

@@ -18,10 +18,10 @@ from django.utils.translation import gettext_lazy as _
 
 from django_ratelimits import key_functions
 from django_ratelimits.conf import DOTTED_PATH, HEADER_NAME, IPNetwork
-from django_ratelimits.engine.limits import MAX_BURST, burst_problem
+from django_ratelimits.engine.limits import MAX_BURST, Algorithm, Limit, burst_problem
 from django_ratelimits.errors import RateParseError
 from django_ratelimits.policies.matching import PathPattern, PatternError
-from django_ratelimits.policies.spec import LOGIN_KEYS, Counts, KeyKind
+from django_ratelimits.policies.spec import LOGIN_KEYS, MAX_COST, Counts, KeyKind, cost_problem
 from django_ratelimits.rates import Rate, parse_rate, parse_rates
 
 if TYPE_CHECKING:
@@ -32,6 +32,7 @@ __all__ = [
     "MAX_NETWORKS",
     "PATH_MAX_LENGTH",
     "check_burst",
+    "check_cost",
     "check_key_arg",
     "check_login_key",
     "cidr_error",
@@ -100,6 +101,32 @@ _BURST_MESSAGES: Final = {
     ),
     "burst_range": _("The burst must be between 1 and %(max)s."),
     "burst_too_large": _("A burst of %(burst)s is too large for %(rate)s."),
+}
+
+
+def check_cost(
+    cost: int | None, algorithm: str, rates: tuple[Rate, ...], burst: int | None
+) -> None:
+    """A cost from 1 to ``MAX_COST`` that every rate can hold (a request costing more
+    than a rate allows could never pass); the rules are
+    :func:`~django_ratelimits.policies.spec.cost_problem`'s."""
+    if cost is None:  # the field's own "required" error
+        return
+    for rate in rates:
+        problem = cost_problem(cost, [Limit("cost", rate, Algorithm(algorithm), burst)])
+        if problem is not None:
+            raise ValidationError(
+                _COST_MESSAGES[problem],
+                code=problem,
+                params={"cost": cost, "rate": str(rate), "max": MAX_COST},
+            )
+
+
+_COST_MESSAGES: Final = {
+    "cost_range": _("The cost must be a whole number from 1 to %(max)s."),
+    "cost_capacity": _(
+        "A request costing %(cost)s could never pass %(rate)s: lower the cost or raise the rate."
+    ),
 }
 
 

@@ -9,17 +9,27 @@ the values admin stores; what admin calls them is in
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Literal
+from typing import Final, Literal
 
 from django_ratelimits.conf import IPNetwork
 from django_ratelimits.engine import Algorithm, Limit
 from django_ratelimits.policies.matching import PathPattern
 from django_ratelimits.rates import Rate
 
-__all__ = ["LOGIN_KEYS", "Counts", "KeyKind", "Mode", "PolicySpec", "Recording", "covers_method"]
+__all__ = [
+    "LOGIN_KEYS",
+    "MAX_COST",
+    "Counts",
+    "KeyKind",
+    "Mode",
+    "PolicySpec",
+    "Recording",
+    "cost_problem",
+    "covers_method",
+]
 
 
 class Mode(StrEnum):
@@ -96,6 +106,22 @@ LOGIN_KEYS = frozenset({KeyKind.IP, *(k for k in KeyKind if "username" in k.valu
 """The keys a failed-login policy may count by (and the only ones that use a username)."""
 
 
+MAX_COST: Final = 1_000_000
+"""The most one request may cost under a policy (its ``cost`` field, or a cost function's
+answer, which is lowered to it)."""
+
+
+def cost_problem(cost: object, limits: Iterable[Limit]) -> str | None:
+    """Why ``cost`` cannot be a policy's cost with ``limits``: ``"cost_range"`` (not a
+    whole number from 1 to :data:`MAX_COST`), ``"cost_capacity"`` (more than a limit
+    holds: such a request could never pass), or None."""
+    if isinstance(cost, bool) or not isinstance(cost, int) or not 1 <= cost <= MAX_COST:
+        return "cost_range"
+    if any(cost > limit.capacity for limit in limits):
+        return "cost_capacity"
+    return None
+
+
 @dataclass(frozen=True)
 class PolicySpec:
     """One enabled policy, ready to enforce.
@@ -117,6 +143,9 @@ class PolicySpec:
     ``counts`` says whether every request counts or only failed logins
     (:class:`Counts`); ``reset_on_success`` (failed logins only) clears the
     policy's counters of a login's identities when it succeeds.
+    ``cost`` is what one request charges each of its limits (1 to :data:`MAX_COST`);
+    a cost function named by ``@ratelimit(..., cost=...)`` may say otherwise per
+    request (:mod:`django_ratelimits.costs`).
     """
 
     name: str
@@ -138,6 +167,7 @@ class PolicySpec:
     identity_budget: Rate | Literal["default", "off"] = "default"
     counts: Counts = Counts.REQUESTS
     reset_on_success: bool = False
+    cost: int = 1
     limits: tuple[Limit, ...] = field(init=False, repr=False, compare=False)
     path_re: PathPattern | None = field(init=False, repr=False, compare=False)
 
@@ -145,6 +175,11 @@ class PolicySpec:
         if not self.rates:
             raise ValueError(f"policy {self.name!r} needs at least one rate")
         limits = tuple(Limit(self.name, rate, self.algorithm, self.burst) for rate in self.rates)
+        if cost_problem(self.cost, ()) is not None:
+            raise ValueError(
+                f"policy {self.name!r}: the cost must be a whole number from 1 to {MAX_COST}, "
+                f"not {self.cost!r}"
+            )
         object.__setattr__(self, "limits", limits)
         object.__setattr__(self, "path_re", PathPattern(self.path) if self.path else None)
 

@@ -29,6 +29,7 @@ def form(**fields: Any) -> dict[str, Any]:
         "algorithm": "sliding_window",
         "rates": "10/s, 120/m",
         "burst": "",
+        "cost": "1",
         "path": "^/api/",
         "methods": "",
         "priority": "0",

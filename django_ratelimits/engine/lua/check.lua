@@ -8,7 +8,9 @@
 --       (an enforced or a shadow group; decided by an override or never; no
 --       hit entry, or one recorded on a denial or on every hit). Its limits are one string, each limit's spec
 --       "<algorithm>|<limit>|<window_us>|<capacity>|<policy>" (also the
---       limit's field in the state HASH) after its length and ':'. Settings
+--       limit's field in the state HASH) after its length and ':', or after
+--       "<length>*<cost>:" when the limit charges its own cost instead of the
+--       call's (a policy's cost per request, docs/cost.md). Settings
 --       and limits come back call after call: each string is parsed once
 --       where Redis keeps the code loaded (see remember).
 -- KEYS: per group: state HASH ("P:{sN}:s:<ident>"), then one ZSET per
@@ -311,14 +313,15 @@ local function limits_of(text)
   local pos = 1
   while pos <= #text do
     local colon = sfind(text, ':', pos, true)
-    local stop = colon + tonumber(ssub(text, pos, colon - 1))
+    local size, own = smatch(ssub(text, pos, colon - 1), '^(%d+)%*?(%d*)$')
+    local stop = colon + tonumber(size)
     local spec = ssub(text, colon + 1, stop)
     local code, limit, window, capacity, policy =
       smatch(spec, '^(%a+)|(%d+)|(%d+)|(%d+)|(.*)$')
     local named = sgsub(policy, '[|,=]', '_')
     local i = #set.limits + 1
     set.limits[i] = {ALG[code], tonumber(limit), tonumber(window), tonumber(capacity),
-      policy, spec, named}
+      policy, spec, named, tonumber(own)}
     if ALG[code].zset then
       set.logs = set.logs + 1
     else
@@ -346,7 +349,7 @@ local function run_group(KEYS, ARGV, a, k, n)
   local verdicts = sbyte(info, 3) ~= 110 and {} or nil -- 'n': no hit entry
   local nw, live, logs, denied, lk = 0, 0, nil, nil, k + 1
   for i, l in ipairs(set.limits) do
-    local alg, limit, window, capacity = l[1], l[2], l[3], l[4]
+    local alg, limit, window, capacity, lcost = l[1], l[2], l[3], l[4], l[8] or cost
     local allowed, remaining, retry, reset, new, lives
     if override == 'a' then
       allowed, remaining, retry, reset = true, limit, 0, 0
@@ -354,7 +357,8 @@ local function run_group(KEYS, ARGV, a, k, n)
       allowed, remaining = false, 0
       retry, reset = override_until - now, override_until - now
     elseif alg.zset then
-      allowed, remaining, retry, reset, new = alg.peek(KEYS[lk], now, limit, window, capacity, cost)
+      allowed, remaining, retry, reset, new =
+        alg.peek(KEYS[lk], now, limit, window, capacity, lcost)
       if allowed then
         logs = logs or {}
         logs[#logs + 1] = {KEYS[lk], window, new}
@@ -362,7 +366,7 @@ local function run_group(KEYS, ARGV, a, k, n)
       lk = lk + 1
     else
       allowed, remaining, retry, reset, new, lives =
-        alg.peek(values[set.slots[i]] or nil, now, limit, window, capacity, cost)
+        alg.peek(values[set.slots[i]] or nil, now, limit, window, capacity, lcost)
       if allowed then
         WRITES[nw + 1], WRITES[nw + 2], nw = l[6], new, nw + 2
         live = max(live, lives)

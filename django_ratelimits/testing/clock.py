@@ -1,11 +1,12 @@
-"""Helpers for tests of projects that use django-ratelimits.
+"""The engine's test clock.
 
 :class:`FakeClock` replaces Redis' ``TIME`` as the engine's clock, so tests can
-move time without sleeping. It is only reachable by building an
-:class:`~django_ratelimits.engine.Engine` with ``clock=`` in code: no setting
-turns it on, so production cannot enable it by accident. While a fake clock
-drives time, every key gets 60 extra seconds of TTL, so a slow test run cannot
-lose state that the fake time still needs.
+move time without sleeping. It is only reachable from code: an
+:class:`~django_ratelimits.engine.Engine` built with ``clock=``, or the shared
+engine under :func:`django_ratelimits.testing.fake_clock`. No setting turns it
+on, so production cannot enable it by accident. While a fake clock drives
+time, every key gets 60 extra seconds of TTL, so a slow test run cannot lose
+state that the fake time still needs.
 """
 
 from __future__ import annotations

@@ -1,0 +1,63 @@
+"""The test kit cannot be on in production by accident: production code never imports
+it (nor pytest), no setting turns on its clock, and a kit left on fails the checks."""
+
+from __future__ import annotations
+
+import pytest
+from django.conf import settings
+from django.core.checks import run_checks
+from django.core.exceptions import ImproperlyConfigured
+from django.test import override_settings
+
+from django_ratelimits.conf import get_settings
+from django_ratelimits.engine import get_engine
+from django_ratelimits.testing import disable_ratelimits, fake_clock, override_policies
+from tests.operations.test_layout import fresh_python
+
+PRODUCTION = """
+import sys
+import django
+django.setup()  # apps.ready registers the system checks
+import django_ratelimits.middleware, django_ratelimits.decorators, django_ratelimits.admin
+import django_ratelimits.compat, django_ratelimits.contrib.drf, django_ratelimits.dashboard.urls
+from django.core.checks import run_checks
+run_checks()
+kit = ("pytest", "_pytest", "django_ratelimits.testing")
+print(sorted(m for m in sys.modules if m.startswith(kit)))
+"""
+
+
+def test_production_imports_neither_the_kit_nor_pytest() -> None:
+    assert fresh_python(PRODUCTION) == "[]"
+
+
+@pytest.mark.usefixtures("project")
+@pytest.mark.parametrize("key", ["CLOCK", "FAKE_CLOCK", "TEST_CLOCK", "TESTING", "TIME"])
+def test_no_setting_turns_on_a_test_clock(key: str) -> None:
+    changed = {**settings.DJANGO_RATELIMITS, key: True}
+    with override_settings(DJANGO_RATELIMITS=changed), pytest.raises(ImproperlyConfigured) as error:
+        get_settings()
+    assert key in str(error.value)
+    assert get_engine().clock is None  # the settings' engine reads Redis' TIME
+
+
+def kit_errors() -> list[str]:
+    return [m.msg for m in run_checks() if m.id == "django_ratelimits.E100"]
+
+
+def test_a_kit_left_on_is_a_check_error() -> None:
+    assert kit_errors() == []
+    with disable_ratelimits():
+        [message] = kit_errors()
+        assert "disable_ratelimits" in message
+    with fake_clock(), override_policies():
+        [message] = kit_errors()
+        assert "fake_clock, override_policies" in message
+    # Entered and never left, as production code might by mistake:
+    entered = disable_ratelimits()
+    entered.__enter__()
+    try:
+        assert kit_errors()
+    finally:
+        entered.__exit__(None, None, None)
+    assert kit_errors() == []
