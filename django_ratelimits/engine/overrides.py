@@ -59,14 +59,30 @@ def decode(value: bytes | str | None, now_us: int) -> Override | None:
     return Override(_STATES[mode], -(-(int(until) - now_us) // 1_000_000))
 
 
+BANNED_BY = "ban"
+"""A note's ``by`` when a policy's escalating ban set the block (``lua/ban.lua``)."""
+
+
 @dataclass(frozen=True)
 class Note:
     """Who set an override (``by``: a staff user's name, or the command's), when
-    (``at_us``), and the label of the identity (its ident may be a digest)."""
+    (``at_us``), and the label of the identity (its ident may be a digest).
+
+    A block that a policy's escalating ban set (the check script writes the note
+    then) says ``by`` :data:`BANNED_BY`, its ``level`` (1 for a first ban) and
+    the ``policy``; staff's notes have level 0.
+    """
 
     label: str
     by: str
     at_us: int
+    level: int = 0
+    policy: str = ""
+
+    @property
+    def banned(self) -> bool:
+        """Whether a policy's ban set this block (not staff)."""
+        return self.by == BANNED_BY and self.level > 0
 
     def encode(self) -> str:
         return json.dumps({"label": self.label, "by": self.by, "at": self.at_us})
@@ -78,6 +94,12 @@ class Note:
             return None
         try:
             data = json.loads(value)
-            return cls(str(data["label"]), str(data["by"]), int(data["at"]))
+            return cls(
+                str(data["label"]),
+                str(data["by"]),
+                int(data["at"]),
+                int(data.get("ban", 0)),
+                str(data.get("policy", "")),
+            )
         except (ValueError, TypeError, KeyError):
             return None
