@@ -24,12 +24,13 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from asgiref.sync import iscoroutinefunction
+from django.core.exceptions import ValidationError
 from django.http import HttpRequest
 
 from django_ratelimits import key_functions
 from django_ratelimits.decide import VIEW_POLICIES, adecide_policy, decide_policy
 from django_ratelimits.engine import Algorithm
-from django_ratelimits.policies.parse import parse_cidrs, parse_identity_budget
+from django_ratelimits.policies.parse import parse_ban, parse_cidrs, parse_identity_budget
 from django_ratelimits.policies.registry import get_registry
 from django_ratelimits.policies.spec import KeyKind, Mode, PolicySpec, Recording
 from django_ratelimits.rates import parse_rates
@@ -56,6 +57,10 @@ def ratelimit(
     path: str = "",
     priority: int = 0,
     description: str = "",
+    ban_after: int = 0,
+    ban_within: str = "",
+    ban_for: str = "",
+    ban_max: str = "",
     block: bool = True,
 ) -> Callable[[View], View]:
     """Apply policy ``name`` to the decorated view.
@@ -67,14 +72,22 @@ def ratelimit(
     ``"off"``, or empty for ``IDENTITY_BUDGET``; ``record_metadata`` is
     ``"none"``, ``"denials"`` or ``"every"``; ``allow_cidrs`` are networks
     (``["10.0.0.0/8"]``); a ``path`` makes the middleware apply the policy there
-    too. A callable named here is trusted (code, unlike admin text, may name any
-    function): policies may use it without ``KEY_FUNCTIONS`` listing it.
+    too; ``ban_after`` and the ban's periods (``"10m"``) declare an escalating
+    ban, whose inconsistency is a system check error (E009), not an import
+    error. A callable named here is trusted (code, unlike admin text, may name
+    any function): policies may use it without ``KEY_FUNCTIONS`` listing it.
     """
     if rate is not None:
         kind, _, arg = key.partition(":")
         if kind == KeyKind.CALLABLE:
             key_functions.trust(arg)
-        get_registry().declare(
+        registry = get_registry()
+        try:
+            ban = parse_ban(ban_after, ban_within, ban_for, ban_max)
+        except ValidationError as exc:
+            ban = None
+            registry.refuse_ban(name, exc)
+        registry.declare(
             PolicySpec(
                 name,
                 parse_rates(rate),
@@ -93,6 +106,7 @@ def ratelimit(
                 priority=priority,
                 description=description,
                 identity_budget=parse_identity_budget(identity_budget),
+                ban=ban,
             )
         )
 

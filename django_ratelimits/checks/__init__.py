@@ -15,6 +15,7 @@ below them, and nothing imports them but ``apps.ready`` (which registers them).
 ``E006``                  code names a policy that does not exist
 ``E007``                  a django-ratelimit setting that ``compat`` does not honour
 ``E008``                  a policy names a key function that is not allowed (one per policy)
+``E009``                  a policy's escalating ban is inconsistent (in code or in a row)
 ``W001``                  the app is installed but ``RateLimitMiddleware`` is not
 ``W002``                  Redis does not answer PING within half a second
 ``W003``                  (``--deploy``) a full Redis would refuse writes, or its
@@ -24,13 +25,13 @@ below them, and nothing imports them but ``apps.ready`` (which registers them).
 
 ``setup`` holds E001 to E004, E007 and W001; ``policies`` E005, E006, E008 and
 W004 (with ``references``, the places code names a policy); ``redis_server``
-W002 and W003.
+W002 and W003; ``bans`` E009.
 """
 
 from __future__ import annotations
 
-from django_ratelimits.checks import policies, redis_server, setup
+from django_ratelimits.checks import bans, policies, redis_server, setup
 from django_ratelimits.checks.common import REDIS_TAG, TAG
 from django_ratelimits.checks.redis_server import PING_TIMEOUT
 
-__all__ = ["PING_TIMEOUT", "REDIS_TAG", "TAG", "policies", "redis_server", "setup"]
+__all__ = ["PING_TIMEOUT", "REDIS_TAG", "TAG", "bans", "policies", "redis_server", "setup"]

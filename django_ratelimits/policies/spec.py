@@ -15,7 +15,7 @@ from enum import StrEnum
 from typing import Literal
 
 from django_ratelimits.conf import IPNetwork
-from django_ratelimits.engine import Algorithm, Limit
+from django_ratelimits.engine import Algorithm, Ban, Limit
 from django_ratelimits.policies.matching import PathPattern
 from django_ratelimits.rates import Rate
 
@@ -91,6 +91,9 @@ class PolicySpec:
     ``record_metadata`` says which hits are recorded for the dashboard
     (:class:`Recording`): by default the denials, so that "who was behind the
     denials" is answered without recording every allowed request.
+    ``ban``, when given, blocks an identity the policy denies too often
+    (:class:`~django_ratelimits.engine.Ban`, see docs/bans.md); a shadow-mode
+    policy never bans.
     """
 
     name: str
@@ -110,13 +113,17 @@ class PolicySpec:
     priority: int = 0
     description: str = ""
     identity_budget: Rate | Literal["default", "off"] = "default"
+    ban: Ban | None = None
     limits: tuple[Limit, ...] = field(init=False, repr=False, compare=False)
     path_re: PathPattern | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.rates:
             raise ValueError(f"policy {self.name!r} needs at least one rate")
-        limits = tuple(Limit(self.name, rate, self.algorithm, self.burst) for rate in self.rates)
+        ban = None if self.shadow else self.ban
+        limits = tuple(
+            Limit(self.name, rate, self.algorithm, self.burst, ban) for rate in self.rates
+        )
         object.__setattr__(self, "limits", limits)
         object.__setattr__(self, "path_re", PathPattern(self.path) if self.path else None)
 

@@ -36,6 +36,7 @@ def form(**fields: Any) -> dict[str, Any]:
         "key_arg": "",
         "allow_cidrs": "",
         "record_metadata": "denials",
+        "ban_after": "0",
     }
     data.update(fields)
     return {key: value for key, value in data.items() if value is not False}

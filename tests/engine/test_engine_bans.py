@@ -19,9 +19,10 @@ IP = Identity("ip", "198.51.100.9")
 S = 1_000_000
 # 1 request per 10 s; 3 denials within 60 s ban for 100 s, doubling up to 350 s.
 BAN = Ban(after=3, within=60, duration=100, maximum=350)
+ONE_PER_10S = Rate(1, 10)
 
 
-def checks(ban: Ban | None = BAN, rate: Rate = Rate(1, 10)) -> list[Check]:
+def checks(ban: Ban | None = BAN, rate: Rate = ONE_PER_10S) -> list[Check]:
     return [Check(IP, [Limit("login", rate, ban=ban)])]
 
 
@@ -156,7 +157,9 @@ def test_every_key_a_ban_writes_has_a_ttl(redis_client: Any) -> None:
         (3, 60, 120, 60),
     ],
 )
-def test_a_ban_out_of_bounds_is_refused(after: int, within: int, duration: int, maximum: int) -> None:
+def test_a_ban_out_of_bounds_is_refused(
+    after: int, within: int, duration: int, maximum: int
+) -> None:
     with pytest.raises(ValueError):
         Ban(after, within, duration, maximum)
 
