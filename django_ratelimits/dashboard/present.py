@@ -301,7 +301,9 @@ def display_name(who: str, names: Mapping[str, str]) -> str:
 def override_text(override: Override | None) -> str:
     if override is None:
         return ""
-    left = {"left": duration(override.seconds)}
+    left = {"left": duration(override.seconds), "level": override.level}
+    if override.level:
+        return gettext("banned (level %(level)s), %(left)s left") % left
     if override.state == "blocked":
         return gettext("blocked, %(left)s left") % left
     return gettext("allow-listed, %(left)s left") % left

@@ -160,7 +160,7 @@ class Controls:
             raise BackendError(f"could not list the overrides: {exc}") from exc
         found = []
         for who, value, note_value in zip(idents, values[::2], values[1::2], strict=True):
-            override = overrides.decode(value, now_us)
+            override = overrides.decode(value, now_us, note_value)
             if override is None:  # ended or lifted since the index was read
                 continue
             note = Note.decode(note_value)
@@ -180,12 +180,17 @@ class Controls:
 
     def override(self, identity: Identity) -> Override | None:
         """The block or allow-listing of ``identity`` in force, or ``None``."""
+        keys = self.engine.keys.of(identity)
         try:
-            value = self.engine.client.hget(self.engine.keys.of(identity).state, OVERRIDE)
+            pipe = self.engine.client.pipeline(transaction=False)
+            route = self.engine._route(keys.state)
+            pipe.execute_command("HGET", keys.state, OVERRIDE, **route)
+            pipe.execute_command("GET", keys.override_note, **route)
+            value, note = pipe.execute()
             now = self.engine.now_us()
         except _REDIS_ERRORS as exc:
             raise BackendError(f"could not read the override of {label(identity)}: {exc}") from exc
-        return overrides.decode(value, now)
+        return overrides.decode(value, now, note)
 
     def _override(self, identity: Identity, mode: str, seconds: float, by: str) -> None:
         if not 0 < seconds <= MAX_OVERRIDE:

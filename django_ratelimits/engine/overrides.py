@@ -35,10 +35,12 @@ _STATES: dict[str, Literal["blocked", "allowed"]] = {BLOCKED: "blocked", ALLOWED
 
 
 class Override(NamedTuple):
-    """An override in force: ``("blocked" | "allowed", whole seconds left)``."""
+    """An override in force: ``("blocked" | "allowed", whole seconds left)``, and
+    the ``level`` of the policy's ban that set a block (0: staff set it)."""
 
     state: Literal["blocked", "allowed"]
     seconds: int
+    level: int = 0
 
 
 def marker(mode: str, until_us: int) -> str:
@@ -48,15 +50,21 @@ def marker(mode: str, until_us: int) -> str:
     return f"{mode}:{until_us}"
 
 
-def decode(value: bytes | str | None, now_us: int) -> Override | None:
-    """The override an override field's ``value`` puts in force at ``now_us``, if any."""
+def decode(
+    value: bytes | str | None, now_us: int, note: bytes | str | None = None
+) -> Override | None:
+    """The override an override field's ``value`` puts in force at ``now_us``, if any;
+    its ``note`` (the override's note key's value) tells a ban from staff's block."""
     if value is None:
         return None
     text = value.decode("ascii", "replace") if isinstance(value, bytes) else value
     mode, colon, until = text.partition(":")
     if mode not in _STATES or not colon or not until.isdigit() or int(until) <= now_us:
         return None
-    return Override(_STATES[mode], -(-(int(until) - now_us) // 1_000_000))
+    state = _STATES[mode]
+    noted = Note.decode(note) if state == "blocked" else None
+    level = noted.level if noted is not None and noted.banned else 0
+    return Override(state, -(-(int(until) - now_us) // 1_000_000), level)
 
 
 BANNED_BY = "ban"
