@@ -93,9 +93,10 @@ local function note_ban(state_key, tag, ident, label, set, values, denied, now_u
       local value = sformat('%d:%d:%s', level, forget, tconcat(times, ','))
       local keep_ms = ceil(max(keep, forget) / 1000)
       if horizon < keep_ms then
-        horizon = keep_ms
-        rcall('HSET', state_key, ban.field, value, HORIZON, fmt(keep_ms))
-        rcall('PEXPIRE', state_key, fmt(keep_ms - floor(now_us / 1000) + TTL_EXTRA_MS))
+        -- A quarter of the window more, so that the next denials find it long enough.
+        horizon = keep_ms + ceil(ban.within / 4000)
+        rcall('HSET', state_key, ban.field, value, HORIZON, fmt(horizon))
+        rcall('PEXPIRE', state_key, fmt(horizon - floor(now_us / 1000) + TTL_EXTRA_MS))
       else
         rcall('HSET', state_key, ban.field, value)
       end
