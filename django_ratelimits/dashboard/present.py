@@ -285,7 +285,7 @@ def denied_by(offender: Offender) -> tuple[tuple[str, str, int], ...]:
 
 
 def policy_label(name: str) -> str:
-    return gettext("blocked by staff") if name == BLOCKED_POLICY else name
+    return gettext("blocked (by staff or a ban)") if name == BLOCKED_POLICY else name
 
 
 def display_name(who: str, names: Mapping[str, str]) -> str:

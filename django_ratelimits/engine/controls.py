@@ -19,7 +19,7 @@ from redis.exceptions import RedisClusterException, RedisError
 from django_ratelimits.engine import overrides
 from django_ratelimits.engine.core import Engine
 from django_ratelimits.engine.errors import BackendError
-from django_ratelimits.engine.keys import HORIZON, OVERRIDE, label
+from django_ratelimits.engine.keys import BAN_FIELD, HORIZON, OVERRIDE, label
 from django_ratelimits.engine.limits import Identity, Limit
 from django_ratelimits.engine.overrides import Note, Override
 
@@ -87,13 +87,15 @@ class Controls:
     def reset(
         self, identity: Identity, limits: Sequence[Limit] = (), *, forget: bool = False
     ) -> None:
-        """Clear ``identity``'s state under ``limits``.
+        """Clear ``identity``'s state under ``limits``, their policies' bans' levels
+        and denials too (a ban in force is a block: :meth:`lift` ends it).
 
         With ``forget``, also drop its metadata list and offender and shadow
         records and take it out of their indexes.
         """
         keys = self.engine.keys.of(identity)
         fields = [limit.spec for limit in limits if not limit.is_log]
+        fields += sorted({BAN_FIELD + limit.policy for limit in limits if limit.ban})
         names = [keys.log(limit) for limit in limits if limit.is_log]
         if forget:
             names += [keys.metadata, keys.record, keys.shadow_record]

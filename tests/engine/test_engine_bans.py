@@ -177,3 +177,17 @@ def test_the_longest_ban_at_the_highest_level_stays_exact(redis_client: Any) -> 
         decision = engine.check(chk)
         assert decision.results[0].retry_after_us == MAX_BAN_SECONDS * S
         clock.advance(us=MAX_BAN_SECONDS * S)
+
+
+def test_a_reset_forgets_the_level_and_the_denials(redis_client: Any) -> None:
+    engine, clock = start(redis_client)
+    assert ban_length(engine, clock) == 100
+    deny(engine, 2, clock)
+    controls = Controls(engine)
+    controls.reset(IP, checks()[0].limits)
+    assert engine.check(checks()).allowed  # the limit's counter went too
+    deny(engine, 2, clock)
+    assert controls.override(IP) is None, "the denials before the reset still counted"
+    deny(engine, 1, clock)
+    override = controls.override(IP)
+    assert override is not None and (override.level, override.seconds) == (1, 100)
