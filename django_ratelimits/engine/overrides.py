@@ -1,8 +1,10 @@
 """The override marker: one identity blocked or allow-listed until a time.
 
-Staff write it (:class:`~django_ratelimits.engine.controls.Controls`); the
-check script obeys it; the offender reader shows it. This module is the
-Python side of the format, the one place that writes and parses it.
+Staff write it (:class:`~django_ratelimits.engine.controls.Controls`), and so
+does the check script when a policy's escalating ban blocks (``lua/ban.lua``,
+with a note saying so); the check script obeys it; the offender reader shows
+it. This module is the Python side of the format, the one place in Python that
+writes and parses it.
 
 The value of the override field (``keys.OVERRIDE``) of an identity's state HASH
 (``keys.IdentityKeys.state``, read by the check script with the limits) is
