@@ -28,6 +28,10 @@ second: under valgrind its share per check would follow the machine's speed). Ro
 * what recording who costs an allowed check (GCRA, 1 x 1): none, the default
   (an entry only on a denial: an allowed check sends the entry's head, writes
   nothing), and every hit.
+* what an escalating ban costs (GCRA, 1 x 1, a ban after 100 denials within an
+  hour): an allowed check (the ban's field is read by the same HMGET, nothing
+  written), and a denied one (its time added to the ban's field, no ban yet);
+  compare with the rows without a ban.
 
 Not part of ``make bench`` (valgrind is not in every set-up, and it takes a
 minute); docs/benchmarks.md quotes a run of it.
@@ -47,7 +51,7 @@ import redis
 
 from benchmarks.kit import ONE_RATE, SEED_000_RATES, request_checks
 from devtools.redis_harness import find_binary, free_port, temporary_workdir
-from django_ratelimits.engine import Algorithm, Check, Engine, Identity, KeySpace, Limit
+from django_ratelimits.engine import Algorithm, Ban, Check, Engine, Identity, KeySpace, Limit
 from django_ratelimits.rates import parse_rates
 
 STEP_US = 1000  # the test clock's advance per check
@@ -144,6 +148,18 @@ def recording_rows(identities: int) -> list[tuple[str, list[list[Check]]]]:
     return out
 
 
+def ban_rows(identities: int) -> list[tuple[str, list[list[Check]]]]:
+    """A GCRA check (1 x 1) of a policy that bans after 100 denials within an hour:
+    allowed (10/s), and denied (1/h, spent by the warm-up), counted towards the ban."""
+    ban = Ban(after=100, within=3600, duration=600, maximum=86_400)
+    out = []
+    for name, rates in (("allowed", ONE_RATE), ("denied", "1/h")):
+        limits = [Limit("api", rate, Algorithm.GCRA, ban=ban) for rate in parse_rates(rates)]
+        requests = [[Check(Identity("ip", f"ban{name}-{i}"), limits)] for i in range(identities)]
+        out.append((f"gcra, 1 x 1, with a ban, {name}", requests))
+    return out
+
+
 def rows(binary: str, quick: bool = False) -> list[tuple[str, int]]:
     """(check, instructions per call) rows; ``quick``: the floor and GCRA, few calls."""
     calls, identities = (QUICK, QUICK) if quick else (CALLS, IDENTITIES)
@@ -172,7 +188,7 @@ def rows(binary: str, quick: bool = False) -> list[tuple[str, int]]:
                         counted.measure(lambda i, r=requests: engine.check(r[i])),
                     )
                 )
-            for name, requests in recording_rows(identities):
+            for name, requests in recording_rows(identities) + ban_rows(identities):
                 out.append((name, counted.measure(lambda i, r=requests: engine.check(r[i]))))
             return out
         finally:

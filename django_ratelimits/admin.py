@@ -26,9 +26,10 @@ from django_ratelimits import (
     network_admin,  # noqa: F401  (registers the blocklist's admin)
 )
 from django_ratelimits.dashboard.urls import dashboard_urls
-from django_ratelimits.engine import Algorithm
+from django_ratelimits.engine import Algorithm, Ban
 from django_ratelimits.models import OffenderDashboard, Policy
 from django_ratelimits.offenders import VIEW_PERMISSION
+from django_ratelimits.offenders.text import duration
 from django_ratelimits.offenders.text import period as _period
 from django_ratelimits.policies.labels import MODE_LABELS, MODE_WORDS
 from django_ratelimits.policies.spec import KeyKind, Mode, PolicySpec, Recording
@@ -57,6 +58,7 @@ _FIELDSETS: list[tuple[Any, dict[str, Any]]] = [
     (_("Where"), {"fields": ("path", "methods", "priority")}),
     (_("Who"), {"fields": ("key", "key_arg", "identity_budget")}),
     (_("Exemptions"), {"fields": ("exempt_staff", "exempt_superusers", "allow_cidrs")}),
+    (_("Escalating ban"), {"fields": ("ban_after", "ban_within", "ban_for", "ban_max")}),
     (_("Failure and recording"), {"fields": ("fail_closed", "record_metadata")}),
 ]
 
@@ -269,6 +271,8 @@ def describe(spec: PolicySpec, enabled: bool = True) -> list[str]:
         sentences.append(
             gettext("Requests over the limit get 429 Too Many Requests with Retry-After.")
         )
+    if spec.ban is not None and not spec.shadow:
+        sentences.append(_ban(spec.ban))
     sentences.append(_where(spec))
     if spec.failed_logins:
         sentences.append(
@@ -339,6 +343,29 @@ def _algorithm(spec: PolicySpec) -> str:
         "algorithm": name,
         "burst": spec.burst,
     }
+
+
+def _ban(ban: Ban) -> str:
+    values = {
+        "after": ban.after,
+        "within": duration(ban.within),
+        "for": duration(ban.duration),
+        "max": duration(ban.maximum),
+    }
+    if ban.maximum == ban.duration:
+        return (
+            gettext(
+                "After %(after)s denials within %(within)s, the identity is blocked for %(for)s."
+            )
+            % values
+        )
+    return (
+        gettext(
+            "After %(after)s denials within %(within)s, the identity is blocked for %(for)s, "
+            "doubled on each repeat up to %(max)s (forgotten after %(max)s with no ban)."
+        )
+        % values
+    )
 
 
 def _where(spec: PolicySpec) -> str:

@@ -437,10 +437,11 @@ def _cache() -> DenialCache | None:
 
 
 def _log_block(request: HttpRequest, result: LimitResult) -> None:
-    """One line for a request a staff block refused: the block, not a policy's rate."""
+    """One line for a request a block refused (staff's, or a policy's ban): the block,
+    not a policy's rate."""
     until = time.time() + result.retry_after
     logger.info(
-        "refused %s %s: %s %s is blocked by staff until %s UTC",
+        "refused %s %s: %s %s is blocked (by staff or a ban) until %s UTC",
         request.method,
         request.path,
         result.identity.kind,

@@ -28,12 +28,14 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from asgiref.sync import iscoroutinefunction
+from django.core.exceptions import ValidationError
 from django.http import HttpRequest
 
 from django_ratelimits import blocklist, costs
 from django_ratelimits.decide import adecide_policy, decide_policy
 from django_ratelimits.engine import Algorithm
 from django_ratelimits.policies.declare import declared
+from django_ratelimits.policies.parse import parse_ban
 from django_ratelimits.policies.registry import acurrent, current, get_registry
 from django_ratelimits.policies.spec import Mode, Recording
 from django_ratelimits.resolved import VIEW_POLICIES
@@ -61,6 +63,10 @@ def ratelimit(
     priority: int = 0,
     description: str = "",
     cost: int | costs.CostFunction = 1,
+    ban_after: int = 0,
+    ban_within: str = "",
+    ban_for: str = "",
+    ban_max: str = "",
     block: bool = True,
 ) -> Callable[[View], View]:
     """Apply policy ``name`` to the decorated view.
@@ -72,8 +78,10 @@ def ratelimit(
     ``"off"``, or empty for ``IDENTITY_BUDGET``; ``record_metadata`` is
     ``"none"``, ``"denials"`` or ``"every"``; ``allow_cidrs`` are networks
     (``["10.0.0.0/8"]``); a ``path`` makes the middleware apply the policy there
-    too. A callable named here is trusted (code, unlike admin text, may name any
-    function): policies may use it without ``KEY_FUNCTIONS`` listing it.
+    too; ``ban_after`` and the ban's periods (``"10m"``) declare an escalating
+    ban, whose inconsistency is a system check error (E010), not an import
+    error. A callable named here is trusted (code, unlike admin text, may name
+    any function): policies may use it without ``KEY_FUNCTIONS`` listing it.
 
     ``cost`` is what one request charges each of the policy's limits: a whole
     number (a default, like ``rate``: admin may change it), or a function
@@ -90,7 +98,13 @@ def ratelimit(
             "a default of the policy; give rate= too, or set the cost in admin"
         )
     if rate is not None:
-        get_registry().declare(
+        registry = get_registry()
+        try:
+            ban = parse_ban(ban_after, ban_within, ban_for, ban_max)
+        except ValidationError as exc:
+            ban = None
+            registry.refuse_ban(name, exc)
+        registry.declare(
             declared(
                 name,
                 rate=rate,
@@ -109,6 +123,7 @@ def ratelimit(
                 priority=priority,
                 description=description,
                 cost=cost,
+                ban=ban,
             )
         )
 

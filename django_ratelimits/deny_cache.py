@@ -5,10 +5,13 @@ until its retry time, without Redis (issue 12; ``docs/flood.md``).
 :meth:`DenialCache.learn` the engine's answer. What is cached: for each
 (identity, limit) of an enforced policy that the engine denied, until when
 (the retry time the engine gave, counted from before the call was sent, so the
-cache never refuses longer than Redis would), and whether a staff block
-denied it (a block is cached until its end, and never refuses a request on its
+cache never refuses longer than Redis would), and whether a staff block (or a
+ban) denied it (a block is cached until its end, and never refuses a request on its
 way back to admin: :mod:`django_ratelimits.way_back`). A limit is a policy's
 rate, algorithm and burst, so a policy edit leaves its old entries unused.
+
+A denial by a policy that bans (docs/bans.md) is not cached: the check script
+counts each towards the ban, which then is a block, cached like staff's.
 
 Bounded: at most ``DENIAL_CACHE`` entries (least recently used first out;
 0 turns the cache off), each held at most :data:`HOLD_MAX_US`.
@@ -256,9 +259,11 @@ class DenialCache:
             for r in decision.results:
                 if r.allowed or r.limit.policy not in enforced:
                     continue
-                if r.remaining > 0 and not r.blocked:
+                if (r.remaining > 0 or r.limit.ban is not None) and not r.blocked:
                     # A request that costs more than 1 is denied with quota left, which
                     # a cheaper one may use: only an exhausted limit refuses them all.
+                    # A banning policy's denials must reach the check script, which
+                    # counts them towards the ban; the ban, a block, is cached.
                     continue
                 key = (r.identity, r.limit)
                 self._entries[key] = _Entry(

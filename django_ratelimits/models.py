@@ -25,7 +25,7 @@ from django.dispatch import receiver
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from django_ratelimits.engine import Algorithm
+from django_ratelimits.engine import Algorithm, Ban
 from django_ratelimits.policies.labels import (
     ALGORITHM_LABELS,
     COUNTS_LABELS,
@@ -41,6 +41,7 @@ from django_ratelimits.policies.parse import (
     check_cost,
     check_key_arg,
     check_login_key,
+    parse_ban,
     parse_cidrs,
     parse_identity_budget,
     parse_methods,
@@ -48,7 +49,7 @@ from django_ratelimits.policies.parse import (
     parse_policy_rates,
 )
 from django_ratelimits.policies.spec import MAX_COST, Counts, KeyKind, Mode, PolicySpec, Recording
-from django_ratelimits.rates import Rate
+from django_ratelimits.rates import Rate, format_period
 
 _Row = TypeVar("_Row", bound=models.Model)
 
@@ -206,6 +207,35 @@ class Policy(models.Model):
     priority = models.IntegerField(
         _("priority"), default=0, help_text=_("Higher priorities are checked first.")
     )
+    ban_after = models.PositiveIntegerField(
+        _("ban after"),
+        default=0,
+        help_text=_(
+            "Block an identity after this many denials by this policy within “ban within”, "
+            "for “ban for”, doubled on each repeat up to “longest ban”. 0: never ban."
+        ),
+    )
+    ban_within = models.CharField(
+        _("ban within"),
+        max_length=20,
+        blank=True,
+        help_text=_("The period the denials are counted in, e.g. “10m”. Up to 30 days."),
+    )
+    ban_for = models.CharField(
+        _("ban for"),
+        max_length=20,
+        blank=True,
+        help_text=_("How long the first ban lasts, e.g. “15m”. Up to 30 days."),
+    )
+    ban_max = models.CharField(
+        _("longest ban"),
+        max_length=20,
+        blank=True,
+        help_text=_(
+            "The cap of the doubling, e.g. “1d”; forgotten after this long with no new ban. "
+            "Empty: “ban for” (no doubling)."
+        ),
+    )
     created_at = models.DateTimeField(_("created"), auto_now_add=True)
     updated_at = models.DateTimeField(_("updated"), auto_now=True)
 
@@ -254,6 +284,15 @@ class Policy(models.Model):
         budget = _collect(errors, "identity_budget", parse_identity_budget, self.identity_budget)
         if budget is not None:
             self.identity_budget = _budget_text(budget)
+        try:
+            ban = parse_ban(self.ban_after, self.ban_within, self.ban_for, self.ban_max)
+        except ValidationError as exc:
+            errors.update(
+                (field, ValidationError(found)) for field, found in exc.error_dict.items()
+            )
+        else:
+            if ban is not None:
+                self.ban_within, self.ban_for, self.ban_max = _ban_texts(ban)
         if errors:
             raise ValidationError(errors)
 
@@ -283,6 +322,7 @@ class Policy(models.Model):
             counts=Counts(self.counts),
             reset_on_success=self.reset_on_success,
             cost=self.cost,
+            ban=parse_ban(self.ban_after, self.ban_within, self.ban_for, self.ban_max),
         )
 
 
@@ -310,7 +350,16 @@ def spec_fields(spec: PolicySpec) -> dict[str, Any]:
         "counts": spec.counts.value,
         "reset_on_success": spec.reset_on_success,
         "cost": spec.cost,
+        "ban_after": spec.ban.after if spec.ban else 0,
+        **dict(zip(("ban_within", "ban_for", "ban_max"), _ban_texts(spec.ban), strict=True)),
     }
+
+
+def _ban_texts(ban: Ban | None) -> tuple[str, str, str]:
+    """A ban's periods as its fields store them (within, for, longest); empty for none."""
+    if ban is None:
+        return "", "", ""
+    return format_period(ban.within), format_period(ban.duration), format_period(ban.maximum)
 
 
 def _budget_text(budget: Rate | str) -> str:

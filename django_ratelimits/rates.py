@@ -29,6 +29,8 @@ __all__ = [
     "MAX_PERIOD",
     "MAX_TEXT_LENGTH",
     "Rate",
+    "format_period",
+    "parse_period",
     "parse_rate",
     "parse_rates",
 ]
@@ -80,10 +82,7 @@ class Rate:
         >>> [str(Rate(10, 1)), str(Rate(120, 60)), str(Rate(5, 30)), str(Rate(1000, 86400))]
         ['10/s', '120/m', '5/30s', '1000/d']
         """
-        for unit in "dhms":
-            multiplier, rest = divmod(self.period, _SECONDS[unit])
-            if rest == 0:
-                break
+        multiplier, unit = _in_largest_unit(self.period)
         return f"{self.limit}/{'' if multiplier == 1 else multiplier}{unit}"
 
     @property
@@ -94,6 +93,39 @@ class Rate:
         2000000
         """
         return self.period * 1_000_000
+
+
+def format_period(seconds: int) -> str:
+    """A period in the largest unit that divides it, as :func:`parse_period` reads it.
+
+    >>> [format_period(1), format_period(90), format_period(7200), format_period(86400)]
+    ['1s', '90s', '2h', '1d']
+    """
+    multiplier, unit = _in_largest_unit(seconds)
+    return f"{multiplier}{unit}"
+
+
+def _in_largest_unit(seconds: int) -> tuple[int, str]:
+    for unit in "dhm":
+        multiplier, rest = divmod(seconds, _SECONDS[unit])
+        if rest == 0:
+            return multiplier, unit
+    return seconds, "s"
+
+
+def parse_period(text: str) -> int:
+    """A period alone, as a rate writes it after ``/`` (``"10m"``, ``"2 hours"``,
+    ``"d"``), in seconds: 1 second to 30 days.
+
+    >>> parse_period("10m")
+    600
+    """
+    scanner = _Scanner(text, "a period such as '10m'")
+    scanner.skip_space()
+    seconds = scanner.period()
+    if scanner.peek() != "":
+        scanner.fail(f"expected the end of the input after the period, {scanner.found()}")
+    return seconds
 
 
 def parse_rate(text: str) -> Rate:
@@ -144,7 +176,7 @@ period '60s' repeats the period of '10/m' (each period may appear once)
 class _Scanner:
     """A cursor over the input; ``fail`` raises at the cursor or at a given position."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, expected: str = "a rate such as '10/s'") -> None:
         if not isinstance(text, str):
             raise TypeError(f"a rate must be a str, not {type(text).__name__}")
         self.text = text
@@ -152,7 +184,7 @@ class _Scanner:
         if len(text) > MAX_TEXT_LENGTH:
             self.fail(f"input is longer than {MAX_TEXT_LENGTH} characters", MAX_TEXT_LENGTH)
         if not text.strip(_SPACE):
-            self.fail("empty input (expected a rate such as '10/s')", 0)
+            self.fail(f"empty input (expected {expected})", 0)
 
     def fail(self, reason: str, position: int | None = None) -> NoReturn:
         raise RateParseError(self.text, self.pos if position is None else position, reason)

@@ -17,6 +17,7 @@ below them, and nothing imports them but ``apps.ready`` (which registers them).
 ``E008``                  a policy names a key function that is not allowed (one per policy)
 ``E009``                  ``METRICS`` names a backend whose library is not installed
 ``E100``                  the test kit (``django_ratelimits.testing``) is on outside a test
+``E010``                  a policy's escalating ban is inconsistent (in code or in a row)
 ``W001``                  the app is installed but ``RateLimitMiddleware`` is not
 ``W002``                  Redis does not answer PING within half a second
 ``W003``                  (``--deploy``) a full Redis would refuse writes, or its
@@ -27,12 +28,12 @@ below them, and nothing imports them but ``apps.ready`` (which registers them).
 
 ``setup`` holds E001 to E004, E007, E009 and W001; ``policies`` E005, E006, E008 and
 W004 (with ``references``, the places code names a policy); ``redis_server``
-W002 and W003; ``logins`` W005; ``kit`` E100.
+W002 and W003; ``logins`` W005; ``bans`` E010; ``kit`` E100.
 """
 
 from __future__ import annotations
 
-from django_ratelimits.checks import kit, logins, policies, redis_server, setup
+from django_ratelimits.checks import bans, kit, logins, policies, redis_server, setup
 from django_ratelimits.checks.common import REDIS_TAG, TAG
 from django_ratelimits.checks.redis_server import PING_TIMEOUT
 
@@ -40,6 +41,7 @@ __all__ = [
     "PING_TIMEOUT",
     "REDIS_TAG",
     "TAG",
+    "bans",
     "kit",
     "logins",
     "policies",

@@ -98,7 +98,7 @@ class FilterForm(forms.Form):
         field.choices = [
             ("", _("every policy")),
             *((name, name) for name in policies),
-            (BLOCKED_POLICY, _("blocked by staff")),
+            (BLOCKED_POLICY, _("blocked (by staff or a ban)")),
         ]
 
     def clean_ip(self) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:

@@ -293,7 +293,7 @@ def denied_by(offender: Offender) -> tuple[tuple[str, str, int], ...]:
 
 
 def policy_label(name: str) -> str:
-    return gettext("blocked by staff") if name == BLOCKED_POLICY else name
+    return gettext("blocked (by staff or a ban)") if name == BLOCKED_POLICY else name
 
 
 def display_name(who: str, names: Mapping[str, str]) -> str:
@@ -325,7 +325,9 @@ def addresses(hits: Iterable[Hit], own: str) -> dict[str, str]:
 def override_text(override: Override | None) -> str:
     if override is None:
         return ""
-    left = {"left": duration(override.seconds)}
+    left = {"left": duration(override.seconds), "level": override.level}
+    if override.level:
+        return gettext("banned (level %(level)s), %(left)s left") % left
     if override.state == "blocked":
         return gettext("blocked, %(left)s left") % left
     return gettext("allow-listed, %(left)s left") % left

@@ -19,7 +19,7 @@ from redis.exceptions import RedisClusterException, RedisError
 from django_ratelimits.engine import overrides
 from django_ratelimits.engine.core import Engine
 from django_ratelimits.engine.errors import BackendError
-from django_ratelimits.engine.keys import HORIZON, OVERRIDE, label
+from django_ratelimits.engine.keys import BAN_FIELD, HORIZON, OVERRIDE, label
 from django_ratelimits.engine.limits import Identity, Limit
 from django_ratelimits.engine.overrides import Note, Override
 
@@ -87,13 +87,15 @@ class Controls:
     def reset(
         self, identity: Identity, limits: Sequence[Limit] = (), *, forget: bool = False
     ) -> None:
-        """Clear ``identity``'s state under ``limits``.
+        """Clear ``identity``'s state under ``limits``, their policies' bans' levels
+        and denials too (a ban in force is a block: :meth:`lift` ends it).
 
         With ``forget``, also drop its metadata list and offender and shadow
         records and take it out of their indexes.
         """
         keys = self.engine.keys.of(identity)
         fields = [limit.spec for limit in limits if not limit.is_log]
+        fields += sorted({BAN_FIELD + limit.policy for limit in limits if limit.ban})
         names = [keys.log(limit) for limit in limits if limit.is_log]
         if forget:
             names += [keys.metadata, keys.record, keys.shadow_record]
@@ -160,7 +162,7 @@ class Controls:
             raise BackendError(f"could not list the overrides: {exc}") from exc
         found = []
         for who, value, note_value in zip(idents, values[::2], values[1::2], strict=True):
-            override = overrides.decode(value, now_us)
+            override = overrides.decode(value, now_us, note_value)
             if override is None:  # ended or lifted since the index was read
                 continue
             note = Note.decode(note_value)
@@ -180,12 +182,17 @@ class Controls:
 
     def override(self, identity: Identity) -> Override | None:
         """The block or allow-listing of ``identity`` in force, or ``None``."""
+        keys = self.engine.keys.of(identity)
         try:
-            value = self.engine.client.hget(self.engine.keys.of(identity).state, OVERRIDE)
+            pipe = self.engine.client.pipeline(transaction=False)
+            route = self.engine._route(keys.state)
+            pipe.execute_command("HGET", keys.state, OVERRIDE, **route)
+            pipe.execute_command("GET", keys.override_note, **route)
+            value, note = pipe.execute()
             now = self.engine.now_us()
         except _REDIS_ERRORS as exc:
             raise BackendError(f"could not read the override of {label(identity)}: {exc}") from exc
-        return overrides.decode(value, now)
+        return overrides.decode(value, now, note)
 
     def _override(self, identity: Identity, mode: str, seconds: float, by: str) -> None:
         if not 0 < seconds <= MAX_OVERRIDE:

@@ -48,6 +48,10 @@ HORIZON = "t"
 # The state HASH's field holding the identity's override (blocked or allow-listed
 # until a time, engine/overrides.py): read with the limits, in the same HMGET.
 OVERRIDE = "x"
+# The start of the state HASH's field that holds a policy's escalating ban (its level
+# and recent denials, lua/ban.lua): "!ban|<policy>", never a spec (specs start with an
+# algorithm's code).
+BAN_FIELD = "!ban|"
 
 
 def key_part(value: str) -> str:

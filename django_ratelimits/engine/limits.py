@@ -13,6 +13,8 @@ from django_ratelimits.rates import Rate
 # GCRA keeps interval * capacity in a Lua double: it must stay exact.
 _MAX_TOLERANCE_US = 2**52
 MAX_BURST = 1_000_000
+MAX_BAN_AFTER = 100  # denials a ban may wait for: the check script keeps their times
+MAX_BAN_SECONDS = 30 * 86_400  # the longest ban window, ban and ban cap
 _KIND_RE = re.compile(r"[a-z][a-z0-9_]{0,15}")
 
 
@@ -66,6 +68,60 @@ def burst_problem(algorithm: str, rate: Rate, burst: int) -> str | None:
     return None
 
 
+def ban_problem(after: int, within: int, duration: int, maximum: int) -> str | None:
+    """Why a ban after ``after`` denials ``within`` seconds, lasting ``duration``
+    seconds doubled on each repeat up to ``maximum``, cannot be, or None.
+
+    The one statement of the ban rules: :class:`Ban` refuses what this names,
+    and admin shows each answer next to its field. The answer is a code:
+    ``"ban_after"`` (not 1 to :data:`MAX_BAN_AFTER`), ``"ban_within"``,
+    ``"ban_for"``, ``"ban_max"`` (not 1 s to :data:`MAX_BAN_SECONDS`), or
+    ``"ban_max_short"`` (the cap is shorter than the first ban).
+    """
+    if not 1 <= after <= MAX_BAN_AFTER:
+        return "ban_after"
+    for code, seconds in (("ban_within", within), ("ban_for", duration), ("ban_max", maximum)):
+        if not 1 <= seconds <= MAX_BAN_SECONDS:
+            return code
+    if maximum < duration:
+        return "ban_max_short"
+    return None
+
+
+@dataclass(frozen=True)
+class Ban:
+    """An escalating ban (fail2ban's): ``after`` denials of one identity by the
+    policy ``within`` seconds block it for ``duration`` seconds, doubled on each
+    repeat up to ``maximum``. The repeat count (the level) is forgotten once
+    ``maximum`` seconds pass after a ban's end with no new ban (see docs/bans.md).
+    """
+
+    after: int
+    within: int
+    duration: int
+    maximum: int
+
+    def __post_init__(self) -> None:
+        problem = ban_problem(self.after, self.within, self.duration, self.maximum)
+        if problem is not None:
+            raise ValueError(
+                f"{problem}: a ban after {self.after} denials within {self.within} s for "
+                f"{self.duration} s up to {self.maximum} s (1 to {MAX_BAN_AFTER} denials, "
+                f"1 s to {MAX_BAN_SECONDS} s, the cap at least the first ban)"
+            )
+
+    @cached_property
+    def encoded(self) -> bytes:
+        """The ban as the check script reads it after its limit's framed spec:
+        ``!<after>|<within_us>|<duration_us>|<maximum_us>;``."""
+        return b"!%d|%d|%d|%d;" % (
+            self.after,
+            self.within * 1_000_000,
+            self.duration * 1_000_000,
+            self.maximum * 1_000_000,
+        )
+
+
 @dataclass(frozen=True)
 class Identity:
     """Who is counted: a kind (``ip``, ``user``, ``header``...) and a value.
@@ -89,13 +145,15 @@ class Limit:
     """One rate of one policy, with the algorithm that enforces it.
 
     ``burst`` is the bucket capacity for the token bucket and GCRA (default:
-    the rate's limit); other algorithms have none.
+    the rate's limit); other algorithms have none. ``ban``, when given, is the
+    policy's escalating ban (every limit of a policy carries the same one).
     """
 
     policy: str
     rate: Rate
     algorithm: Algorithm = Algorithm.SLIDING_WINDOW
     burst: int | None = None
+    ban: Ban | None = None
 
     def __post_init__(self) -> None:
         if not self.policy:
@@ -127,14 +185,17 @@ class Limit:
 
     @cached_property
     def framed_spec(self) -> bytes:
-        """:attr:`encoded_spec` after its length and ``:``, as the check script reads a
-        group's limits (one argument, the limits' framed specs one after the other)."""
-        return b"%d:%s" % (len(self.encoded_spec), self.encoded_spec)
+        """:attr:`encoded_spec` after its length and ``:``, then the ban's
+        :attr:`Ban.encoded` if any, as the check script reads a group's limits
+        (one argument, the limits' framed specs one after the other)."""
+        framed = b"%d:%s" % (len(self.encoded_spec), self.encoded_spec)
+        return framed if self.ban is None else framed + self.ban.encoded
 
     def framed_at(self, cost: int) -> bytes:
         """:attr:`framed_spec` for this limit charging ``cost`` instead of the call's cost:
-        ``<length>*<cost>:<spec>``."""
-        return b"%d*%d:%s" % (len(self.encoded_spec), cost, self.encoded_spec)
+        ``<length>*<cost>:<spec>``, then the ban's :attr:`Ban.encoded` if any."""
+        framed = b"%d*%d:%s" % (len(self.encoded_spec), cost, self.encoded_spec)
+        return framed if self.ban is None else framed + self.ban.encoded
 
     @property
     def is_log(self) -> bool:

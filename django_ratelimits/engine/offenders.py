@@ -164,12 +164,13 @@ class OffenderReader:
         pipe.hgetall(keys.record)
         pipe.lrange(keys.metadata, 0, self.engine.metadata_max_entries - 1)
         pipe.hget(keys.state, OVERRIDE)
+        pipe.get(keys.override_note)
         pipe.hgetall(keys.shadow_record)
-        record, entries, override, shadow = self._run(pipe)
+        record, entries, override, note, shadow = self._run(pipe)
         return OffenderDetail(
             _offender(keys.ident, record),
             _hits(entries),
-            decode(override, now * 1000),
+            decode(override, now * 1000, note),
             _offender(keys.ident, shadow),
         )
 
@@ -183,13 +184,14 @@ class OffenderReader:
         for offender in offenders:
             keys = self.engine.keys.of_ident(offender.ident)
             pipe.hget(keys.state, OVERRIDE)
+            pipe.get(keys.override_note)
             if hits:
                 pipe.lrange(keys.metadata, 0, hits - 1)
         replies = iter(self._run(pipe))
         return [
-            OffenderDetail(  # keywords in pipeline order: override, then hits
+            OffenderDetail(  # keywords in pipeline order: override and its note, then hits
                 offender=o,
-                override=decode(next(replies), now_ms * 1000),
+                override=decode(next(replies), now_ms * 1000, next(replies)),
                 hits=_hits(next(replies)) if hits else (),
             )
             for o in offenders

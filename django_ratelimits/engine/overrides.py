@@ -1,8 +1,10 @@
 """The override marker: one identity blocked or allow-listed until a time.
 
-Staff write it (:class:`~django_ratelimits.engine.controls.Controls`); the
-check script obeys it; the offender reader shows it. This module is the
-Python side of the format, the one place that writes and parses it.
+Staff write it (:class:`~django_ratelimits.engine.controls.Controls`), and so
+does the check script when a policy's escalating ban blocks (``lua/ban.lua``,
+with a note saying so); the check script obeys it; the offender reader shows
+it. This module is the Python side of the format, the one place in Python that
+writes and parses it.
 
 The value of the override field (``keys.OVERRIDE``) of an identity's state HASH
 (``keys.IdentityKeys.state``, read by the check script with the limits) is
@@ -35,10 +37,12 @@ _STATES: dict[str, Literal["blocked", "allowed"]] = {BLOCKED: "blocked", ALLOWED
 
 
 class Override(NamedTuple):
-    """An override in force: ``("blocked" | "allowed", whole seconds left)``."""
+    """An override in force: ``("blocked" | "allowed", whole seconds left)``, and
+    the ``level`` of the policy's ban that set a block (0: staff set it)."""
 
     state: Literal["blocked", "allowed"]
     seconds: int
+    level: int = 0
 
 
 def marker(mode: str, until_us: int) -> str:
@@ -48,25 +52,47 @@ def marker(mode: str, until_us: int) -> str:
     return f"{mode}:{until_us}"
 
 
-def decode(value: bytes | str | None, now_us: int) -> Override | None:
-    """The override an override field's ``value`` puts in force at ``now_us``, if any."""
+def decode(
+    value: bytes | str | None, now_us: int, note: bytes | str | None = None
+) -> Override | None:
+    """The override an override field's ``value`` puts in force at ``now_us``, if any;
+    its ``note`` (the override's note key's value) tells a ban from staff's block."""
     if value is None:
         return None
     text = value.decode("ascii", "replace") if isinstance(value, bytes) else value
     mode, colon, until = text.partition(":")
     if mode not in _STATES or not colon or not until.isdigit() or int(until) <= now_us:
         return None
-    return Override(_STATES[mode], -(-(int(until) - now_us) // 1_000_000))
+    state = _STATES[mode]
+    noted = Note.decode(note) if state == "blocked" else None
+    level = noted.level if noted is not None and noted.banned else 0
+    return Override(state, -(-(int(until) - now_us) // 1_000_000), level)
+
+
+BANNED_BY = "ban"
+"""A note's ``by`` when a policy's escalating ban set the block (``lua/ban.lua``)."""
 
 
 @dataclass(frozen=True)
 class Note:
     """Who set an override (``by``: a staff user's name, or the command's), when
-    (``at_us``), and the label of the identity (its ident may be a digest)."""
+    (``at_us``), and the label of the identity (its ident may be a digest).
+
+    A block that a policy's escalating ban set (the check script writes the note
+    then) says ``by`` :data:`BANNED_BY`, its ``level`` (1 for a first ban) and
+    the ``policy``; staff's notes have level 0.
+    """
 
     label: str
     by: str
     at_us: int
+    level: int = 0
+    policy: str = ""
+
+    @property
+    def banned(self) -> bool:
+        """Whether a policy's ban set this block (not staff)."""
+        return self.by == BANNED_BY and self.level > 0
 
     def encode(self) -> str:
         return json.dumps({"label": self.label, "by": self.by, "at": self.at_us})
@@ -78,6 +104,12 @@ class Note:
             return None
         try:
             data = json.loads(value)
-            return cls(str(data["label"]), str(data["by"]), int(data["at"]))
+            return cls(
+                str(data["label"]),
+                str(data["by"]),
+                int(data["at"]),
+                int(data.get("ban", 0)),
+                str(data.get("policy", "")),
+            )
         except (ValueError, TypeError, KeyError):
             return None

@@ -13,7 +13,8 @@ from __future__ import annotations
 import hashlib
 from importlib import resources
 
-# Order matters: the prelude defines what the algorithms use, check.lua last.
+# Order matters: the prelude defines what the algorithms use, ban.lua what check.lua
+# calls, check.lua last.
 _PARTS = (
     "prelude",
     "fixed_window",
@@ -22,6 +23,7 @@ _PARTS = (
     "sliding_log",
     "token_bucket",
     "gcra",
+    "ban",
     "check",
 )
 

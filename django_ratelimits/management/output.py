@@ -52,7 +52,9 @@ def hit_data(hit: Hit) -> Data:
 
 
 def override_data(override: Override | None) -> Data | None:
-    return None if override is None else {"mode": override.state, "seconds_left": override.seconds}
+    if override is None:
+        return None
+    return {"mode": override.state, "seconds_left": override.seconds, "ban_level": override.level}
 
 
 def quota_data(result: LimitResult) -> Data:
@@ -68,7 +70,10 @@ def quota_data(result: LimitResult) -> Data:
 
 
 def override_text(override: Data | None) -> str:
-    return "" if override is None else f"{override['mode']}, {span(override['seconds_left'])} left"
+    if override is None:
+        return ""
+    mode = f"banned (level {override['ban_level']})" if override["ban_level"] else override["mode"]
+    return f"{mode}, {span(override['seconds_left'])} left"
 
 
 def named(who: str, names: dict[str, str]) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from django_ratelimits import key_functions
-from django_ratelimits.engine import Algorithm
+from django_ratelimits.engine import Algorithm, Ban
 from django_ratelimits.policies.parse import parse_cidrs, parse_identity_budget
 from django_ratelimits.policies.spec import (
     MAX_COST,
@@ -45,11 +45,13 @@ def declared(
     priority: int = 0,
     description: str = "",
     cost: int = 1,
+    ban: Ban | None = None,
 ) -> PolicySpec:
     """The policy ``name`` with these fields (every field of a policy in admin, by its
     field name; ``key`` is ``"ip"``, ``"user"``, ``"header:<name>"``,
     ``"callable:<dotted.path>"``...). A callable named here is trusted: code, unlike
-    admin text, may name any function (see :mod:`django_ratelimits.key_functions`)."""
+    admin text, may name any function (see :mod:`django_ratelimits.key_functions`).
+    ``ban`` is parsed by the caller, who reports a bad one (check E010)."""
     kind, _, arg = key.partition(":")
     if kind == KeyKind.CALLABLE:
         key_functions.trust(arg)
@@ -72,6 +74,7 @@ def declared(
         description=description,
         identity_budget=parse_identity_budget(identity_budget),
         cost=cost,
+        ban=ban,
     )
     if cost_problem(cost, spec.limits) == "cost_capacity":
         raise ValueError(

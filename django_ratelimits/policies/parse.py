@@ -18,11 +18,20 @@ from django.utils.translation import gettext_lazy as _
 
 from django_ratelimits import key_functions
 from django_ratelimits.conf import DOTTED_PATH, HEADER_NAME, IPNetwork
-from django_ratelimits.engine.limits import MAX_BURST, Algorithm, Limit, burst_problem
+from django_ratelimits.engine.limits import (
+    MAX_BAN_AFTER,
+    MAX_BAN_SECONDS,
+    MAX_BURST,
+    Algorithm,
+    Ban,
+    Limit,
+    ban_problem,
+    burst_problem,
+)
 from django_ratelimits.errors import RateParseError
 from django_ratelimits.policies.matching import PathPattern, PatternError
 from django_ratelimits.policies.spec import LOGIN_KEYS, MAX_COST, Counts, KeyKind, cost_problem
-from django_ratelimits.rates import Rate, parse_rate, parse_rates
+from django_ratelimits.rates import Rate, format_period, parse_period, parse_rate, parse_rates
 
 if TYPE_CHECKING:
     from django.utils.functional import _StrOrPromise as StrOrPromise
@@ -36,6 +45,7 @@ __all__ = [
     "check_key_arg",
     "check_login_key",
     "cidr_error",
+    "parse_ban",
     "parse_cidrs",
     "parse_identity_budget",
     "parse_methods",
@@ -127,6 +137,61 @@ _COST_MESSAGES: Final = {
     "cost_capacity": _(
         "A request costing %(cost)s could never pass %(rate)s: lower the cost or raise the rate."
     ),
+}
+
+
+def parse_ban(after: int | None, within: str, duration: str, maximum: str) -> Ban | None:
+    """A policy's escalating ban from its four fields, or None when ``after`` is 0 (off).
+
+    ``within``, ``duration`` and ``maximum`` are periods as a rate writes them
+    (``"10m"``, ``"1h"``, ``"7d"``); an empty ``maximum`` is ``duration`` (no
+    doubling). The bounds are :func:`~django_ratelimits.engine.limits.ban_problem`'s.
+    Raises a ``ValidationError`` whose errors are keyed by field
+    (``ban_after``, ``ban_within``, ``ban_for``, ``ban_max``).
+    """
+    errors: dict[str, ValidationError] = {}
+    seconds: dict[str, int] = {}
+    for field, text in (("ban_within", within), ("ban_for", duration), ("ban_max", maximum)):
+        if not text.strip():
+            continue
+        try:
+            seconds[field] = parse_period(text)
+        except RateParseError as exc:
+            message = _("Enter a duration such as “10m”, “1h” or “7d”: %(error)s")
+            errors[field] = ValidationError(
+                message, code=f"invalid_{field}", params={"error": exc.reason}
+            )
+    if after:
+        for field in ("ban_within", "ban_for"):
+            if field not in seconds and field not in errors:
+                errors[field] = ValidationError(_BAN_MESSAGES["required"], code="ban_required")
+    if errors:
+        raise ValidationError(errors)
+    if not after:
+        return None
+    values = (
+        after,
+        seconds["ban_within"],
+        seconds["ban_for"],
+        seconds.get("ban_max", seconds["ban_for"]),
+    )
+    problem = ban_problem(*values)
+    if problem is not None:
+        field = "ban_max" if problem == "ban_max_short" else problem
+        params = {"max": MAX_BAN_AFTER, "longest": format_period(MAX_BAN_SECONDS)}
+        raise ValidationError(
+            {field: ValidationError(_BAN_MESSAGES[problem], code=problem, params=params)}
+        )
+    return Ban(*values)
+
+
+_BAN_MESSAGES: Final = {
+    "required": _("Required when the policy bans (ban after is not 0)."),
+    "ban_after": _("Ban after 0 (no ban) to %(max)s denials."),
+    "ban_within": _("The denials are counted within 1s to %(longest)s."),
+    "ban_for": _("A ban lasts 1s to %(longest)s."),
+    "ban_max": _("The longest ban is 1s to %(longest)s."),
+    "ban_max_short": _("The longest ban cannot be shorter than the first (ban for)."),
 }
 
 

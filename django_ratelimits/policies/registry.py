@@ -113,6 +113,7 @@ class PolicyRegistry:
         self._generation = 0
         self._declared: dict[str, PolicySpec] = {}
         self._unwritten: dict[str, PolicySpec] = {}
+        self._refused_bans: dict[str, ValidationError] = {}
 
     def is_stale(self) -> bool:
         """Whether ``POLICY_REFRESH`` seconds have passed since the last refresh. No I/O."""
@@ -208,6 +209,17 @@ class PolicyRegistry:
         with self._declare_lock:
             self._declared[spec.name] = spec
             self._unwritten[spec.name] = spec
+
+    def refuse_ban(self, name: str, error: ValidationError) -> None:
+        """Note that code declared policy ``name`` with a ban it cannot have
+        (``error``): the policy is declared without it, and check E010 says so."""
+        with self._declare_lock:
+            self._refused_bans[name] = error
+
+    def refused_bans(self) -> dict[str, ValidationError]:
+        """The declared policies whose ban was refused, by name (:meth:`refuse_ban`)."""
+        with self._declare_lock:
+            return dict(self._refused_bans)
 
     def _write_declared(self) -> None:
         """``get_or_create`` each declared policy's row, once per process.

@@ -15,7 +15,7 @@ from enum import StrEnum
 from typing import Final, Literal
 
 from django_ratelimits.conf import IPNetwork
-from django_ratelimits.engine import Algorithm, Limit
+from django_ratelimits.engine import Algorithm, Ban, Limit
 from django_ratelimits.policies.matching import PathPattern
 from django_ratelimits.rates import Rate
 
@@ -146,6 +146,9 @@ class PolicySpec:
     ``cost`` is what one request charges each of its limits (1 to :data:`MAX_COST`);
     a cost function named by ``@ratelimit(..., cost=...)`` may say otherwise per
     request (:mod:`django_ratelimits.costs`).
+    ``ban``, when given, blocks an identity the policy denies too often
+    (:class:`~django_ratelimits.engine.Ban`, see docs/bans.md); a shadow-mode
+    policy never bans.
     """
 
     name: str
@@ -168,6 +171,7 @@ class PolicySpec:
     counts: Counts = Counts.REQUESTS
     reset_on_success: bool = False
     cost: int = 1
+    ban: Ban | None = None
     limits: tuple[Limit, ...] = field(init=False, repr=False, compare=False)
     path_re: PathPattern | None = field(init=False, repr=False, compare=False)
 
@@ -180,6 +184,10 @@ class PolicySpec:
                 f"policy {self.name!r}: the cost must be a whole number from 1 to {MAX_COST}, "
                 f"not {self.cost!r}"
             )
+        ban = None if self.shadow else self.ban
+        limits = tuple(
+            Limit(self.name, rate, self.algorithm, self.burst, ban) for rate in self.rates
+        )
         object.__setattr__(self, "limits", limits)
         object.__setattr__(self, "path_re", PathPattern(self.path) if self.path else None)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -11,7 +12,9 @@ from django.test import Client
 from django.urls import reverse
 
 from django_ratelimits.admin import describe
+from django_ratelimits.engine import Ban
 from django_ratelimits.models import Policy, PolicyVersion
+from django_ratelimits.policies.spec import Mode
 from tests.policies.test_models import INVALID
 
 pytestmark = pytest.mark.django_db
@@ -38,6 +41,7 @@ def form(**fields: Any) -> dict[str, Any]:
         "allow_cidrs": "",
         "record_metadata": "denials",
         "counts": "requests",
+        "ban_after": "0",
     }
     data.update(fields)
     return {key: value for key, value in data.items() if value is not False}
@@ -171,6 +175,22 @@ def test_the_change_form_shows_the_preview(admin_client: Client) -> None:
         "<p>While Redis is unreachable, requests are let through (fail open).</p>"
     ) in page
     assert "What this policy does" not in admin_client.get(add_url()).content.decode()
+
+
+def test_a_ban_is_saved_in_canonical_form_and_previewed(admin_client: Client) -> None:
+    fields = {"ban_after": "5", "ban_within": "600s", "ban_for": "15 min", "ban_max": "24h"}
+    assert admin_client.post(add_url(), form(**fields)).status_code == 302
+    policy = Policy.objects.get(name="api")
+    assert (policy.ban_within, policy.ban_for, policy.ban_max) == ("10m", "15m", "1d")
+    page = admin_client.get(change_url(policy)).content.decode()
+    assert (
+        "<p>After 5 denials within 10 min, the identity is blocked for 15 min, doubled on "
+        "each repeat up to 1 d (forgotten after 1 d with no ban).</p>"
+    ) in page
+    spec = Policy.objects.get(name="api").to_spec()
+    one = describe(replace(spec, ban=Ban(5, 600, 900, 900)))
+    assert "After 5 denials within 10 min, the identity is blocked for 15 min." in one
+    assert not any("denials within" in line for line in describe(replace(spec, mode=Mode.SHADOW)))
 
 
 def test_a_row_broken_outside_admin_still_opens(admin_client: Client) -> None:

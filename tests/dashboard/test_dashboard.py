@@ -467,7 +467,7 @@ def test_block_allow_and_lift(board: dict[str, Any], admin_user: Any) -> None:
 
     act(client, kind="ip", value=ATTACKER, action="allow", seconds="3600")
     assert hit("/api/other", ATTACKER, times=3) == [200, 200, 200]  # over its limit, let through
-    assert Controls(get_engine()).override(Identity("ip", ATTACKER)) == ("allowed", 3600)
+    assert Controls(get_engine()).override(Identity("ip", ATTACKER)) == ("allowed", 3600, 0)
     assert logged(admin_user) == [
         f"Blocked ip:{QUIET} for 5 minutes",
         f"Lifted the block or allow-listing of ip:{QUIET}",

@@ -145,7 +145,7 @@ def test_staff_who_block_themselves_can_still_log_in_and_lift(
     act(me, kind="ip", value="127.0.0.1", action="block", seconds="300")
     with caplog.at_level(logging.INFO, logger="django_ratelimits"):
         assert Client(REMOTE_ADDR="127.0.0.1").get("/api/hello").status_code == 429
-    assert "ip 127.0.0.1 is blocked by staff until " in caplog.text
+    assert "ip 127.0.0.1 is blocked (by staff or a ban) until " in caplog.text
     assert "over" not in caplog.text
 
     me.logout()
@@ -202,7 +202,7 @@ def test_a_shadow_policy_on_a_blocked_address_refuses_nothing_and_logs_no_refusa
     Offenders().block(ip, 300)
     with caplog.at_level(logging.INFO, logger="django_ratelimits"):
         assert Client(REMOTE_ADDR="203.0.113.9").get("/api/hello").status_code == 200
-    assert "blocked by staff" not in caplog.text
+    assert "is blocked (by staff" not in caplog.text
     # What the block would have denied is a would-be denial, never an offence.
     keys = get_engine().keys.of(ip)
     assert not site_redis.exists(keys.record)

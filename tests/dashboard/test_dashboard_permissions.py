@@ -164,7 +164,7 @@ def test_the_block_permission_blocks_only(offender: Identity, django_user_model:
     assert client.post(reverse(ACTION), {**RESET, "confirm": "on"}).status_code == 403
     assert remaining(offender, "other") == [0]
     assert client.post(reverse(ACTION), {**BLOCK, "confirm": "on"}).status_code == 302
-    assert Controls(get_engine()).override(Identity("ip", QUIET)) == ("blocked", 300)
+    assert Controls(get_engine()).override(Identity("ip", QUIET)) == ("blocked", 300, 0)
     lift = {"kind": "ip", "value": QUIET, "action": "lift", "confirm": "on"}
     assert client.post(reverse(ACTION), lift).status_code == 302
     assert Controls(get_engine()).override(Identity("ip", QUIET)) is None

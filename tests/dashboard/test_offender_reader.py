@@ -106,4 +106,4 @@ def test_the_detail_shows_a_block(redis_client: Any) -> None:
     engine, _ = scripted(redis_client)
     Controls(engine).block(Identity("ip", "203.0.113.99"), 120)
     detail = OffenderReader(engine).detail(Identity("ip", "203.0.113.99"))
-    assert detail.override == ("blocked", 120)
+    assert detail.override == ("blocked", 120, 0)

@@ -169,7 +169,7 @@ def test_a_blocked_identity_is_denied_until_the_block_ends(redis_client: Any) ->
     engine = fresh_engine(redis_client, clock)
     ip = Identity("ip", "203.0.113.66")
     Controls(engine).block(ip, 30)
-    assert Controls(engine).override(ip) == ("blocked", 30)
+    assert Controls(engine).override(ip) == ("blocked", 30, 0)
     decision = engine.check([Check(ip, API)])
     assert not decision.allowed
     assert decision.retry_after_us == 30_000_000

@@ -251,7 +251,7 @@ def test_block_allow_and_lift(engine: Engine) -> None:
     ip = Identity("ip", "192.0.2.1")
 
     assert "ip:192.0.2.1: blocked for 1h;" in run("block", "ip:192.0.2.1", "--for", "1h")
-    mode, left = Controls(engine).override(ip) or ("", 0)
+    mode, left, _ = Controls(engine).override(ip) or ("", 0, 0)
     assert mode == "blocked" and 3590 <= left <= 3600
     assert not engine.check([Check(ip, login.limits)]).allowed
 

@@ -10,7 +10,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.core.management import call_command
 
-from django_ratelimits.engine import Algorithm
+from django_ratelimits.engine import Algorithm, Ban
 from django_ratelimits.models import Policy, PolicyVersion, spec_fields
 from django_ratelimits.policies.spec import KeyKind, Mode, PolicySpec
 from django_ratelimits.rates import Rate
@@ -89,6 +89,24 @@ INVALID = [
     ({"identity_budget": "{}\n"}, "identity_budget", "Enter one rate such as “50/h”"),
     ({"name": "not a slug"}, "name", "slug"),
     ({"mode": "loud"}, "mode", "valid choice"),
+    # Escalating bans: every value bounded, so no admin value can overflow the
+    # check script's numbers or a TTL (docs/bans.md).
+    ({"ban_after": 3, "ban_for": "1h"}, "ban_within", "Required when the policy bans"),
+    ({"ban_after": 3, "ban_within": "1m"}, "ban_for", "Required when the policy bans"),
+    ({"ban_after": 101, "ban_within": "1m", "ban_for": "1h"}, "ban_after", "0 (no ban) to 100"),
+    ({"ban_after": 10**12, "ban_within": "1m", "ban_for": "1h"}, "ban_after", "to 100"),
+    ({"ban_after": 3, "ban_within": "1m", "ban_for": "1000000000000d"}, "ban_for", "30 days"),
+    ({"ban_after": 3, "ban_within": "31d", "ban_for": "1h"}, "ban_within", "30 days"),
+    ({"ban_after": 3, "ban_within": "1m", "ban_for": "1h", "ban_max": "31d"}, "ban_max", "30 days"),
+    (
+        {"ban_after": 3, "ban_within": "1m", "ban_for": "1h", "ban_max": "0h"},
+        "ban_max",
+        "at least 1",
+    ),
+    ({"ban_after": 3, "ban_within": "1m", "ban_for": "1h", "ban_max": "30m"}, "ban_max", "shorter"),
+    ({"ban_within": "5 fortnights"}, "ban_within", "Enter a duration such as “10m”"),
+    ({"ban_for": "1h, 2h"}, "ban_for", "expected the end of the input"),
+    ({"ban_max": "9" * 21}, "ban_max", "at most 20 characters"),
 ]
 
 
@@ -99,6 +117,28 @@ def test_clean_files_each_error_under_its_field(
     errors = errors_of(make(**fields))
     assert list(errors) == [field]
     assert fragment in " ".join(errors[field])
+
+
+def test_a_ban_is_stored_in_canonical_form_and_compiles() -> None:
+    policy = make(ban_after=5, ban_within=" 600 s", ban_for="90 min")
+    policy.full_clean(validate_unique=False)
+    assert (policy.ban_within, policy.ban_for, policy.ban_max) == ("10m", "90m", "90m")
+    spec = policy.to_spec()
+    assert spec.ban == Ban(5, 600, 5400, 5400)
+    assert all(limit.ban == spec.ban for limit in spec.limits)
+    assert Policy(**spec_fields(spec)).to_spec() == spec
+
+
+def test_ban_after_0_is_no_ban_whatever_the_periods() -> None:
+    policy = make(ban_after=0, ban_within="1m", ban_for="1h")
+    policy.full_clean(validate_unique=False)
+    assert policy.to_spec().ban is None
+
+
+def test_a_shadow_policy_s_limits_carry_no_ban() -> None:
+    policy = make(mode="shadow", ban_after=2, ban_within="1m", ban_for="1h")
+    spec = policy.to_spec()
+    assert spec.ban is not None and all(limit.ban is None for limit in spec.limits)
 
 
 def test_clean_reports_every_bad_field_at_once() -> None:

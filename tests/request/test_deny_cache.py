@@ -105,6 +105,23 @@ def test_a_denied_identity_is_refused_without_redis_until_its_retry_time(
     assert calls.n == 2
 
 
+def test_a_banning_policy_s_denials_reach_redis_and_its_ban_is_cached(
+    frozen_clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each denial must be counted towards the ban by the check script; once banned,
+    the block is refused without Redis like staff's."""
+    policy(ban_after=5, ban_within="1h", ban_for="1h")
+    me = Client(REMOTE_ADDR=ADDRESS)
+    assert flood(me, 2) == [200, 200]
+    calls = Calls(monkeypatch)
+    assert flood(me, 5) == [429] * 5
+    assert calls.n == 5, "a denial was refused by the cache, uncounted towards the ban"
+    override = Controls(get_engine()).override(ME)
+    assert override is not None and override.level == 1
+    assert flood(me, 50) == [429] * 50
+    assert calls.n <= 7  # the ban is learnt as a block (after the epoch is read)
+
+
 def test_other_clients_are_not_refused_by_someone_else_s_denial(frozen_clock: FakeClock) -> None:
     policy(rates="1/h")
     assert flood(Client(REMOTE_ADDR=ADDRESS), 3) == [200, 429, 429]

@@ -10,7 +10,8 @@
 --       "<algorithm>|<limit>|<window_us>|<capacity>|<policy>" (also the
 --       limit's field in the state HASH) after its length and ':', or after
 --       "<length>*<cost>:" when the limit charges its own cost instead of the
---       call's (a policy's cost per request, docs/cost.md). Settings
+--       call's (a policy's cost per request, docs/cost.md), then its policy's
+--       ban if it has one (ban.lua). Settings
 --       and limits come back call after call: each string is parsed once
 --       where Redis keeps the code loaded (see remember).
 -- KEYS: per group: state HASH ("P:{sN}:s:<ident>"), then one ZSET per
@@ -61,11 +62,6 @@ local TTL_SLACK_MS = 1000
 -- up to a length it keeps (where Redis keeps the code loaded, the tables stay:
 -- no new table per call).
 local OUT, WRITES = {}, {}
--- The state HASH's field holding until when its TTL lasts (ms); never a spec,
--- which always holds '|'.
-local HORIZON = 't'
--- The state HASH's field holding the identity's override (engine/overrides.py).
-local OVERRIDE = 'x'
 
 -- The struct.pack format of a reply of n numbers, built once per n where Redis
 -- keeps the code loaded.
@@ -328,7 +324,11 @@ local function limits_of(text)
       set.fields[#set.fields + 1] = spec
       set.slots[i] = #set.fields
     end
-    pos = stop + 1
+    local ban
+    ban, pos = ban_at(text, stop + 1)
+    if ban then
+      add_ban(set, policy, ban)
+    end
   end
   return remember(SETS, text, set)
 end
@@ -389,6 +389,9 @@ local function run_group(KEYS, ARGV, a, k, n)
       commit(state_key, WRITES, nw, live, values[1], logs)
     else
       note_denial(state_key, ident, ARGV[a + 2], sbyte(info, 1) == 115, denied)
+      if set.bans and override == nil and sbyte(info, 1) == 101 and sbyte(info, 2) == 111 then
+        note_ban(state_key, tag_of(state_key, ident), ident, ARGV[a + 2], set, values, denied, now)
+      end
     end
     if verdicts then
       local list = tag_of(state_key, ident) .. ':m:' .. ident

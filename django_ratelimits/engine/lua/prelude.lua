@@ -42,6 +42,11 @@ local function bind()
   sbyte, sfind, sgsub, srep = string.byte, string.find, string.gsub, string.rep
   tconcat, tsort, rcall, spack = table.concat, table.sort, redis.call, struct.pack
 end
+-- The state HASH's field holding until when its TTL lasts (ms); never a spec,
+-- which always holds '|'.
+local HORIZON = 't'
+-- The state HASH's field holding the identity's override (engine/overrides.py).
+local OVERRIDE = 'x'
 -- Set by check.lua: extra TTL while a test clock drives time (ms).
 local TTL_EXTRA_MS = 0
 
