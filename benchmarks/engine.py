@@ -54,7 +54,15 @@ from benchmarks.kit import (
     run_round,
 )
 from devtools.redis_harness import RedisServer, temporary_workdir
-from django_ratelimits.engine import Algorithm, Check, Engine, Identity, KeySpace, Limit
+from django_ratelimits.engine import (
+    RATE_ALGORITHMS,
+    Algorithm,
+    Check,
+    Engine,
+    Identity,
+    KeySpace,
+    Limit,
+)
 from django_ratelimits.rates import parse_rates
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -102,7 +110,7 @@ def _memory(
 ) -> list[tuple[str, int, int, int]]:
     rows = []
     rate = parse_rates(ONE_RATE)[0]
-    for algorithm in Algorithm:
+    for algorithm in RATE_ALGORITHMS:
         limit = Limit("mem", rate, algorithm)
         identity = Identity("ip", f"mem-{algorithm.code}")
         keys = engine.keys.of(identity)
@@ -153,12 +161,12 @@ def run(server: RedisServer, quick: bool = False) -> Report:
         ping(client),
         Scenario("EVALSHA of `return 1`", lambda: client.evalsha(empty, 0) == 1),
     ]
-    for algorithm in Algorithm:
+    for algorithm in RATE_ALGORITHMS:
         requests = request_checks(algorithm, ONE_RATE, pool, False, f"a{algorithm.code}")
         scenarios.append(
             Scenario(f"{algorithm.value}, 1 x 1", _engine_call(engine, requests), algorithm)
         )
-    for algorithm in Algorithm:
+    for algorithm in RATE_ALGORITHMS:
         requests = request_checks(algorithm, SEED_000_RATES, pool, True, f"b{algorithm.code}")
         scenarios.append(
             Scenario(

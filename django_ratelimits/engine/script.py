@@ -22,6 +22,7 @@ _PARTS = (
     "sliding_log",
     "token_bucket",
     "gcra",
+    "concurrency",
     "check",
 )
 
