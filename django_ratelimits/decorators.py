@@ -24,15 +24,20 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from asgiref.sync import iscoroutinefunction
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponseBase
 
 from django_ratelimits import key_functions
-from django_ratelimits.decide import VIEW_POLICIES, adecide_policy, decide_policy
+from django_ratelimits.decide import VIEW_POLICIES, Verdict, adecide_policy, decide_policy
 from django_ratelimits.engine import Algorithm
-from django_ratelimits.policies.parse import parse_cidrs, parse_identity_budget
+from django_ratelimits.inflight import arelease, release, release_when_done
+from django_ratelimits.policies.parse import (
+    parse_cidrs,
+    parse_identity_budget,
+    parse_lease,
+    policy_rates,
+)
 from django_ratelimits.policies.registry import get_registry
 from django_ratelimits.policies.spec import KeyKind, Mode, PolicySpec, Recording
-from django_ratelimits.rates import parse_rates
 from django_ratelimits.responses import refusal
 
 View = TypeVar("View", bound=Callable[..., Any])
@@ -46,6 +51,7 @@ def ratelimit(
     methods: Iterable[str] = (),
     algorithm: Algorithm | str = Algorithm.SLIDING_WINDOW,
     burst: int | None = None,
+    lease: int | None = None,
     mode: Mode | str = Mode.ENFORCE,
     identity_budget: str = "",
     record_metadata: Recording | str = Recording.DENIALS,
@@ -67,8 +73,11 @@ def ratelimit(
     ``"off"``, or empty for ``IDENTITY_BUDGET``; ``record_metadata`` is
     ``"none"``, ``"denials"`` or ``"every"``; ``allow_cidrs`` are networks
     (``["10.0.0.0/8"]``); a ``path`` makes the middleware apply the policy there
-    too. A callable named here is trusted (code, unlike admin text, may name any
-    function): policies may use it without ``KEY_FUNCTIONS`` listing it.
+    too. With ``algorithm="concurrency"``, ``rate`` is how many requests may be in
+    flight at once (``"5"``) and ``lease`` the most seconds one holds its slot
+    (default 60; docs/concurrency.md). A callable named here is trusted (code,
+    unlike admin text, may name any function): policies may use it without
+    ``KEY_FUNCTIONS`` listing it.
     """
     if rate is not None:
         kind, _, arg = key.partition(":")
@@ -77,7 +86,7 @@ def ratelimit(
         get_registry().declare(
             PolicySpec(
                 name,
-                parse_rates(rate),
+                policy_rates(algorithm, rate, parse_lease(algorithm, lease)),
                 Algorithm(algorithm),
                 burst,
                 Mode(mode),
@@ -103,8 +112,13 @@ def ratelimit(
             async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
                 verdict = await adecide_policy(request, name)
                 if block and verdict.blocked({name}):
-                    return refusal(request, verdict, {name})
-                return await view(request, *args, **kwargs)
+                    return release_when_done(refusal(request, verdict, {name}), verdict)
+                try:
+                    response = await view(request, *args, **kwargs)
+                except BaseException:
+                    await arelease(verdict)
+                    raise
+                return _finish(response, verdict)
 
             wrapper: Any = async_wrapper
         else:
@@ -113,11 +127,25 @@ def ratelimit(
             def sync_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
                 verdict = decide_policy(request, name)
                 if block and verdict.blocked({name}):
-                    return refusal(request, verdict, {name})
-                return view(request, *args, **kwargs)
+                    return release_when_done(refusal(request, verdict, {name}), verdict)
+                try:
+                    response = view(request, *args, **kwargs)
+                except BaseException:
+                    release(verdict)
+                    raise
+                return _finish(response, verdict)
 
             wrapper = sync_wrapper
         setattr(wrapper, VIEW_POLICIES, (*getattr(view, VIEW_POLICIES, ()), name))
         return wrapper  # type: ignore[no-any-return]
 
     return decorator
+
+
+def _finish(response: Any, verdict: Verdict) -> Any:
+    """The view's response, giving back the request's concurrency slots when it
+    ends (at once if the view returned no response to close)."""
+    if isinstance(response, HttpResponseBase):
+        return release_when_done(response, verdict)
+    release(verdict)
+    return response

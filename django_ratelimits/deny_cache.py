@@ -233,7 +233,8 @@ class DenialCache:
             if epoch != self._epoch:
                 return
             for r in decision.results:
-                if r.allowed or r.limit.policy not in enforced:
+                # A concurrency denial ends when a slot is released, not at a time.
+                if r.allowed or r.limit.policy not in enforced or r.limit.is_concurrency:
                     continue
                 key = (r.identity, r.limit)
                 self._entries[key] = _Entry(

@@ -24,7 +24,8 @@ from django.dispatch import receiver
 from django.http import Http404, HttpRequest, HttpResponseBase
 from django.urls import resolve
 
-from django_ratelimits.decide import VIEW_POLICIES, RateLimited, adecide, decide
+from django_ratelimits.decide import VIEW_POLICIES, RateLimited, Verdict, adecide, decide
+from django_ratelimits.inflight import arelease, release, release_when_done
 from django_ratelimits.policies.registry import CACHE_PATH_MAX, PolicyRegistry, acurrent, current
 from django_ratelimits.policies.spec import PolicySpec
 from django_ratelimits.responses import add_headers, refusal, too_many_requests
@@ -48,18 +49,26 @@ class RateLimitMiddleware:
         path_names, policies = _policies(current(), request)
         verdict = request.ratelimit = decide(request, policies)  # type: ignore[attr-defined]
         if verdict.blocked(path_names):
-            return refusal(request, verdict, path_names)
-        response = self.get_response(request)
+            return release_when_done(refusal(request, verdict, path_names), verdict)
+        try:
+            response = self.get_response(request)
+        except BaseException:
+            release(request.ratelimit)  # type: ignore[attr-defined]
+            raise
         assert isinstance(response, HttpResponseBase)
-        return add_headers(response, request.ratelimit)  # type: ignore[attr-defined]
+        return _finish(response, request.ratelimit)  # type: ignore[attr-defined]
 
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
         path_names, policies = _policies(await acurrent(), request)
         verdict = request.ratelimit = await adecide(request, policies)  # type: ignore[attr-defined]
         if verdict.blocked(path_names):
-            return refusal(request, verdict, path_names)
-        response = await self.get_response(request)  # type: ignore[misc]
-        return add_headers(response, request.ratelimit)  # type: ignore[attr-defined]
+            return release_when_done(refusal(request, verdict, path_names), verdict)
+        try:
+            response = await self.get_response(request)  # type: ignore[misc]
+        except BaseException:
+            await arelease(request.ratelimit)  # type: ignore[attr-defined]
+            raise
+        return _finish(response, request.ratelimit)  # type: ignore[attr-defined]
 
     def process_exception(
         self, request: HttpRequest, exception: Exception
@@ -67,6 +76,12 @@ class RateLimitMiddleware:
         if isinstance(exception, RateLimited):
             return too_many_requests(request, exception)
         return None
+
+
+def _finish(response: HttpResponseBase, verdict: Verdict) -> HttpResponseBase:
+    """The view's response with the RateLimit fields, giving back the request's
+    concurrency slots (the middleware's, and any a decorator took) when it ends."""
+    return release_when_done(add_headers(response, verdict), verdict)
 
 
 def _policies(registry: PolicyRegistry, request: HttpRequest) -> tuple[set[str], list[PolicySpec]]:
