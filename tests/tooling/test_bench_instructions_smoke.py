@@ -25,3 +25,11 @@ def test_instructions_per_check_are_counted() -> None:
     # A check does more than an empty script, and six limits more than one.
     assert 0 < floor < one < six
     assert floor < rows["gcra, 1 x 1, denied"]
+
+
+def test_a_concurrency_check_and_its_release_are_counted() -> None:
+    rows = dict(instructions.rows(str(find_binary()), quick=True))
+    floor = rows["floor: EVALSHA of `return 1`"]
+    check = rows["concurrency, 1 x 1 (slots never released, leases free them)"]
+    # The release is a second script call: more than the check alone.
+    assert floor < check < rows["concurrency, 1 x 1, check + release"]
