@@ -138,3 +138,14 @@ def test_without_the_middleware_the_decorator_gives_back_alone(site_redis: Any) 
         for _ in range(3):
             assert client.get("/decorated").json() == {"in_flight": 1}
         assert in_flight("t-cc-deco") == 0
+
+
+def test_a_drf_throttle_slot_is_given_back_by_the_middleware(site_redis: Any) -> None:
+    """The throttle has no response to hook: its decision joins ``request.ratelimit``,
+    whose slots the middleware gives back when the response ends."""
+    Policy.objects.create(name="drf-api", algorithm="concurrency", rates="1")
+    get_registry().refresh()
+    with override_settings(ROOT_URLCONF="tests.compat_urls"):
+        client = Client()
+        assert [client.get("/drf/api").status_code for _ in range(3)] == [200] * 3
+    assert in_flight("drf-api") == 0
