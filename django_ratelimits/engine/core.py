@@ -74,7 +74,8 @@ class _Call:
     keys: list[str | bytes] = field(default_factory=list)
     args: list[str | bytes | int] = field(default_factory=list)
     parts: list[Pairs | _Gated] = field(default_factory=list)
-    token: bytes | None = None  # the request's id, when the call may take concurrency slots
+    concurrent: bool = False  # whether the call may take concurrency slots
+    token: bytes | None = None  # then the request's id, which _plan names
 
 
 @dataclass
@@ -357,11 +358,11 @@ class Engine:
             if len(self._settings) < _SETTINGS_KEPT:  # a cost per request cannot grow it
                 self._settings[mode, cost] = settings
         for call in calls.values():
-            if call.token is None:
-                call.args[:0] = [now, settings]
-            else:  # it may take concurrency slots: all of them under the request's id
+            if call.concurrent:  # its slots are the request's: one id for all of them
                 token = call.token = token or request_id()
                 call.args[:0] = [now, settings, b"r", token]
+            else:
+                call.args[:0] = [now, settings]
         return list(calls.values())
 
     @staticmethod
@@ -380,8 +381,7 @@ class Engine:
         logs = [keys.log(limit) for limit in limits if limit.is_log]
         if logs:
             call.keys += logs
-            if any(limit.is_concurrency for limit in limits):
-                call.token = b""  # named by _plan, once for the request
+            call.concurrent = call.concurrent or any(limit.is_concurrency for limit in limits)
         info = ("s" if chk.shadow else "e") + ("o" if chk.overrides else "x")
         if metadata is None:
             info += "n"
