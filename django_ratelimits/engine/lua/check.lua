@@ -2,7 +2,8 @@
 --
 -- ARGV: now_us ('' = Redis TIME), the call's settings "<c or p>|<cost>|
 --       <metadata cap>|<metadata ttl ms>|<offender retention ms>|<index cap>"
---       (check or peek), then entries to the end, each a group or a gated
+--       (check or peek), in a call that may take concurrency slots 'r' and
+--       the request's id, then entries to the end, each a group or a gated
 --       group (see check() at the end). A group is four arguments: its limits,
 --       ident, label, and "<e or s><o or x><n, d or a><head of a hit entry>"
 --       (an enforced or a shadow group; decided by an override or never; no
@@ -12,8 +13,7 @@
 --       and limits come back call after call: each string is parsed once
 --       where Redis keeps the code loaded (see remember).
 -- KEYS: per group: state HASH ("P:{sN}:s:<ident>"), then one ZSET per
---       sliding-log or concurrency limit. A call that may take concurrency
---       slots has 'r' and the request's id right after its settings. A group that no override may decide (the way back
+--       sliding-log or concurrency limit. A group that no override may decide (the way back
 --       to admin, way_back.py) says 'x' in its info. The metadata list, the offender (or shadow) record and
 --       the shard's two indexes are named from the state key and the ident
 --       (keys.py) when they are written: every key of a group shares its hash
