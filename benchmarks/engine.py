@@ -15,7 +15,9 @@ in one process and one run, measures:
 2. one :meth:`Engine.check <django_ratelimits.engine.Engine.check>` per
    algorithm, 1 identity x 1 rate (10/s), then 2 identities (IP, user) x 3
    rates (10/s, 120/m, 240/h) with metadata, for every algorithm; each as a
-   ratio to the PING median, with the round trips per check counted;
+   ratio to the PING median, with the round trips per check counted; and a
+   concurrency limit's check with the release of its slot (two round trips;
+   its Redis µs are the check's alone);
 3. Redis CPU per check: ``INFO commandstats`` deltas of ``fcall`` (Redis 7) or
    ``evalsha`` (Redis 6);
 4. memory per identity: ``MEMORY USAGE`` of the keys one identity creates
@@ -54,7 +56,15 @@ from benchmarks.kit import (
     run_round,
 )
 from devtools.redis_harness import RedisServer, temporary_workdir
-from django_ratelimits.engine import Algorithm, Check, Engine, Identity, KeySpace, Limit
+from django_ratelimits.engine import (
+    RATE_ALGORITHMS,
+    Algorithm,
+    Check,
+    Engine,
+    Identity,
+    KeySpace,
+    Limit,
+)
 from django_ratelimits.rates import parse_rates
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,14 +95,22 @@ class Report:
         return self.scenarios[0]
 
 
-def _engine_call(engine: Engine, requests: list[list[Check]]) -> Callable[[], bool]:
+def _engine_call(
+    engine: Engine, requests: list[list[Check]], release: bool = False
+) -> Callable[[], bool]:
+    """One check per call, each request in turn; with ``release``, then the release of
+    the concurrency slots it took (the second round trip of a concurrency policy)."""
     position = 0
 
     def call() -> bool:
         nonlocal position
         request = requests[position]
         position = (position + 1) % len(requests)
-        return engine.check(request).allowed
+        decision = engine.check(request)
+        if release:
+            for held in decision.held:
+                engine.release(held)
+        return decision.allowed
 
     return call
 
@@ -102,7 +120,7 @@ def _memory(
 ) -> list[tuple[str, int, int, int]]:
     rows = []
     rate = parse_rates(ONE_RATE)[0]
-    for algorithm in Algorithm:
+    for algorithm in RATE_ALGORITHMS:
         limit = Limit("mem", rate, algorithm)
         identity = Identity("ip", f"mem-{algorithm.code}")
         keys = engine.keys.of(identity)
@@ -153,12 +171,21 @@ def run(server: RedisServer, quick: bool = False) -> Report:
         ping(client),
         Scenario("EVALSHA of `return 1`", lambda: client.evalsha(empty, 0) == 1),
     ]
-    for algorithm in Algorithm:
+    for algorithm in RATE_ALGORITHMS:
         requests = request_checks(algorithm, ONE_RATE, pool, False, f"a{algorithm.code}")
         scenarios.append(
             Scenario(f"{algorithm.value}, 1 x 1", _engine_call(engine, requests), algorithm)
         )
-    for algorithm in Algorithm:
+    # A concurrency limit: the check, then the release of its slot (a second script).
+    requests = request_checks(Algorithm.CONCURRENCY, "5/m", pool, False, "acc")
+    scenarios.append(
+        Scenario(
+            "concurrency, 1 x 1, check + release",
+            _engine_call(engine, requests, release=True),
+            Algorithm.CONCURRENCY,
+        )
+    )
+    for algorithm in RATE_ALGORITHMS:
         requests = request_checks(algorithm, SEED_000_RATES, pool, True, f"b{algorithm.code}")
         scenarios.append(
             Scenario(

@@ -27,11 +27,13 @@ second: under valgrind its share per check would follow the machine's speed). Ro
   the offender record's counts, the index at most once a second per identity);
 * what recording who costs an allowed check (GCRA, 1 x 1): none, the default
   (an entry only on a denial: an allowed check sends the entry's head, writes
-  nothing), and every hit.
+  nothing), and every hit;
 * what an escalating ban costs (GCRA, 1 x 1, a ban after 100 denials within an
   hour): an allowed check (the ban's field is read by the same HMGET, nothing
   written), and a denied one (its time added to the ban's field, no ban yet);
-  compare with the rows without a ban.
+  compare with the rows without a ban;
+* a concurrency limit (5 slots, 1 x 1): its check alone, and its check and
+  release together (two calls: the release is a script of its own).
 
 Not part of ``make bench`` (valgrind is not in every set-up, and it takes a
 minute); docs/benchmarks.md quotes a run of it.
@@ -51,7 +53,16 @@ import redis
 
 from benchmarks.kit import ONE_RATE, SEED_000_RATES, request_checks
 from devtools.redis_harness import find_binary, free_port, temporary_workdir
-from django_ratelimits.engine import Algorithm, Ban, Check, Engine, Identity, KeySpace, Limit
+from django_ratelimits.engine import (
+    RATE_ALGORITHMS,
+    Algorithm,
+    Ban,
+    Check,
+    Engine,
+    Identity,
+    KeySpace,
+    Limit,
+)
 from django_ratelimits.rates import parse_rates
 
 STEP_US = 1000  # the test clock's advance per check
@@ -160,10 +171,27 @@ def ban_rows(identities: int) -> list[tuple[str, list[list[Check]]]]:
     return out
 
 
+def concurrency_rows(counted: Counted, engine: Engine, identities: int) -> list[tuple[str, int]]:
+    """A concurrency limit (1 x 1): its check alone, and its check and release (the
+    one extra round trip of a request a concurrency policy admits)."""
+    requests = request_checks(Algorithm.CONCURRENCY, "5/m", identities, False, "cc")
+
+    def check_and_release(i: int) -> None:
+        for held in engine.check(requests[i]).held:
+            engine.release(held)
+
+    release = counted.measure(check_and_release)
+    check = counted.measure(lambda i: engine.check(requests[i]).held)
+    return [
+        ("concurrency, 1 x 1 (slots never released, leases free them)", check),
+        ("concurrency, 1 x 1, check + release", release),
+    ]
+
+
 def rows(binary: str, quick: bool = False) -> list[tuple[str, int]]:
     """(check, instructions per call) rows; ``quick``: the floor and GCRA, few calls."""
     calls, identities = (QUICK, QUICK) if quick else (CALLS, IDENTITIES)
-    algorithms = [Algorithm.GCRA] if quick else list(Algorithm)
+    algorithms = [Algorithm.GCRA] if quick else list(RATE_ALGORITHMS)
     with temporary_workdir("ratelimits-callgrind-") as workdir:
         counted = Counted(binary, Path(workdir), calls, identities)
         try:
@@ -190,6 +218,7 @@ def rows(binary: str, quick: bool = False) -> list[tuple[str, int]]:
                 )
             for name, requests in recording_rows(identities) + ban_rows(identities):
                 out.append((name, counted.measure(lambda i, r=requests: engine.check(r[i]))))
+            out += concurrency_rows(counted, engine, identities)
             return out
         finally:
             counted.close()

@@ -142,6 +142,16 @@ def gcra(state: Any, now: int, limit: int, window: int, capacity: int, cost: int
     return False, remaining, allow_at - now, tat - now, None
 
 
+def concurrency(state: Any, now: int, limit: int, lease: int, capacity: int, cost: int) -> Outcome:
+    """The slots held (their lease ends), none ever released: only leases free them."""
+    live = [end for end in (state or []) if end > now]
+    take = min(cost, 1)
+    if len(live) + take <= limit:
+        reset = lease if live or take else 0
+        return True, limit - len(live) - take, 0, reset, live + [now + lease] * take
+    return False, max(0, limit - len(live)), 1_000_000, lease, None
+
+
 MODELS: dict[Algorithm, Callable[..., Outcome]] = {
     Algorithm.FIXED_WINDOW: fixed_window,
     Algorithm.SLIDING_WINDOW: sliding_window,
@@ -149,6 +159,7 @@ MODELS: dict[Algorithm, Callable[..., Outcome]] = {
     Algorithm.SLIDING_LOG: sliding_log,
     Algorithm.TOKEN_BUCKET: token_bucket,
     Algorithm.GCRA: gcra,
+    Algorithm.CONCURRENCY: concurrency,
 }
 
 

@@ -33,7 +33,6 @@ from django_ratelimits.offenders.text import duration
 from django_ratelimits.offenders.text import period as _period
 from django_ratelimits.policies.labels import MODE_LABELS, MODE_WORDS
 from django_ratelimits.policies.spec import KeyKind, Mode, PolicySpec, Recording
-from django_ratelimits.rates import Rate
 
 _FIELDSETS: list[tuple[Any, dict[str, Any]]] = [
     (
@@ -47,6 +46,7 @@ _FIELDSETS: list[tuple[Any, dict[str, Any]]] = [
                 "algorithm",
                 "rates",
                 "burst",
+                "lease",
                 "cost",
             )
         },
@@ -252,6 +252,7 @@ _ALGORITHMS = {
     Algorithm.SLIDING_LOG: _("sliding log"),
     Algorithm.TOKEN_BUCKET: _("token bucket"),
     Algorithm.GCRA: _("GCRA"),
+    Algorithm.CONCURRENCY: _("concurrency"),
 }
 _SHOWN_NETWORKS = 3
 
@@ -261,7 +262,7 @@ def describe(spec: PolicySpec, enabled: bool = True) -> list[str]:
     sentences = [] if enabled else [gettext("Disabled: this policy is not enforced.")]
     sentences.append(
         gettext("%(limits)s %(who)s, %(algorithm)s.")
-        % {"limits": _limits(spec.rates), "who": _who(spec), "algorithm": _algorithm(spec)}
+        % {"limits": _limits(spec), "who": _who(spec), "algorithm": _algorithm(spec)}
     )
     if spec.shadow:
         sentences.append(
@@ -303,8 +304,14 @@ def describe(spec: PolicySpec, enabled: bool = True) -> list[str]:
     return sentences
 
 
-def _limits(rates: tuple[Rate, ...]) -> str:
-    first, *others = rates
+def _limits(spec: PolicySpec) -> str:
+    first, *others = spec.rates
+    if spec.algorithm is Algorithm.CONCURRENCY:
+        return ngettext(
+            "At most %(count)s request in flight at once",
+            "At most %(count)s requests in flight at once",
+            first.limit,
+        ) % {"count": first.limit}
     parts = [
         ngettext(
             "%(count)s request per %(period)s", "%(count)s requests per %(period)s", first.limit
@@ -335,6 +342,10 @@ def _who(spec: PolicySpec) -> str:
 
 def _algorithm(spec: PolicySpec) -> str:
     name = str(_ALGORITHMS[spec.algorithm])
+    if spec.algorithm is Algorithm.CONCURRENCY:
+        return gettext("each holding its slot until its response ends, at most %(lease)s") % {
+            "lease": _period(spec.rates[0].period)
+        }
     if not spec.algorithm.has_burst:
         return name
     if spec.burst is None:

@@ -99,6 +99,7 @@ class Verdict:
             decision = Decision(
                 decision.results + other.decision.results,
                 max(decision.now_us, other.decision.now_us),
+                decision.held + other.decision.held,
             )
         return Verdict(
             self.policies + other.policies,

@@ -29,11 +29,12 @@ from typing import Any, TypeVar
 
 from asgiref.sync import iscoroutinefunction
 from django.core.exceptions import ValidationError
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponseBase
 
 from django_ratelimits import blocklist, costs
-from django_ratelimits.decide import adecide_policy, decide_policy
+from django_ratelimits.decide import Verdict, adecide_policy, decide_policy
 from django_ratelimits.engine import Algorithm
+from django_ratelimits.inflight import arelease, release, release_when_done
 from django_ratelimits.policies.declare import declared
 from django_ratelimits.policies.parse import parse_ban
 from django_ratelimits.policies.registry import acurrent, current, get_registry
@@ -52,6 +53,7 @@ def ratelimit(
     methods: Iterable[str] = (),
     algorithm: Algorithm | str = Algorithm.SLIDING_WINDOW,
     burst: int | None = None,
+    lease: int | None = None,
     mode: Mode | str = Mode.ENFORCE,
     identity_budget: str = "",
     record_metadata: Recording | str = Recording.DENIALS,
@@ -78,10 +80,13 @@ def ratelimit(
     ``"off"``, or empty for ``IDENTITY_BUDGET``; ``record_metadata`` is
     ``"none"``, ``"denials"`` or ``"every"``; ``allow_cidrs`` are networks
     (``["10.0.0.0/8"]``); a ``path`` makes the middleware apply the policy there
-    too; ``ban_after`` and the ban's periods (``"10m"``) declare an escalating
-    ban, whose inconsistency is a system check error (E010), not an import
-    error. A callable named here is trusted (code, unlike admin text, may name
-    any function): policies may use it without ``KEY_FUNCTIONS`` listing it.
+    too. With ``algorithm="concurrency"``, ``rate`` is how many requests may be in
+    flight at once (``"5"``) and ``lease`` the most seconds one holds its slot
+    (default 60; docs/concurrency.md). ``ban_after`` and the ban's periods
+    (``"10m"``) declare an escalating ban, whose inconsistency is a system check
+    error (E010), not an import error. A callable named here is trusted (code,
+    unlike admin text, may name any function): policies may use it without
+    ``KEY_FUNCTIONS`` listing it.
 
     ``cost`` is what one request charges each of the policy's limits: a whole
     number (a default, like ``rate``: admin may change it), or a function
@@ -112,6 +117,7 @@ def ratelimit(
                 methods=methods,
                 algorithm=algorithm,
                 burst=burst,
+                lease=lease,
                 mode=mode,
                 identity_budget=identity_budget,
                 record_metadata=record_metadata,
@@ -136,8 +142,13 @@ def ratelimit(
                     return blocked
                 verdict = await adecide_policy(request, name)
                 if block and verdict.blocked({name}):
-                    return refusal(request, verdict, {name})
-                return await view(request, *args, **kwargs)
+                    return release_when_done(refusal(request, verdict, {name}), verdict)
+                try:
+                    response = await view(request, *args, **kwargs)
+                except BaseException:
+                    await arelease(verdict)
+                    raise
+                return _finish(response, verdict)
 
             wrapper: Any = async_wrapper
         else:
@@ -148,11 +159,25 @@ def ratelimit(
                     return blocked
                 verdict = decide_policy(request, name)
                 if block and verdict.blocked({name}):
-                    return refusal(request, verdict, {name})
-                return view(request, *args, **kwargs)
+                    return release_when_done(refusal(request, verdict, {name}), verdict)
+                try:
+                    response = view(request, *args, **kwargs)
+                except BaseException:
+                    release(verdict)
+                    raise
+                return _finish(response, verdict)
 
             wrapper = sync_wrapper
         setattr(wrapper, VIEW_POLICIES, (*getattr(view, VIEW_POLICIES, ()), name))
         return wrapper  # type: ignore[no-any-return]
 
     return decorator
+
+
+def _finish(response: Any, verdict: Verdict) -> Any:
+    """The view's response, giving back the request's concurrency slots when it
+    ends (at once if the view returned no response to close)."""
+    if isinstance(response, HttpResponseBase):
+        return release_when_done(response, verdict)
+    release(verdict)
+    return response

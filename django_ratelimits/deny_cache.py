@@ -257,7 +257,8 @@ class DenialCache:
             if sent.epoch != self._epoch:
                 return
             for r in decision.results:
-                if r.allowed or r.limit.policy not in enforced:
+                # A concurrency denial ends when a slot is released, not at a time.
+                if r.allowed or r.limit.policy not in enforced or r.limit.is_concurrency:
                     continue
                 if (r.remaining > 0 or r.limit.ban is not None) and not r.blocked:
                     # A request that costs more than 1 is denied with quota left, which

@@ -23,7 +23,8 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponseBase
 
 from django_ratelimits import blocklist
-from django_ratelimits.decide import RateLimited, adecide, decide
+from django_ratelimits.decide import RateLimited, Verdict, adecide, decide
+from django_ratelimits.inflight import arelease, release, release_when_done
 from django_ratelimits.policies.registry import PolicyRegistry, acurrent, current
 from django_ratelimits.policies.spec import PolicySpec
 from django_ratelimits.resolved import resolved
@@ -51,10 +52,14 @@ class RateLimitMiddleware:
         path_names, policies = _policies(registry, request)
         verdict = request.ratelimit = decide(request, policies)  # type: ignore[attr-defined]
         if verdict.blocked(path_names):
-            return refusal(request, verdict, path_names)
-        response = self.get_response(request)
+            return release_when_done(refusal(request, verdict, path_names), verdict)
+        try:
+            response = self.get_response(request)
+        except BaseException:
+            release(request.ratelimit)  # type: ignore[attr-defined]
+            raise
         assert isinstance(response, HttpResponseBase)
-        return add_headers(response, request.ratelimit)  # type: ignore[attr-defined]
+        return _finish(response, request.ratelimit)  # type: ignore[attr-defined]
 
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
         registry = await acurrent()
@@ -63,9 +68,13 @@ class RateLimitMiddleware:
         path_names, policies = _policies(registry, request)
         verdict = request.ratelimit = await adecide(request, policies)  # type: ignore[attr-defined]
         if verdict.blocked(path_names):
-            return refusal(request, verdict, path_names)
-        response = await self.get_response(request)  # type: ignore[misc]
-        return add_headers(response, request.ratelimit)  # type: ignore[attr-defined]
+            return release_when_done(refusal(request, verdict, path_names), verdict)
+        try:
+            response = await self.get_response(request)  # type: ignore[misc]
+        except BaseException:
+            await arelease(request.ratelimit)  # type: ignore[attr-defined]
+            raise
+        return _finish(response, request.ratelimit)  # type: ignore[attr-defined]
 
     def process_exception(
         self, request: HttpRequest, exception: Exception
@@ -73,6 +82,12 @@ class RateLimitMiddleware:
         if isinstance(exception, RateLimited):
             return too_many_requests(request, exception)
         return None
+
+
+def _finish(response: HttpResponseBase, verdict: Verdict) -> HttpResponseBase:
+    """The view's response with the RateLimit fields, giving back the request's
+    concurrency slots (the middleware's, and any a decorator took) when it ends."""
+    return release_when_done(add_headers(response, verdict), verdict)
 
 
 def _policies(registry: PolicyRegistry, request: HttpRequest) -> tuple[set[str], list[PolicySpec]]:

@@ -44,9 +44,11 @@ from django_ratelimits.policies.parse import (
     parse_ban,
     parse_cidrs,
     parse_identity_budget,
+    parse_lease,
     parse_methods,
     parse_path,
-    parse_policy_rates,
+    policy_rates,
+    rates_text,
 )
 from django_ratelimits.policies.spec import MAX_COST, Counts, KeyKind, Mode, PolicySpec, Recording
 from django_ratelimits.rates import Rate, format_period
@@ -97,7 +99,8 @@ class Policy(models.Model):
         max_length=200,
         help_text=_(
             "One or more limits, all checked together, e.g. “10/s, 120/m, 240/h” "
-            "or “100/5m”. Units: s, m, h, d."
+            "or “100/5m”. Units: s, m, h, d. Concurrency: how many requests may be in "
+            "flight at once, e.g. “5” or “5/concurrent”."
         ),
     )
     burst = models.PositiveIntegerField(
@@ -135,6 +138,16 @@ class Policy(models.Model):
         help_text=_(
             "What one request spends of each rate, e.g. 5 for an expensive endpoint: "
             "on “10/h” it may then be made twice an hour. At most what each rate allows."
+        ),
+    )
+    lease = models.PositiveIntegerField(
+        _("lease"),
+        null=True,
+        blank=True,
+        help_text=_(
+            "Concurrency only: the most seconds a request holds its slot, so that a "
+            "worker killed mid-request frees it then. Set it above your longest request. "
+            "Empty: 60."
         ),
     )
     key = models.CharField(
@@ -261,9 +274,12 @@ class Policy(models.Model):
         """
         errors: dict[str, ValidationError] = {}
         # An empty rate is the field's own "required" error.
-        rates = _collect(errors, "rates", parse_policy_rates, self.rates) if self.rates else None
+        lease = _collect(errors, "lease", parse_lease, self.algorithm, self.lease)
+        rates = None
+        if self.rates:
+            rates = _collect(errors, "rates", policy_rates, self.algorithm, self.rates, lease)
         if rates is not None:
-            self.rates = ", ".join(str(rate) for rate in rates)
+            self.rates = rates_text(self.algorithm, rates)
             _collect(errors, "burst", check_burst, self.algorithm, rates, self.burst)
             if "burst" not in errors:
                 _collect(errors, "cost", check_cost, self.cost, self.algorithm, rates, self.burst)
@@ -303,7 +319,7 @@ class Policy(models.Model):
         parse_path(self.path)
         return PolicySpec(
             name=self.name,
-            rates=parse_policy_rates(self.rates),
+            rates=policy_rates(self.algorithm, self.rates, parse_lease(self.algorithm, self.lease)),
             algorithm=Algorithm(self.algorithm),
             burst=self.burst,
             mode=Mode(self.mode),
@@ -334,7 +350,8 @@ def spec_fields(spec: PolicySpec) -> dict[str, Any]:
         "enabled": True,
         "mode": spec.mode.value,
         "algorithm": spec.algorithm.value,
-        "rates": ", ".join(str(rate) for rate in spec.rates),
+        "rates": rates_text(spec.algorithm, spec.rates),
+        "lease": spec.rates[0].period if spec.algorithm is Algorithm.CONCURRENCY else None,
         "burst": spec.burst,
         "key": spec.key.value,
         "key_arg": spec.key_arg,

@@ -25,6 +25,7 @@ from django_ratelimits.identity import HASHED
 from django_ratelimits.offenders import Row
 from django_ratelimits.offenders.text import ago, duration
 from django_ratelimits.policies.labels import ALGORITHM_LABELS
+from django_ratelimits.policies.parse import rates_text
 
 UrlFor = Callable[[Identity], str]
 
@@ -355,7 +356,8 @@ def quota_views(results: Sequence[LimitResult]) -> tuple[QuotaView, ...]:
     return tuple(
         QuotaView(
             policy=r.limit.policy,
-            rate=str(r.limit.rate),
+            # A concurrency policy's "N/concurrent": remaining is its free slots.
+            rate=rates_text(r.limit.algorithm, (r.limit.rate,)),
             algorithm=str(ALGORITHM_LABELS.get(r.limit.algorithm, r.limit.algorithm)),
             remaining=r.remaining,
             capacity=r.limit.capacity,

@@ -17,9 +17,18 @@ from django_ratelimits.engine.connection import get_redis
 from django_ratelimits.engine.core import Clock, Engine
 from django_ratelimits.engine.decision import Decision, LimitResult
 from django_ratelimits.engine.keys import KeySpace
-from django_ratelimits.engine.limits import Algorithm, Ban, Check, Gate, Identity, Limit
+from django_ratelimits.engine.limits import (
+    RATE_ALGORITHMS,
+    Algorithm,
+    Ban,
+    Check,
+    Gate,
+    Identity,
+    Limit,
+)
 
 __all__ = [
+    "RATE_ALGORITHMS",
     "Algorithm",
     "Ban",
     "Check",

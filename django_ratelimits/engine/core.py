@@ -16,6 +16,7 @@ from redis.exceptions import NoScriptError, RedisClusterException, RedisError, R
 
 from django_ratelimits.engine import script
 from django_ratelimits.engine.aconnection import AsyncClient
+from django_ratelimits.engine.concurrency import RELEASE, RELEASE_SHA, Held, request_id
 from django_ratelimits.engine.decision import Decision, LimitResult
 from django_ratelimits.engine.errors import BackendError
 from django_ratelimits.engine.keys import IdentityKeys, KeySpace, label, printable
@@ -74,6 +75,8 @@ class _Call:
     keys: list[str | bytes] = field(default_factory=list)
     args: list[str | bytes | int] = field(default_factory=list)
     parts: list[Pairs | _Gated] = field(default_factory=list)
+    concurrent: bool = False  # whether the call may take concurrency slots
+    token: bytes | None = None  # then the request's id, which _plan names
 
 
 @dataclass
@@ -97,6 +100,9 @@ class Engine:
     client ``async_client()`` gives for the running loop or, when it gives
     ``None`` (or none was passed), run the sync call in a worker thread, so
     the event loop is never blocked.
+
+    A check that passes a concurrency limit holds a slot until :meth:`release`
+    (or :meth:`arelease`) gives back ``Decision.held``, or its lease ends.
 
     Staff's writes (reset, block, allow-list, lift) are not here: see
     :class:`~django_ratelimits.engine.controls.Controls`.
@@ -179,12 +185,79 @@ class Engine:
         only if its gate let it through.
         """
         calls = self._prepare(checks, mode, cost)
+        token = _token(calls)
         found = self._decode(calls, (yield calls))
         if found.later:
-            calls = self._plan(found.later, mode, cost)
+            calls = self._plan(found.later, mode, cost, token)
+            token = token or _token(calls)
             more = self._decode(calls, (yield calls))
             found = _Found(found.results + more.results, max(found.now_us, more.now_us), [])
-        return Decision(results=tuple(found.results), now_us=found.now_us)
+        held = () if token is None or mode != "c" else self._held(found.results, token)
+        return Decision(results=tuple(found.results), now_us=found.now_us, held=held)
+
+    def _held(self, results: list[LimitResult], token: bytes) -> tuple[Held, ...]:
+        """The slots ``token`` may hold: those of the concurrency limits that admitted
+        it (one of a group another limit denied was not taken: releasing it is a no-op)."""
+        keys = tuple(
+            self.keys.of(r.identity).log(r.limit)
+            for r in results
+            if r.allowed and r.limit.is_concurrency
+        )
+        return (Held(token, keys),) if keys else ()
+
+    def release(self, held: Held) -> None:
+        """Give back the slots ``held`` took: one round trip (one per node holding
+        them, sent together, on a cluster); nothing if they were given back already.
+        Raises :class:`BackendError` if Redis fails (their leases free them then)."""
+        if held.released:
+            return
+        held.released = True
+        groups = self._release_groups(held)
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            for keys in groups:
+                command = ("EVALSHA", RELEASE_SHA, len(keys), *keys, held.token)
+                pipe.execute_command(*command, **self._route(keys[0]))
+            replies = pipe.execute(raise_on_error=False)
+            for keys, reply in zip(groups, replies, strict=True):
+                if isinstance(reply, NoScriptError):
+                    command = ("EVAL", RELEASE, len(keys), *keys, held.token)
+                    self.client.execute_command(*command, **self._route(keys[0]))
+                elif isinstance(reply, Exception):
+                    raise reply
+        except _REDIS_ERRORS as exc:
+            raise BackendError(f"concurrency release failed: {exc}") from exc
+
+    async def arelease(self, held: Held) -> None:
+        """:meth:`release` for async code."""
+        client = self._async_client() if self._async_client is not None else None
+        if client is None or held.released:
+            await asyncio.to_thread(self.release, held)
+            return
+        held.released = True
+        try:
+            await asyncio.gather(
+                *(self._arelease(client, keys, held.token) for keys in self._release_groups(held))
+            )
+        except _REDIS_ERRORS as exc:
+            raise BackendError(f"concurrency release failed: {exc}") from exc
+
+    async def _arelease(self, client: AsyncClient, keys: list[str], token: bytes) -> None:
+        route: dict[str, Any] = {}
+        if isinstance(client, AsyncRedisCluster):
+            await client.initialize()
+            route["target_nodes"] = client.get_node_from_key(keys[0])
+        try:
+            await client.execute_command("EVALSHA", RELEASE_SHA, len(keys), *keys, token, **route)
+        except NoScriptError:
+            await client.execute_command("EVAL", RELEASE, len(keys), *keys, token, **route)
+
+    def _release_groups(self, held: Held) -> list[list[str]]:
+        """``held``'s keys by slot: one release per slot on a cluster, one in all else."""
+        groups: dict[int, list[str]] = {}
+        for key in held.keys:
+            groups.setdefault(self._slot(key), []).append(key)
+        return list(groups.values())
 
     def _run(self, rounds: Generator[list[_Call], list[Any], Decision]) -> Decision:
         try:
@@ -213,7 +286,7 @@ class Engine:
             for limit, charged in zip(chk.limits, charges, strict=True):
                 if charged < least:
                     raise ValueError(f"cost must be at least {least}, not {charged}")
-                if charged > limit.capacity:
+                if charged > limit.capacity and not limit.is_concurrency:
                     raise ValueError(
                         f"cost {charged} exceeds the capacity {limit.capacity} of "
                         f"{limit.policy} ({limit.rate}): such a request could never pass"
@@ -246,7 +319,9 @@ class Engine:
                     )
         return found
 
-    def _plan(self, checks: list[Check], mode: str, cost: int) -> list[_Call]:
+    def _plan(
+        self, checks: list[Check], mode: str, cost: int, token: bytes | None = None
+    ) -> list[_Call]:
         """Group the checks into script calls: one call, or one per slot on a cluster.
 
         A gated check goes where its client IP lives: the gate, then the IP's
@@ -287,7 +362,11 @@ class Engine:
             if len(self._settings) < _SETTINGS_KEPT:  # a cost per request cannot grow it
                 self._settings[mode, cost] = settings
         for call in calls.values():
-            call.args[:0] = [now, settings]
+            if call.concurrent:  # its slots are the request's: one id for all of them
+                token = call.token = token or request_id()
+                call.args[:0] = [now, settings, b"r", token]
+            else:
+                call.args[:0] = [now, settings]
         return list(calls.values())
 
     @staticmethod
@@ -303,7 +382,10 @@ class Engine:
         if len({limit.encoded_spec for limit in limits}) != len(limits):
             raise ValueError(f"a limit is given twice for {label(identity)}")
         call.keys.append(keys.encoded_state)
-        call.keys += [keys.log(limit) for limit in limits if limit.is_log]
+        logs = [keys.log(limit) for limit in limits if limit.is_log]
+        if logs:
+            call.keys += logs
+            call.concurrent = call.concurrent or any(limit.is_concurrency for limit in limits)
         info = ("s" if chk.shadow else "e") + ("o" if chk.overrides else "x")
         if metadata is None:
             info += "n"
@@ -414,3 +496,8 @@ class Engine:
                 return [await client.execute_command(*c, **route) for c in commands][-1]
             except ResponseError as exc:
                 commands = attempts.send(exc)
+
+
+def _token(calls: list[_Call]) -> bytes | None:
+    """The request's id the calls send, if they may take concurrency slots."""
+    return next((call.token for call in calls if call.token is not None), None)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django_ratelimits.engine.concurrency import Held
 from django_ratelimits.engine.limits import Identity, Limit
 
 
@@ -40,10 +41,16 @@ class LimitResult:
 
 @dataclass(frozen=True)
 class Decision:
-    """Everything one engine call decided, and Redis' time when it decided."""
+    """Everything one engine call decided, and Redis' time when it decided.
+
+    ``held``: the concurrency slots the call took, to release when the request
+    ends (:meth:`Engine.release <django_ratelimits.engine.core.Engine.release>`);
+    none when no concurrency limit admitted it.
+    """
 
     results: tuple[LimitResult, ...]
     now_us: int
+    held: tuple[Held, ...] = ()
 
     @property
     def allowed(self) -> bool:

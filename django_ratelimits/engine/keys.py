@@ -5,6 +5,8 @@ Layout (``P`` is the key prefix, ``{sN}`` the identity's shard tag)::
     P:{sN}:s:<ident>                        state of every limit (HASH, a field per limit),
                                             its TTL horizon (t), its override (x)
     P:{sN}:log:<policy>:<rate>:<ident>      a sliding log's timestamps (ZSET)
+    P:{sN}:cc:<policy>:<ident>              a concurrency limit's slots (ZSET of request
+                                            ids scored by the end of their lease)
     P:{sN}:m:<ident>                        metadata list (capped)
     P:{sN}:o:<ident>                        offender record: denials (HASH)
     P:{sN}:so:<ident>                       shadow record: would-be denials of shadow policies
@@ -141,7 +143,10 @@ class IdentityKeys:
         return f"{self.tag}:g:{kind}:{budget.limit}:{budget.window_us}:{self.ident}"
 
     def log(self, limit: Limit) -> str:
-        """The ZSET of a sliding-log limit."""
+        """The ZSET of a sliding-log limit, or of a concurrency limit's slots (one per
+        policy: a lease edited in admin does not free or forget the slots held)."""
+        if limit.is_concurrency:
+            return f"{self.tag}:cc:{key_part(limit.policy)}:{self.ident}"
         return f"{self.tag}:log:{key_part(limit.policy)}:{limit.rate}:{self.ident}"
 
 

@@ -27,6 +27,7 @@ class Algorithm(StrEnum):
     SLIDING_LOG = "sliding_log"
     TOKEN_BUCKET = "token_bucket"
     GCRA = "gcra"
+    CONCURRENCY = "concurrency"
 
     @property
     def code(self) -> str:
@@ -46,8 +47,11 @@ _CODES = {
     Algorithm.SLIDING_LOG: "log",
     Algorithm.TOKEN_BUCKET: "tb",
     Algorithm.GCRA: "gcra",
+    Algorithm.CONCURRENCY: "cc",
 }
 _BURST_ALGORITHMS = frozenset({Algorithm.TOKEN_BUCKET, Algorithm.GCRA})
+RATE_ALGORITHMS = tuple(a for a in Algorithm if a is not Algorithm.CONCURRENCY)
+"""The algorithms that count requests over time (every one but concurrency)."""
 
 
 def burst_problem(algorithm: str, rate: Rate, burst: int) -> str | None:
@@ -146,7 +150,10 @@ class Limit:
 
     ``burst`` is the bucket capacity for the token bucket and GCRA (default:
     the rate's limit); other algorithms have none. ``ban``, when given, is the
-    policy's escalating ban (every limit of a policy carries the same one).
+    policy's escalating ban (every limit of a policy carries the same one). A
+    concurrency limit's rate is ``Rate(N, lease)``: at most N requests in flight
+    at once, each slot held at most ``lease`` seconds (docs/concurrency.md); a
+    request holds one slot whatever its cost.
     """
 
     policy: str
@@ -199,8 +206,14 @@ class Limit:
 
     @property
     def is_log(self) -> bool:
-        """Whether the state is a key of its own (the sliding log's ZSET)."""
-        return self.algorithm is Algorithm.SLIDING_LOG
+        """Whether the state is a key of its own (the sliding log's or the
+        concurrency limit's ZSET) rather than a field of the state HASH."""
+        return self.algorithm is Algorithm.SLIDING_LOG or self.is_concurrency
+
+    @property
+    def is_concurrency(self) -> bool:
+        """Whether the limit counts requests in flight (slots held until released)."""
+        return self.algorithm is Algorithm.CONCURRENCY
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ _PARTS = (
     "token_bucket",
     "gcra",
     "ban",
+    "concurrency",
     "check",
 )
 

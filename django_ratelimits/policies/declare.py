@@ -10,9 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from django.core.exceptions import ValidationError
+
 from django_ratelimits import key_functions
 from django_ratelimits.engine import Algorithm, Ban
-from django_ratelimits.policies.parse import parse_cidrs, parse_identity_budget
+from django_ratelimits.policies.parse import (
+    parse_cidrs,
+    parse_identity_budget,
+    parse_lease,
+    policy_rates,
+)
 from django_ratelimits.policies.spec import (
     MAX_COST,
     KeyKind,
@@ -21,7 +28,6 @@ from django_ratelimits.policies.spec import (
     Recording,
     cost_problem,
 )
-from django_ratelimits.rates import parse_rates
 
 __all__ = ["declared"]
 
@@ -34,6 +40,7 @@ def declared(
     methods: Iterable[str] = (),
     algorithm: Algorithm | str = Algorithm.SLIDING_WINDOW,
     burst: int | None = None,
+    lease: int | None = None,
     mode: Mode | str = Mode.ENFORCE,
     identity_budget: str = "",
     record_metadata: Recording | str = Recording.DENIALS,
@@ -55,9 +62,13 @@ def declared(
     kind, _, arg = key.partition(":")
     if kind == KeyKind.CALLABLE:
         key_functions.trust(arg)
+    try:
+        rates = policy_rates(algorithm, rate, parse_lease(algorithm, lease))
+    except ValidationError as exc:  # admin's wording, raised as code's mistake
+        raise ValueError(f"policy {name!r}: {' '.join(exc.messages)}") from None
     spec = PolicySpec(
         name,
-        parse_rates(rate),
+        rates,
         Algorithm(algorithm),
         burst,
         Mode(mode),

@@ -35,6 +35,7 @@ ALGORITHM_LABELS: Final[Mapping[Algorithm, Promise]] = {
     Algorithm.SLIDING_LOG: _("Sliding log"),
     Algorithm.TOKEN_BUCKET: _("Token bucket"),
     Algorithm.GCRA: _("GCRA (leaky bucket as a meter)"),
+    Algorithm.CONCURRENCY: _("Concurrency (requests in flight at once)"),
 }
 
 MODE_LABELS: Final[Mapping[Mode, Promise]] = {

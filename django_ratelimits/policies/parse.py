@@ -31,13 +31,22 @@ from django_ratelimits.engine.limits import (
 from django_ratelimits.errors import RateParseError
 from django_ratelimits.policies.matching import PathPattern, PatternError
 from django_ratelimits.policies.spec import LOGIN_KEYS, MAX_COST, Counts, KeyKind, cost_problem
-from django_ratelimits.rates import Rate, format_period, parse_period, parse_rate, parse_rates
+from django_ratelimits.rates import (
+    MAX_LIMIT,
+    Rate,
+    format_period,
+    parse_period,
+    parse_rate,
+    parse_rates,
+)
 
 if TYPE_CHECKING:
     from django.utils.functional import _StrOrPromise as StrOrPromise
 
 __all__ = [
+    "DEFAULT_LEASE",
     "HTTP_METHODS",
+    "MAX_LEASE",
     "MAX_NETWORKS",
     "PATH_MAX_LENGTH",
     "check_burst",
@@ -47,10 +56,14 @@ __all__ = [
     "cidr_error",
     "parse_ban",
     "parse_cidrs",
+    "parse_concurrency",
     "parse_identity_budget",
+    "parse_lease",
     "parse_methods",
     "parse_path",
     "parse_policy_rates",
+    "policy_rates",
+    "rates_text",
 ]
 
 HTTP_METHODS: Final = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE")
@@ -58,6 +71,9 @@ MAX_NETWORKS: Final = 1000
 PATH_MAX_LENGTH: Final = 500
 _SEPARATORS: Final = re.compile(r"[\s,]+")
 _QUOTE_MAX: Final = 60
+DEFAULT_LEASE: Final = 60
+MAX_LEASE: Final = 86_400
+_CONCURRENT: Final = re.compile(r"\s*([0-9]{1,7})\s*(?:/\s*concurrent\s*)?", re.ASCII)
 
 
 def _quote(text: str) -> str:
@@ -69,6 +85,59 @@ def parse_policy_rates(text: str) -> tuple[Rate, ...]:
         return parse_rates(text)
     except RateParseError as exc:
         raise _rate_error(_("Enter rates such as “10/s, 120/m”: %(error)s"), "rates", exc) from None
+
+
+def parse_concurrency(text: str) -> int:
+    """A concurrency policy's rates: how many requests may be in flight at once,
+    written ``5`` or ``5/concurrent``."""
+    found = _CONCURRENT.fullmatch(text)
+    slots = int(found.group(1)) if found else 0
+    if not 1 <= slots <= MAX_LIMIT:
+        raise ValidationError(
+            _(
+                "For a concurrency policy, enter how many requests may be in flight at "
+                "once, from 1 to %(max)s, e.g. “5” or “5/concurrent”."
+            ),
+            code="invalid_concurrency",
+            params={"max": MAX_LIMIT},
+        )
+    return slots
+
+
+def parse_lease(algorithm: str, lease: int | None) -> int | None:
+    """A concurrency policy's lease in seconds (empty: :data:`DEFAULT_LEASE`); None
+    for other algorithms, which must leave it empty."""
+    if algorithm != Algorithm.CONCURRENCY:
+        if lease is not None:
+            raise ValidationError(
+                _("Only concurrency policies have a lease: leave it empty for this algorithm."),
+                code="lease_unused",
+            )
+        return None
+    if lease is None:
+        return DEFAULT_LEASE
+    if not 1 <= lease <= MAX_LEASE:
+        raise ValidationError(
+            _("The lease must be between 1 and %(max)s seconds."),
+            code="lease_range",
+            params={"max": MAX_LEASE},
+        )
+    return lease
+
+
+def policy_rates(algorithm: str, text: str, lease: int | None) -> tuple[Rate, ...]:
+    """The rates of a policy: its rates text parsed, or for a concurrency policy one
+    rate of N slots held at most ``lease`` seconds each (see :func:`parse_lease`)."""
+    if algorithm == Algorithm.CONCURRENCY:
+        return (Rate(parse_concurrency(text), lease or DEFAULT_LEASE),)
+    return parse_policy_rates(text)
+
+
+def rates_text(algorithm: str, rates: tuple[Rate, ...]) -> str:
+    """The rates field's canonical text for ``rates`` (``5/concurrent`` for concurrency)."""
+    if algorithm == Algorithm.CONCURRENCY:
+        return f"{rates[0].limit}/concurrent"
+    return ", ".join(str(rate) for rate in rates)
 
 
 def parse_identity_budget(text: str) -> Rate | Literal["default", "off"]:

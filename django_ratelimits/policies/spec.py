@@ -133,7 +133,9 @@ class PolicySpec:
     a decorator (or DRF throttle) names it. ``methods`` are upper-case; empty means every method.
     ``key_arg`` is the header name for :attr:`KeyKind.HEADER` and the dotted
     path of a ``callable(request) -> str | None`` for :attr:`KeyKind.CALLABLE`.
-    Higher ``priority`` is evaluated (and reported in headers) first.
+    Higher ``priority`` is evaluated (and reported in headers) first. A
+    :attr:`~Algorithm.CONCURRENCY` policy has one rate, ``Rate(slots, lease)``:
+    at most ``slots`` requests in flight at once, each held at most ``lease`` seconds.
     ``identity_budget`` bounds the client-chosen identities (header values,
     callable keys, users) one client IP brings to the policy: a rate, ``"off"``,
     or ``"default"`` for ``DJANGO_RATELIMITS["IDENTITY_BUDGET"]``.
@@ -178,6 +180,10 @@ class PolicySpec:
     def __post_init__(self) -> None:
         if not self.rates:
             raise ValueError(f"policy {self.name!r} needs at least one rate")
+        if self.algorithm is Algorithm.CONCURRENCY and len(self.rates) != 1:
+            raise ValueError(
+                f"concurrency policy {self.name!r} takes one rate: Rate(slots, lease seconds)"
+            )
         limits = tuple(Limit(self.name, rate, self.algorithm, self.burst) for rate in self.rates)
         if cost_problem(self.cost, ()) is not None:
             raise ValueError(

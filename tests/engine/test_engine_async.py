@@ -11,7 +11,16 @@ from django.test import override_settings
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
-from django_ratelimits.engine import Algorithm, Check, Engine, Identity, KeySpace, Limit, get_engine
+from django_ratelimits.engine import (
+    RATE_ALGORITHMS,
+    Algorithm,
+    Check,
+    Engine,
+    Identity,
+    KeySpace,
+    Limit,
+    get_engine,
+)
 from django_ratelimits.engine.aconnection import get_async_redis
 from django_ratelimits.exceptions import BackendError
 from django_ratelimits.rates import parse_rates
@@ -33,7 +42,7 @@ def async_twin(client: Any, harness: Any) -> Any:
     return redis.asyncio.Redis(host=harness.host, port=harness.port)
 
 
-@pytest.mark.parametrize("algorithm", list(Algorithm))
+@pytest.mark.parametrize("algorithm", RATE_ALGORITHMS)
 def test_acheck_decides_like_check(
     redis_client: Any, request: pytest.FixtureRequest, algorithm: Algorithm
 ) -> None:

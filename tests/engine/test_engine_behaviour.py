@@ -8,7 +8,7 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
-from django_ratelimits.engine import Algorithm, Check, Engine, Identity, Limit
+from django_ratelimits.engine import RATE_ALGORITHMS, Algorithm, Check, Engine, Identity, Limit
 from django_ratelimits.engine.controls import Controls
 from django_ratelimits.exceptions import BackendError
 from django_ratelimits.rates import Rate, parse_rates
@@ -19,7 +19,7 @@ IP = Identity("ip", "198.51.100.4")
 USER = Identity("user", "7")
 # The longest retry/reset, in windows: the sliding window spans one extra
 # bucket; the weighted counter still counts the whole previous window.
-LONGEST_WAIT = {a: 1.0 for a in Algorithm} | {
+LONGEST_WAIT = {a: 1.0 for a in RATE_ALGORITHMS} | {
     Algorithm.SLIDING_WINDOW: 1.1,
     Algorithm.SLIDING_WINDOW_COUNTER: 2.0,
 }
@@ -29,7 +29,7 @@ def limits(rates: str, algorithm: Algorithm, policy: str = "api") -> list[Limit]
     return [Limit(policy, rate, algorithm) for rate in parse_rates(rates)]
 
 
-@pytest.mark.parametrize("algorithm", list(Algorithm))
+@pytest.mark.parametrize("algorithm", RATE_ALGORITHMS)
 def test_admits_exactly_the_limit_then_denies_until_retry_after(
     redis_client: Any, algorithm: Algorithm
 ) -> None:
@@ -51,7 +51,7 @@ def test_admits_exactly_the_limit_then_denies_until_retry_after(
     assert engine.check(checks).allowed, "still denied at Retry-After"
 
 
-@pytest.mark.parametrize("algorithm", list(Algorithm))
+@pytest.mark.parametrize("algorithm", RATE_ALGORITHMS)
 def test_remaining_counts_down_and_reset_is_whole_quota(
     redis_client: Any, algorithm: Algorithm
 ) -> None:
@@ -65,7 +65,7 @@ def test_remaining_counts_down_and_reset_is_whole_quota(
     assert engine.peek(checks).results[0].remaining == 4
 
 
-@pytest.mark.parametrize("algorithm", list(Algorithm))
+@pytest.mark.parametrize("algorithm", RATE_ALGORITHMS)
 def test_a_denied_identity_is_charged_nothing(redis_client: Any, algorithm: Algorithm) -> None:
     """All or nothing per identity: the 10/s rate is untouched while 2/m denies."""
     engine = fresh_engine(redis_client, FakeClock(EPOCH_US))
@@ -94,7 +94,7 @@ def test_identities_are_decided_separately(redis_client: Any) -> None:
 
 def test_peek_writes_nothing(redis_client: Any) -> None:
     engine = fresh_engine(redis_client, FakeClock(EPOCH_US))
-    checks = [Check(IP, limits("3/m", algorithm)) for algorithm in Algorithm]
+    checks = [Check(IP, limits("3/m", algorithm)) for algorithm in RATE_ALGORITHMS]
     checks = [Check(Identity("ip", str(n)), c.limits, metadata="u|/") for n, c in enumerate(checks)]
     for _ in range(10):
         decision = engine.peek(checks, cost=1)

@@ -16,7 +16,15 @@ from typing import Any
 import pytest
 from redis.cluster import RedisCluster
 
-from django_ratelimits.engine import Algorithm, Check, Engine, Identity, KeySpace, Limit
+from django_ratelimits.engine import (
+    RATE_ALGORITHMS,
+    Algorithm,
+    Check,
+    Engine,
+    Identity,
+    KeySpace,
+    Limit,
+)
 from django_ratelimits.rates import Rate
 from django_ratelimits.testing import FakeClock
 from tests.engine_helpers import EPOCH_US, client_of
@@ -52,7 +60,7 @@ def processes() -> Iterator[tuple[Pool, Any]]:
         yield pool, manager
 
 
-@pytest.mark.parametrize("algorithm", list(Algorithm))
+@pytest.mark.parametrize("algorithm", RATE_ALGORITHMS)
 def test_exactly_the_limit_is_admitted(
     redis_client: Any,
     redis_standalone: Any,

@@ -30,6 +30,8 @@ HYPOTHESIS = settings(
 def limit_sets(draw: Any, max_limit: int, periods: list[int]) -> list[Limit]:
     algorithm = draw(st.sampled_from(list(Algorithm)))
     chosen = draw(st.lists(st.sampled_from(periods), min_size=1, max_size=3, unique=True))
+    if algorithm is Algorithm.CONCURRENCY:  # one rate (N, lease) per concurrency policy
+        chosen = chosen[:1]
     limits = []
     for period in chosen:
         rate = Rate(draw(st.integers(1, max_limit)), period)

@@ -22,7 +22,15 @@ from typing import Any
 import pytest
 from redis.cluster import RedisCluster
 
-from django_ratelimits.engine import Algorithm, Check, Engine, Identity, KeySpace, Limit
+from django_ratelimits.engine import (
+    RATE_ALGORITHMS,
+    Algorithm,
+    Check,
+    Engine,
+    Identity,
+    KeySpace,
+    Limit,
+)
 from django_ratelimits.rates import Rate
 from django_ratelimits.testing import FakeClock
 from tests.engine_helpers import EPOCH_US, client_of
@@ -34,7 +42,7 @@ LIMIT, ATTEMPTS = 50, 2  # per thread and algorithm: 128 attempts race for 50 pl
 RUN_SECONDS = 0.3  # wall-clock slot of one run, so that the processes race in each
 # Every algorithm that promises never to admit more than its limit (docs/algorithms.md);
 # the sliding window counter is an approximation by design.
-EXACT = [a for a in Algorithm if a is not Algorithm.SLIDING_WINDOW_COUNTER]
+EXACT = [a for a in RATE_ALGORITHMS if a is not Algorithm.SLIDING_WINDOW_COUNTER]
 
 
 def race(

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import engine as bench
-from django_ratelimits.engine import Algorithm
+from django_ratelimits.engine import RATE_ALGORITHMS
 
 
 def test_the_engine_benchmark_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -23,8 +23,8 @@ def test_the_engine_benchmark_runs(tmp_path: Path, capsys: pytest.CaptureFixture
         and (" 1 x 1 |" in line or " 2 x 3 " in line)
         and line.count(" | ") > 5
     ]
-    assert len(rows) == 2 * len(Algorithm)
-    for algorithm in Algorithm:
+    assert len(rows) == 2 * len(RATE_ALGORITHMS)
+    for algorithm in RATE_ALGORITHMS:
         assert f"| {algorithm.value}, 1 x 1 |" in printed
         assert f"| {algorithm.value}, 2 x 3 + metadata |" in printed
         assert f"| {algorithm.value} | 1 |" in text  # its memory row: one key for one rate
@@ -32,3 +32,9 @@ def test_the_engine_benchmark_runs(tmp_path: Path, capsys: pytest.CaptureFixture
         cells = row.split(" | ")
         assert cells[4] == "1", row  # round trips per call
         assert cells[5] == "0", row  # denied: the allowed path was measured
+    # A concurrency check and its release: two round trips, every check admitted.
+    row = next(
+        line for line in text.splitlines() if "| concurrency, 1 x 1, check + release" in line
+    )
+    cells = row.split(" | ")
+    assert (cells[4], cells[5]) == ("2", "0"), row

@@ -28,3 +28,13 @@ def test_instructions_per_check_are_counted() -> None:
     # A ban's field is read with the limits (allowed) and written on a denial.
     assert floor < rows["gcra, 1 x 1, with a ban, allowed"]
     assert rows["gcra, 1 x 1, denied"] < rows["gcra, 1 x 1, with a ban, denied"]
+
+
+def test_a_concurrency_check_and_its_release_are_counted() -> None:
+    rows = dict(instructions.rows(str(find_binary()), quick=True))
+    floor = rows["floor: EVALSHA of `return 1`"]
+    check = rows["concurrency, 1 x 1 (slots never released, leases free them)"]
+    # Real checks; the pair is two script calls, each more than an empty script (how
+    # the check alone compares with the pair is left to full runs: quick ones are noisy).
+    assert floor < check
+    assert 2 * floor < rows["concurrency, 1 x 1, check + release"]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from django_ratelimits.engine import Algorithm
+from django_ratelimits.engine import RATE_ALGORITHMS, Algorithm
 
 pytest.importorskip("django_ratelimit", reason="the bench extra: pip install -e '.[bench]'")
 pytest.importorskip("limits", reason="the bench extra: pip install -e '.[bench]'")
@@ -118,6 +118,6 @@ def test_the_server_served_and_limited_only_with_a_limiter(report: str) -> None:
 
 def test_the_accuracy_table_is_the_reference_models(report: str) -> None:
     rows = _section(report, "Accuracy")
-    assert [row[0] for row in rows] == [algorithm.value for algorithm in Algorithm]
+    assert [row[0] for row in rows] == [algorithm.value for algorithm in RATE_ALGORITHMS]
     exact = next(row for row in rows if row[0] == Algorithm.SLIDING_LOG.value)
     assert all("(+0.0%), 1.00x" in cell for cell in exact[1:])

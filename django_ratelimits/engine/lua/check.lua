@@ -2,7 +2,8 @@
 --
 -- ARGV: now_us ('' = Redis TIME), the call's settings "<c or p>|<cost>|
 --       <metadata cap>|<metadata ttl ms>|<offender retention ms>|<index cap>"
---       (check or peek), then entries to the end, each a group or a gated
+--       (check or peek), in a call that may take concurrency slots 'r' and
+--       the request's id, then entries to the end, each a group or a gated
 --       group (see check() at the end). A group is four arguments: its limits,
 --       ident, label, and "<e or s><o or x><n, d or a><head of a hit entry>"
 --       (an enforced or a shadow group; decided by an override or never; no
@@ -15,7 +16,7 @@
 --       and limits come back call after call: each string is parsed once
 --       where Redis keeps the code loaded (see remember).
 -- KEYS: per group: state HASH ("P:{sN}:s:<ident>"), then one ZSET per
---       sliding-log limit. A group that no override may decide (the way back
+--       sliding-log or concurrency limit. A group that no override may decide (the way back
 --       to admin, way_back.py) says 'x' in its info. The metadata list, the offender (or shadow) record and
 --       the shard's two indexes are named from the state key and the ident
 --       (keys.py) when they are written: every key of a group shares its hash
@@ -198,7 +199,7 @@ local function commit(state_key, writes, nw, live, horizon, logs)
   end
   if logs then
     for _, p in ipairs(logs) do
-      ALG.log.commit(p[1], now, p[2], cost, p[3])
+      p[4].commit(p[1], now, p[2], cost, p[3])
     end
   end
 end
@@ -361,7 +362,7 @@ local function run_group(KEYS, ARGV, a, k, n)
         alg.peek(KEYS[lk], now, limit, window, capacity, lcost)
       if allowed then
         logs = logs or {}
-        logs[#logs + 1] = {KEYS[lk], window, new}
+        logs[#logs + 1] = {KEYS[lk], window, new, alg}
       end
       lk = lk + 1
     else
@@ -461,6 +462,10 @@ local function check(KEYS, ARGV)
   OUT[1] = now
   local n = 1
   local a, k, last = 3, 1, #ARGV
+  request_id = nil
+  if ARGV[3] == 'r' then
+    request_id, a = ARGV[4], 5
+  end
   while a <= last do
     if ARGV[a] ~= 'g' then
       a, k, n = run_group(KEYS, ARGV, a, k, n)
