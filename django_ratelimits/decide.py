@@ -33,12 +33,14 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Final
 
+from asgiref.sync import sync_to_async
 from django.http import HttpRequest
 
 from django_ratelimits import signals
 from django_ratelimits.breaker import breaker
 from django_ratelimits.conf import get_settings
 from django_ratelimits.deny_cache import DenialCache, Sending, cache_for
+from django_ratelimits.effective import limits_for, prepare
 from django_ratelimits.engine import (
     Check,
     Decision,
@@ -52,7 +54,7 @@ from django_ratelimits.engine.errors import BackendError
 from django_ratelimits.engine.hits import entry_head, ip_behind, user_behind
 from django_ratelimits.errors import RateLimitsError
 from django_ratelimits.identity import client_address, client_ip, identities
-from django_ratelimits.policies.registry import PolicyRegistry, acurrent, current
+from django_ratelimits.policies.registry import PolicyRegistry, acurrent, current, get_registry
 from django_ratelimits.policies.spec import PolicySpec, Recording
 from django_ratelimits.rates import Rate
 from django_ratelimits.way_back import away_back, way_back
@@ -76,13 +78,16 @@ class Verdict:
 
     ``policies`` are the policies that applied (exempt ones left out);
     ``decision`` is the engine's answer, ``None`` when nothing needed checking
-    or Redis failed (then ``error`` says why).
+    or Redis failed (then ``error`` says why). ``effective`` holds, by policy
+    name, the limits that were checked when they were not the policy's own (an
+    identity override or a tier, see :mod:`django_ratelimits.effective`).
     """
 
     policies: tuple[PolicySpec, ...]
     decision: Decision | None = None
     error: BackendError | None = None
     considered: frozenset[str] = frozenset()
+    effective: tuple[tuple[str, tuple[Limit, ...]], ...] = ()
 
     def covers(self, name: str) -> bool:
         """Whether the policy ``name`` was already decided (or found exempt) here."""
@@ -103,7 +108,12 @@ class Verdict:
             decision,
             self.error or other.error,
             self.considered | other.considered,
+            self.effective + other.effective,
         )
+
+    def limits_of(self, policy: PolicySpec) -> tuple[Limit, ...]:
+        """The limits ``policy`` was checked against for this request."""
+        return next((lim for name, lim in self.effective if name == policy.name), policy.limits)
 
     @cached_property
     def _by_name(self) -> dict[str, PolicySpec]:
@@ -183,6 +193,8 @@ async def adecide(request: HttpRequest, policies: Iterable[PolicySpec]) -> Verdi
         # database on the event loop: both are asked here, where they can wait.
         if any(_reads_user(p) for p in policies):
             request.user = await request.auser()
+        if any(p.tiers for p in policies):
+            await sync_to_async(prepare)(request, policies)
         await away_back(request)
     return await Planned(request, policies).arun(lambda checks: get_engine().acheck(checks))
 
@@ -273,6 +285,7 @@ class Planned:
             self.applied, self.checks = _plan(request, policies)
         else:
             self.applied, self.checks = policies, checks
+        self.effective = _effective(self.applied, self.checks)
         self.verdict: Verdict | None = None
         if not self.checks:
             self.verdict = Verdict(self.applied, considered=self.considered)
@@ -350,7 +363,9 @@ class Planned:
 
     def _announced(self, decision: Decision) -> Verdict:
         """The verdict of ``decision``, its blocks logged and its denials signalled."""
-        verdict = Verdict(self.applied, decision, considered=self.considered)
+        verdict = Verdict(
+            self.applied, decision, considered=self.considered, effective=self.effective
+        )
         announced: set[str] = set()
         logged: set[Identity] = set()
         for result in decision.results:
@@ -377,7 +392,9 @@ class Planned:
         return self._refused(error)
 
     def _refused(self, error: BackendError) -> Verdict:
-        verdict = Verdict(self.applied, error=error, considered=self.considered)
+        verdict = Verdict(
+            self.applied, error=error, considered=self.considered, effective=self.effective
+        )
         signals.backend_failed.send(
             sender=PolicySpec,
             request=self.request,
@@ -409,6 +426,20 @@ def _log_block(request: HttpRequest, result: LimitResult) -> None:
     )
 
 
+def _effective(
+    policies: tuple[PolicySpec, ...], checks: list[Check]
+) -> tuple[tuple[str, tuple[Limit, ...]], ...]:
+    """By policy name, the limits ``checks`` hold where they are not the policy's own."""
+    found: dict[str, dict[Limit, None]] = {}
+    for check in checks:
+        for limit in check.limits:
+            found.setdefault(limit.policy, {})[limit] = None
+    own = {p.name: p.limits for p in policies}
+    return tuple(
+        (name, tuple(limits)) for name, limits in found.items() if tuple(limits) != own.get(name)
+    )
+
+
 def _names(policies: tuple[PolicySpec, ...]) -> frozenset[str]:
     return frozenset(p.name for p in policies)
 
@@ -421,6 +452,7 @@ def _reads_user(policy: PolicySpec) -> bool:
         or policy.exempt_staff
         or policy.exempt_superusers
         or policy.record_metadata != Recording.NONE
+        or bool(policy.tiers)
     )
 
 
@@ -433,6 +465,7 @@ def _plan(
     if not applied:
         return applied, []
     overrides = not way_back(request)
+    registry = get_registry()
     groups: dict[tuple[Identity, bool, Gate | None], list[Limit]] = {}
     # What each identity's policies record: the most any of them asks for. The
     # engine makes one hit entry of the identity's checks (enforced and shadow).
@@ -443,7 +476,8 @@ def _plan(
             gate = None
             if budget is not None and identity.kind != "ip":
                 gate = Gate(Identity("ip", client_ip(request)), budget)
-            groups.setdefault((identity, policy.shadow, gate), []).extend(policy.limits)
+            limits = limits_for(registry, request, policy, identity)
+            groups.setdefault((identity, policy.shadow, gate), []).extend(limits)
             known = recording.get(identity, Recording.NONE)
             if policy.record_metadata.rank > known.rank:
                 recording[identity] = policy.record_metadata

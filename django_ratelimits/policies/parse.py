@@ -22,6 +22,7 @@ from django_ratelimits.engine.limits import MAX_BURST, burst_problem
 from django_ratelimits.errors import RateParseError
 from django_ratelimits.policies.matching import PathPattern, PatternError
 from django_ratelimits.policies.spec import KeyKind
+from django_ratelimits.policies.tiers import parse_attribute_path
 from django_ratelimits.rates import Rate, parse_rate, parse_rates
 
 if TYPE_CHECKING:
@@ -38,6 +39,7 @@ __all__ = [
     "parse_methods",
     "parse_path",
     "parse_policy_rates",
+    "parse_tier_attribute",
 ]
 
 HTTP_METHODS: Final = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE")
@@ -56,6 +58,18 @@ def parse_policy_rates(text: str) -> tuple[Rate, ...]:
         return parse_rates(text)
     except RateParseError as exc:
         raise _rate_error(_("Enter rates such as “10/s, 120/m”: %(error)s"), "rates", exc) from None
+
+
+def parse_tier_attribute(text: str) -> tuple[str, ...]:
+    """A tier's attribute path (``profile.plan``), by :func:`parse_attribute_path`'s rule."""
+    try:
+        return parse_attribute_path(text)
+    except ValueError as exc:
+        raise ValidationError(
+            _("Enter an attribute path such as “profile.plan”: %(error)s"),
+            code="invalid_attribute",
+            params={"error": exc},
+        ) from None
 
 
 def parse_identity_budget(text: str) -> Rate | Literal["default", "off"]:

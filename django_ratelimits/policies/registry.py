@@ -20,6 +20,11 @@ so only the patterns whose prefix starts the path, plus the few with no usable
 prefix, are searched (by RE2, in time linear in the path). Paths longer than 256
 characters are not cached, so hostile URLs cannot grow the cache beyond about a
 megabyte.
+
+Identity overrides (:mod:`~django_ratelimits.policies.rate_overrides`) load with
+the policies, into one table: :meth:`PolicyRegistry.own_limits` is a dict
+lookup, and an override stops applying at its expiry on the ``wall`` clock
+(seconds since the epoch; tests inject their own) without a reload.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
 from typing import Final
 
 from asgiref.sync import sync_to_async
@@ -36,8 +42,10 @@ from django.core.exceptions import ValidationError
 from django.db import DatabaseError, router, transaction
 
 from django_ratelimits.conf import get_settings
-from django_ratelimits.models import Policy, PolicyVersion, spec_fields
+from django_ratelimits.engine import Identity, Limit
+from django_ratelimits.models import Policy, PolicyVersion, RateOverride, spec_fields
 from django_ratelimits.policies.matching import CACHE_PATH_MAX, PathIndex
+from django_ratelimits.policies.rate_overrides import OverrideTable, OwnRates
 from django_ratelimits.policies.spec import PolicySpec
 
 __all__ = ["CACHE_PATH_MAX", "PolicyRegistry", "acurrent", "current", "get_registry"]
@@ -55,8 +63,14 @@ _METHODS_MAX = 16
 class _Snapshot:
     """The enabled policies of one load, in order, with their path index."""
 
-    def __init__(self, specs: Iterable[PolicySpec], row_names: frozenset[str]) -> None:
+    def __init__(
+        self,
+        specs: Iterable[PolicySpec],
+        row_names: frozenset[str],
+        overrides: OverrideTable | None = None,
+    ) -> None:
         self.ordered = tuple(sorted(specs, key=lambda spec: (-spec.priority, spec.name)))
+        self.overrides = overrides or OverrideTable((), ())
         self.by_name: Mapping[str, PolicySpec] = {spec.name: spec for spec in self.ordered}
         # Names that a row decides (enabled and compiled, or disabled): declared
         # defaults apply only to the other names.
@@ -80,11 +94,18 @@ class _Snapshot:
 class PolicyRegistry:
     """The enabled policies of one process, refreshed from the database on demand.
 
-    ``clock`` (seconds, monotonic) decides staleness; tests inject their own.
+    ``clock`` (seconds, monotonic) decides staleness, ``wall`` (seconds since
+    the epoch) when identity overrides expire; tests inject their own.
     """
 
-    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
         self._clock = clock
+        self.wall = wall
         self._lock = threading.Lock()
         self._declare_lock = threading.Lock()
         self._snapshot = _Snapshot((), frozenset())
@@ -155,6 +176,14 @@ class PolicyRegistry:
             return spec
         return self._declared.get(name)
 
+    def own_limits(self, policy: str, identity: Identity) -> tuple[Limit, ...] | None:
+        """``identity``'s override limits under ``policy`` now, None if none. No I/O."""
+        return self._snapshot.overrides.limits(policy, identity, self.wall())
+
+    def override_count(self) -> int:
+        """How many (policy, identity) overrides were loaded (expired or not since)."""
+        return len(self._snapshot.overrides)
+
     def knows(self, name: str) -> bool:
         """Whether a row (enabled or disabled) or a declared default is named ``name``. No I/O."""
         return name in self._snapshot.row_names or name in self._declared
@@ -181,7 +210,7 @@ class PolicyRegistry:
 
     def _load(self) -> _Snapshot:
         specs, names = [], set()
-        for row in Policy.objects.all():
+        for row in Policy.objects.prefetch_related("tiers"):
             if row.enabled:
                 try:
                     specs.append(row.to_spec())
@@ -192,7 +221,19 @@ class PolicyRegistry:
                     )
                     continue
             names.add(row.name)
-        return _Snapshot(specs, frozenset(names))
+        return _Snapshot(specs, frozenset(names), OverrideTable(self._own_rates(), specs))
+
+    def _own_rates(self) -> Iterable[OwnRates]:
+        """The identity overrides not yet expired; an invalid one is logged and skipped."""
+        now = datetime.fromtimestamp(self.wall(), tz=UTC)
+        rows = RateOverride.objects.filter(expires_at__gt=now).select_related("policy")
+        for row in rows.order_by("created_at", "pk"):
+            try:
+                yield row.to_own_rates()
+            except (ValidationError, ValueError) as exc:
+                logger.error(
+                    "identity override %s (id %s) is invalid and skipped: %s", row, row.pk, exc
+                )
 
 
 _registry = PolicyRegistry()

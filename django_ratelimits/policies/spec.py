@@ -17,6 +17,7 @@ from typing import Literal
 from django_ratelimits.conf import IPNetwork
 from django_ratelimits.engine import Algorithm, Limit
 from django_ratelimits.policies.matching import PathPattern
+from django_ratelimits.policies.tiers import Tier
 from django_ratelimits.rates import Rate
 
 __all__ = ["KeyKind", "Mode", "PolicySpec", "Recording", "covers_method"]
@@ -91,6 +92,11 @@ class PolicySpec:
     ``record_metadata`` says which hits are recorded for the dashboard
     (:class:`Recording`): by default the denials, so that "who was behind the
     denials" is answered without recording every allowed request.
+    ``tiers`` give other rates to some users (the first that matches, see
+    :mod:`django_ratelimits.policies.tiers`); ``tier_limits`` are their limits,
+    in the same order. A tier's rates (like an identity override's, see
+    :meth:`limits_of`) use the policy's algorithm, and each rate's limit as
+    the bucket capacity: ``burst`` is for the policy's own rates.
     """
 
     name: str
@@ -110,8 +116,10 @@ class PolicySpec:
     priority: int = 0
     description: str = ""
     identity_budget: Rate | Literal["default", "off"] = "default"
+    tiers: tuple[Tier, ...] = ()
     limits: tuple[Limit, ...] = field(init=False, repr=False, compare=False)
     path_re: PathPattern | None = field(init=False, repr=False, compare=False)
+    tier_limits: tuple[tuple[Limit, ...], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.rates:
@@ -119,6 +127,12 @@ class PolicySpec:
         limits = tuple(Limit(self.name, rate, self.algorithm, self.burst) for rate in self.rates)
         object.__setattr__(self, "limits", limits)
         object.__setattr__(self, "path_re", PathPattern(self.path) if self.path else None)
+        tier_limits = tuple(self.limits_of(tier.rates) for tier in self.tiers)
+        object.__setattr__(self, "tier_limits", tier_limits)
+
+    def limits_of(self, rates: tuple[Rate, ...]) -> tuple[Limit, ...]:
+        """The limits of other ``rates`` (a tier's, an override's) under this policy."""
+        return tuple(Limit(self.name, rate, self.algorithm) for rate in rates)
 
     @property
     def shadow(self) -> bool:
