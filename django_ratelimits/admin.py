@@ -22,6 +22,7 @@ from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
 from django_ratelimits import key_functions
+from django_ratelimits.admin_overrides import PolicyTierInline
 from django_ratelimits.dashboard.urls import dashboard_urls
 from django_ratelimits.engine import Algorithm
 from django_ratelimits.models import OffenderDashboard, Policy
@@ -74,6 +75,7 @@ class PolicyAdmin(admin.ModelAdmin):
     search_fields = ("name", "description", "path")
     readonly_fields = ("preview", "created_at", "updated_at")
     actions = ("enable", "disable", "switch_to_shadow", "switch_to_enforce")
+    inlines = (PolicyTierInline,)
     # The offender dashboard: a link among the object tools, its pages under this admin.
     change_list_template = "admin/django_ratelimits/dashboard/policy_change_list.html"
 

@@ -10,6 +10,9 @@
     manage.py ratelimits allow user:42 --for 30m
     manage.py ratelimits lift ip:203.0.113.7
     manage.py ratelimits status
+    manage.py ratelimits override ip:203.0.113.7 api 10000/h --for 1d --reason "..."
+    manage.py ratelimits overrides [--expired]
+    manage.py ratelimits unoverride ip:203.0.113.7 [api]
 
 Every subcommand takes ``--json`` for machine-readable output. An identity is
 ``kind:value`` as the dashboard shows it, checked as the dashboard checks it
@@ -48,6 +51,7 @@ from django_ratelimits.engine.controls import MAX_OVERRIDE
 from django_ratelimits.engine.errors import BackendError
 from django_ratelimits.engine.keys import label
 from django_ratelimits.engine.memory import memory_of, node_routes
+from django_ratelimits.management import rate_overrides
 from django_ratelimits.management.output import (
     Data,
     ago,
@@ -138,6 +142,7 @@ class Command(BaseCommand):
             )
         add("lift", "end a block or allow-listing").add_argument("ident")
         add("status", "Redis, the key space, the policies and the offender index")
+        rate_overrides.add_arguments(add, duration)
 
     def handle(self, *args: Any, **options: Any) -> None:
         subcommand: Callable[[dict[str, Any]], Report] = SUBCOMMANDS[options["subcommand"]]
@@ -354,6 +359,11 @@ SUBCOMMANDS: dict[str, Callable[[dict[str, Any]], Report]] = {
     "allow": _overriding("allow"),
     "lift": lift,
     "status": status,
+    "override": lambda options: rate_overrides.override(
+        _identity(options["ident"]), options, _who()
+    ),
+    "overrides": rate_overrides.overrides,
+    "unoverride": lambda options: rate_overrides.unoverride(_identity(options["ident"]), options),
 }
 
 
