@@ -38,8 +38,10 @@ from datetime import UTC, datetime
 from typing import Final
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import DatabaseError, router, transaction
+from django.utils import timezone
 
 from django_ratelimits.conf import get_settings
 from django_ratelimits.engine import Identity, Limit
@@ -226,6 +228,8 @@ class PolicyRegistry:
     def _own_rates(self) -> Iterable[OwnRates]:
         """The identity overrides not yet expired; an invalid one is logged and skipped."""
         now = datetime.fromtimestamp(self.wall(), tz=UTC)
+        if not settings.USE_TZ:  # the database holds naive local times
+            now = timezone.make_naive(now)
         rows = RateOverride.objects.filter(expires_at__gt=now).select_related("policy")
         for row in rows.order_by("created_at", "pk"):
             try:
