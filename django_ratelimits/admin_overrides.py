@@ -24,6 +24,8 @@ from django_ratelimits.offenders.identities import NoSuchIdentity, parse
 class PolicyTierInline(admin.TabularInline):
     model = PolicyTier
     extra = 0
+    max_num = 20  # tried in order on each request: a short list
+    validate_max = True
     fields = ("order", "match", "name", "value", "rates")
 
 

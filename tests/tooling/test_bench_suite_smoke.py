@@ -7,6 +7,7 @@ allowed path, and that each limiter refused past its limit.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -76,6 +77,8 @@ def test_the_request_rows_ask_redis_once_and_the_limits_bite(report: str) -> Non
         assert f"RateLimitMiddleware, {count}" in names
     assert any(name.startswith("django-ratelimit `@ratelimit`") for name in names)
     assert any(name.startswith("RateLimitMiddleware, 1 policy, 1 limit by IP") for name in names)
+    assert "RateLimitMiddleware, 10 policies, 10,000 identity overrides" in names
+    assert re.search(r"takes [\d.]+ µs with no overrides and [\d.]+ µs with 10,000", report)
     for row in rows:
         if row[0] == "no rate limiting" or row[0].endswith("the engine's answer replayed"):
             assert row[4] == "0", row  # no Redis: the middleware's Python alone
