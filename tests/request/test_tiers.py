@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import Group, User
-from django.test import AsyncClient, Client
+from django.test import AsyncClient, Client, override_settings
 
 from django_ratelimits.conf import get_settings
 from django_ratelimits.models import Policy, PolicyTier, RateOverride, spec_fields
@@ -204,3 +204,12 @@ def test_a_group_tier_through_the_async_stack_reads_groups_off_the_event_loop(
         return [(await client.get("/async")).status_code for _ in range(4)]
 
     assert asyncio.run(run()) == [200, 200, 200, 429]
+
+
+def test_the_drf_throttle_uses_overrides(wall: Wall) -> None:
+    row = Policy.objects.create(name="drf-api", rates="2/m", algorithm="fixed_window")
+    override("ip:127.0.0.1", "4/m", policy=row)
+    get_registry().refresh()
+    with override_settings(ROOT_URLCONF="tests.compat_urls"):
+        assert statuses(Client(), 5, "/drf/api") == [200] * 4 + [429]
+        assert statuses(Client(REMOTE_ADDR="10.0.0.3"), 3, "/drf/api") == [200, 200, 429]
