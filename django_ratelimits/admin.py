@@ -22,7 +22,7 @@ from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
 from django_ratelimits import key_functions
-from django_ratelimits.admin_overrides import PolicyTierInline
+from django_ratelimits.admin_overrides import PolicyTierInline, tier_who
 from django_ratelimits.dashboard.urls import dashboard_urls
 from django_ratelimits.engine import Algorithm
 from django_ratelimits.models import OffenderDashboard, Policy
@@ -253,6 +253,11 @@ def describe(spec: PolicySpec, enabled: bool = True) -> list[str]:
         sentences.append(
             gettext("Requests over the limit get 429 Too Many Requests with Retry-After.")
         )
+    sentences += [
+        gettext("Signed-in users %(who)s instead: %(limits)s.")
+        % {"who": tier_who(tier), "limits": _limits(tier.rates)}
+        for tier in spec.tiers
+    ]
     sentences.append(_where(spec))
     exempt = _exemptions(spec)
     if exempt:

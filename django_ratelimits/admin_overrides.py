@@ -15,10 +15,20 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from django_ratelimits.models import PolicyTier, RateOverride
 from django_ratelimits.offenders.identities import NoSuchIdentity, parse
+from django_ratelimits.policies.tiers import Tier
+
+
+def tier_who(tier: Tier) -> str:
+    """Whom ``tier`` matches, in words, for the policy's preview."""
+    if tier.group:
+        return gettext("in the group “%(group)s”") % {"group": tier.group}
+    path = ".".join(tier.attribute)
+    return gettext("whose %(path)s is “%(value)s”") % {"path": path, "value": tier.value}
 
 
 class PolicyTierInline(admin.TabularInline):

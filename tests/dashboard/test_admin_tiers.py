@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from django_ratelimits.models import Policy, PolicyTier, RateOverride
-from tests.dashboard.test_admin import add_url, form
+from tests.dashboard.test_admin import add_url, change_url, form
 
 pytestmark = pytest.mark.django_db
 
@@ -35,6 +35,8 @@ def test_tiers_are_added_inline_and_a_bad_one_is_a_form_error(admin_client: Clie
     good = form(**{"tiers-TOTAL_FORMS": "1"}, **tier(0, name="pro", rates="5000/h"))
     assert admin_client.post(add_url(), good).status_code == 302
     assert [str(t) for t in PolicyTier.objects.all()] == ["pro"]
+    page = admin_client.get(change_url(Policy.objects.get())).content.decode()
+    assert "Signed-in users in the group “pro” instead: 5000 requests per hour." in page
 
 
 def override_form(**fields: Any) -> dict[str, Any]:
