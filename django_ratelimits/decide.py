@@ -285,7 +285,7 @@ class Planned:
             self.applied, self.checks = _plan(request, policies)
         else:
             self.applied, self.checks = policies, checks
-        self.effective = _effective(self.applied, self.checks)
+        self.effective = _effective(self.applied, self.checks) if _varies(self.applied) else ()
         self.verdict: Verdict | None = None
         if not self.checks:
             self.verdict = Verdict(self.applied, considered=self.considered)
@@ -424,6 +424,12 @@ def _log_block(request: HttpRequest, result: LimitResult) -> None:
         result.identity.value,
         time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(until)),
     )
+
+
+def _varies(policies: tuple[PolicySpec, ...]) -> bool:
+    """Whether ``policies`` may be checked under other rates than their own (no cost
+    to a site without tiers or identity overrides)."""
+    return bool(get_registry().override_count()) or any(p.tiers for p in policies)
 
 
 def _effective(

@@ -180,7 +180,8 @@ class PolicyRegistry:
 
     def own_limits(self, policy: str, identity: Identity) -> tuple[Limit, ...] | None:
         """``identity``'s override limits under ``policy`` now, None if none. No I/O."""
-        return self._snapshot.overrides.limits(policy, identity, self.wall())
+        overrides = self._snapshot.overrides
+        return overrides.limits(policy, identity, self.wall()) if overrides else None
 
     def override_count(self) -> int:
         """How many (policy, identity) overrides were loaded (expired or not since)."""
