@@ -20,17 +20,18 @@ below them, and nothing imports them but ``apps.ready`` (which registers them).
 ``W003``                  (``--deploy``) a full Redis would refuse writes, or its
                           ``maxmemory-policy`` could not be read
 ``W004``                  the policy table cannot be read, so E006 cannot tell
+``W011``                  a tier names a group that does not exist (it matches nobody)
 ========================  =========================================================
 
 ``setup`` holds E001 to E004, E007 and W001; ``policies`` E005, E006, E008 and
 W004 (with ``references``, the places code names a policy); ``redis_server``
-W002 and W003.
+W002 and W003; ``tiers`` W011.
 """
 
 from __future__ import annotations
 
-from django_ratelimits.checks import policies, redis_server, setup
+from django_ratelimits.checks import policies, redis_server, setup, tiers
 from django_ratelimits.checks.common import REDIS_TAG, TAG
 from django_ratelimits.checks.redis_server import PING_TIMEOUT
 
-__all__ = ["PING_TIMEOUT", "REDIS_TAG", "TAG", "policies", "redis_server", "setup"]
+__all__ = ["PING_TIMEOUT", "REDIS_TAG", "TAG", "policies", "redis_server", "setup", "tiers"]

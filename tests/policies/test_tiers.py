@@ -126,3 +126,17 @@ def test_a_tier_is_a_group_or_an_attribute() -> None:
         Tier(parse_rates("5/h"), group="pro", attribute=("plan",), value="pro")
     with pytest.raises(ValueError):
         Tier(parse_rates("5/h"))
+
+
+def test_a_tier_whose_group_is_gone_is_a_warning_naming_both() -> None:
+    from django.core.checks import run_checks
+
+    from django_ratelimits.checks import TAG
+
+    policy = Policy.objects.create(name="api", rates="2/h")
+    pro = Group.objects.create(name="pro")
+    PolicyTier.objects.create(policy=policy, match="group", name="pro", rates="5/h")
+    assert not [m for m in run_checks(tags=[TAG]) if m.id == "django_ratelimits.W011"]
+    pro.delete()
+    found = [m for m in run_checks(tags=[TAG]) if m.id == "django_ratelimits.W011"]
+    assert len(found) == 1 and "'api'" in found[0].msg and "'pro'" in found[0].msg
