@@ -26,7 +26,11 @@ def test_offenders_is_on_the_admin_index_and_in_the_sidebar(
     User.objects.create_superuser("boss", password="pw")
     log_in(page, "boss", then="/admin/")
     index = page.locator("#content-main .app-django_ratelimits")
-    assert index.locator("th a").all_inner_texts() == ["Offenders", "Rate-limit policies"]
+    assert index.locator("th a").all_inner_texts() == [
+        "Identity overrides",
+        "Offenders",
+        "Rate-limit policies",
+    ]
     page.screenshot(path=str(IMAGES / "admin-index.png"), full_page=True)
     index.get_by_role("link", name="Offenders", exact=True).click()
     page.wait_for_selector("#offenders-table")
