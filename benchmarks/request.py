@@ -25,6 +25,10 @@ demo's middleware stack, :class:`benchmarks.site.BenchUser` for the user):
   observer on a registry of its own): what counting costs per request. With metrics
   off (every other row) a request pays :func:`django_ratelimits.metrics.observer`,
   timed alone (:attr:`Report.observer_ns`), and a few ``is None`` tests.
+* the 10-policy row with :data:`OVERRIDES` identity overrides of ``api`` loaded
+  (none for the timed clients): what thousands of overrides cost every other
+  request (``docs/tiers.md``); the lookup alone (``PolicyRegistry.own_limits``)
+  is timed with none and with them.
 
 Overhead = a row's median minus the floor's. Each row rotates over client
 addresses and users of its own, so every timed request is allowed (the
@@ -65,6 +69,7 @@ if TYPE_CHECKING:
 POLICY_COUNTS = (1, 10, 100, 1000)
 HEADLINE = 10  # policies configured in the target's case
 MATCHED = 5000  # paths matched to time PolicyRegistry.match alone
+OVERRIDES = 10_000  # identity overrides of the overrides row
 DECORATOR_LIMIT = 10  # both decorators: per second on the timed views, per hour on the check's
 CHECKED = 2 * DECORATOR_LIMIT + 1  # requests to each decorator before the timing
 
@@ -115,6 +120,8 @@ class Report:
     # µs per PolicyRegistry.match, by (policies, paths never cached), timed alone.
     match_us: dict[tuple[int, bool], float] = field(default_factory=dict)
     hashed_keys: int = 0  # keys naming a hashed address after HASHED_ROW's check
+    # µs per PolicyRegistry.own_limits (an identity with none), by overrides loaded.
+    override_us: dict[int, float] = field(default_factory=dict)
     rounds: int = 0
     per_round: int = 0
     observer_ns: float = 0.0  # metrics off: the observer lookup each request makes
@@ -276,6 +283,48 @@ def _observing_us(spec: PolicySpec, decision: Decision) -> float:
     return _fastest_ns(request, 10_000) / 1000
 
 
+def _overridden() -> PolicyRegistry:
+    """The headline's policies, with :data:`OVERRIDES` overrides of ``api`` for addresses
+    in 172.16.0.0/16 (the timed clients are in 10.0.0.0/8)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from django_ratelimits.models import Policy, RateOverride
+    from django_ratelimits.policies import PolicyRegistry
+
+    site.store_policies(site.policy_rows(HEADLINE))
+    api, expires = Policy.objects.get(name="api"), timezone.now() + timedelta(days=1)
+    RateOverride.objects.bulk_create(
+        RateOverride(
+            policy=api,
+            identity_kind="ip",
+            identity_value=f"172.16.{i // 256}.{i % 256}",
+            rates="1000/s",
+            expires_at=expires,
+            reason="bench",
+        )
+        for i in range(OVERRIDES)
+    )
+    registry = PolicyRegistry()
+    registry.refresh()
+    assert registry.override_count() == OVERRIDES
+    return registry
+
+
+def _override_us(registry: PolicyRegistry) -> float:
+    from django_ratelimits.engine import Identity
+
+    identities = [Identity("ip", f"10.1.{i // 256}.{i % 256}") for i in range(MATCHED)]
+    passes = []
+    for _ in range(5):  # the fastest pass: the lookup, not the other processes on the machine
+        started = time.perf_counter_ns()
+        for identity in identities:
+            registry.own_limits("api", identity)
+        passes.append(time.perf_counter_ns() - started)
+    return min(passes) / len(identities) / 1000
+
+
 def run(server: RedisServer, quick: bool = False) -> Report:
     """Needs Django set up (:func:`benchmarks.site.setup`)."""
     from prometheus_client import CollectorRegistry
@@ -315,6 +364,13 @@ def run(server: RedisServer, quick: bool = False) -> Report:
             call = _caller(limited, _paths("/api/items", paths), next(tag), per_round, True)
             report.rows.append(Row(Scenario(name, call), n, cold))
             registry_of[name] = registry
+    overridden = _overridden()
+    report.override_us = {0: _override_us(registry_of[report.headline.name])}
+    report.override_us[OVERRIDES] = _override_us(overridden)
+    name = f"RateLimitMiddleware, {HEADLINE} policies, {OVERRIDES:,} identity overrides"
+    call = _caller(limited, _paths("/api/items", per_round), next(tag), per_round, True)
+    report.rows.append(Row(Scenario(name, call)))
+    registry_of[name] = overridden
     spec = registry_of[report.headline.name].get("api")
     assert spec is not None
     engine_call = _engine_caller(spec, next(tag), per_round)
@@ -519,6 +575,11 @@ def render(report: Report) -> str:
         f" and from another with HASH_IPS on ({report.hashed_keys} keys then named a hashed"
         " address)."
         f" Statuses: {checks}.",
+        "",
+        f"An identity override lookup (`PolicyRegistry.own_limits`, one dict lookup per"
+        f" check, timed alone for {MATCHED:,} identities with none, fastest of 5) takes"
+        f" {report.override_us[0]:.2f} µs with no overrides and"
+        f" {report.override_us[OVERRIDES]:.2f} µs with {OVERRIDES:,} loaded.",
         "",
         "| target | measured | |",
         "|---|---|---|",

@@ -25,6 +25,7 @@ from django_ratelimits import (
     key_functions,
     network_admin,  # noqa: F401  (registers the blocklist's admin)
 )
+from django_ratelimits.admin_overrides import PolicyTierInline, tier_who
 from django_ratelimits.dashboard.urls import dashboard_urls
 from django_ratelimits.engine import Algorithm, Ban
 from django_ratelimits.models import OffenderDashboard, Policy
@@ -33,6 +34,7 @@ from django_ratelimits.offenders.text import duration
 from django_ratelimits.offenders.text import period as _period
 from django_ratelimits.policies.labels import MODE_LABELS, MODE_WORDS
 from django_ratelimits.policies.spec import KeyKind, Mode, PolicySpec, Recording
+from django_ratelimits.rates import Rate
 
 _FIELDSETS: list[tuple[Any, dict[str, Any]]] = [
     (
@@ -94,6 +96,7 @@ class PolicyAdmin(admin.ModelAdmin):
     search_fields = ("name", "description", "path")
     readonly_fields = ("preview", "created_at", "updated_at")
     actions = ("enable", "disable", "switch_to_shadow", "switch_to_enforce")
+    inlines = (PolicyTierInline,)
     # The offender dashboard: a link among the object tools, its pages under this admin.
     change_list_template = "admin/django_ratelimits/dashboard/policy_change_list.html"
 
@@ -262,7 +265,11 @@ def describe(spec: PolicySpec, enabled: bool = True) -> list[str]:
     sentences = [] if enabled else [gettext("Disabled: this policy is not enforced.")]
     sentences.append(
         gettext("%(limits)s %(who)s, %(algorithm)s.")
-        % {"limits": _limits(spec), "who": _who(spec), "algorithm": _algorithm(spec)}
+        % {
+            "limits": _limits(spec.algorithm, spec.rates),
+            "who": _who(spec),
+            "algorithm": _algorithm(spec),
+        }
     )
     if spec.shadow:
         sentences.append(
@@ -274,6 +281,11 @@ def describe(spec: PolicySpec, enabled: bool = True) -> list[str]:
         )
     if spec.ban is not None and not spec.shadow:
         sentences.append(_ban(spec.ban))
+    sentences += [
+        gettext("Signed-in users %(who)s instead: %(limits)s.")
+        % {"who": tier_who(tier), "limits": _limits(spec.algorithm, tier.rates)}
+        for tier in spec.tiers
+    ]
     sentences.append(_where(spec))
     if spec.failed_logins:
         sentences.append(
@@ -304,9 +316,9 @@ def describe(spec: PolicySpec, enabled: bool = True) -> list[str]:
     return sentences
 
 
-def _limits(spec: PolicySpec) -> str:
-    first, *others = spec.rates
-    if spec.algorithm is Algorithm.CONCURRENCY:
+def _limits(algorithm: Algorithm, rates: tuple[Rate, ...]) -> str:
+    first, *others = rates
+    if algorithm is Algorithm.CONCURRENCY:
         return ngettext(
             "At most %(count)s request in flight at once",
             "At most %(count)s requests in flight at once",

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Final
 
+from asgiref.sync import sync_to_async
 from django.http import HttpRequest
 
 from django_ratelimits import metrics, signals
@@ -41,6 +42,7 @@ from django_ratelimits.breaker import breaker
 from django_ratelimits.conf import get_settings
 from django_ratelimits.costs import charges, cost_of
 from django_ratelimits.deny_cache import DenialCache, Sending, cache_for
+from django_ratelimits.effective import limits_for, prepare
 from django_ratelimits.engine import (
     Check,
     Decision,
@@ -54,7 +56,7 @@ from django_ratelimits.engine.errors import BackendError
 from django_ratelimits.engine.hits import entry_head, ip_behind, user_behind
 from django_ratelimits.errors import RateLimitsError
 from django_ratelimits.identity import client_address, client_ip, identities, ip_identity
-from django_ratelimits.policies.registry import PolicyRegistry, acurrent, current
+from django_ratelimits.policies.registry import PolicyRegistry, acurrent, current, get_registry
 from django_ratelimits.policies.spec import PolicySpec, Recording
 from django_ratelimits.rates import Rate
 from django_ratelimits.way_back import away_back, way_back
@@ -78,13 +80,16 @@ class Verdict:
 
     ``policies`` are the policies that applied (exempt ones left out);
     ``decision`` is the engine's answer, ``None`` when nothing needed checking
-    or Redis failed (then ``error`` says why).
+    or Redis failed (then ``error`` says why). ``effective`` holds, by policy
+    name, the limits that were checked when they were not the policy's own (an
+    identity override or a tier, see :mod:`django_ratelimits.effective`).
     """
 
     policies: tuple[PolicySpec, ...]
     decision: Decision | None = None
     error: BackendError | None = None
     considered: frozenset[str] = frozenset()
+    effective: tuple[tuple[str, tuple[Limit, ...]], ...] = ()
 
     def covers(self, name: str) -> bool:
         """Whether the policy ``name`` was already decided (or found exempt) here."""
@@ -106,7 +111,12 @@ class Verdict:
             decision,
             self.error or other.error,
             self.considered | other.considered,
+            self.effective + other.effective,
         )
+
+    def limits_of(self, policy: PolicySpec) -> tuple[Limit, ...]:
+        """The limits ``policy`` was checked against for this request."""
+        return next((lim for name, lim in self.effective if name == policy.name), policy.limits)
 
     @cached_property
     def _by_name(self) -> dict[str, PolicySpec]:
@@ -186,6 +196,8 @@ async def adecide(request: HttpRequest, policies: Iterable[PolicySpec]) -> Verdi
         # database on the event loop: both are asked here, where they can wait.
         if any(_reads_user(p) for p in policies):
             request.user = await request.auser()
+        if any(p.tiers for p in policies):
+            await sync_to_async(prepare)(request, policies)
         await away_back(request)
     return await Planned(request, policies).arun(lambda checks: get_engine().acheck(checks))
 
@@ -282,6 +294,7 @@ class Planned:
             self.applied, self.checks = _plan(request, policies, behind)
         else:
             self.applied, self.checks = policies, checks
+        self.effective = _effective(self.applied, self.checks) if _varies(self.applied) else ()
         self.verdict: Verdict | None = None
         self.observer = metrics.observer() if observed else None
         if not self.checks:
@@ -385,7 +398,9 @@ class Planned:
     def _announced(self, decision: Decision, *, cached: bool = False) -> Verdict:
         """The verdict of ``decision`` (the denial cache's if ``cached``), its blocks
         logged, its denials signalled, its outcomes counted."""
-        verdict = Verdict(self.applied, decision, considered=self.considered)
+        verdict = Verdict(
+            self.applied, decision, considered=self.considered, effective=self.effective
+        )
         if self.observer is not None:
             metrics.record_decision(self.observer, self.applied, decision, cached=cached)
         announced: set[str] = set()
@@ -416,7 +431,9 @@ class Planned:
         return self._refused(error)
 
     def _refused(self, error: BackendError) -> Verdict:
-        verdict = Verdict(self.applied, error=error, considered=self.considered)
+        verdict = Verdict(
+            self.applied, error=error, considered=self.considered, effective=self.effective
+        )
         if self.observer is not None:
             metrics.record_failure(self.observer, self.applied)
         signals.backend_failed.send(
@@ -451,6 +468,26 @@ def _log_block(request: HttpRequest, result: LimitResult) -> None:
     )
 
 
+def _varies(policies: tuple[PolicySpec, ...]) -> bool:
+    """Whether ``policies`` may be checked under other rates than their own (no cost
+    to a site without tiers or identity overrides)."""
+    return bool(get_registry().override_count()) or any(p.tiers for p in policies)
+
+
+def _effective(
+    policies: tuple[PolicySpec, ...], checks: list[Check]
+) -> tuple[tuple[str, tuple[Limit, ...]], ...]:
+    """By policy name, the limits ``checks`` hold where they are not the policy's own."""
+    found: dict[str, dict[Limit, None]] = {}
+    for check in checks:
+        for limit in check.limits:
+            found.setdefault(limit.policy, {})[limit] = None
+    own = {p.name: p.limits for p in policies}
+    return tuple(
+        (name, tuple(limits)) for name, limits in found.items() if tuple(limits) != own.get(name)
+    )
+
+
 def _names(policies: tuple[PolicySpec, ...]) -> frozenset[str]:
     return frozenset(p.name for p in policies)
 
@@ -463,6 +500,7 @@ def _reads_user(policy: PolicySpec) -> bool:
         or policy.exempt_staff
         or policy.exempt_superusers
         or policy.record_metadata != Recording.NONE
+        or bool(policy.tiers)
     )
 
 
@@ -475,6 +513,7 @@ def _plan(
     if not applied:
         return applied, []
     overrides = not way_back(request)
+    registry = get_registry()
     groups: dict[tuple[Identity, bool, Gate | None], list[Limit]] = {}
     # What each limit of a group charges, for the groups where one charges more than 1.
     costs: dict[tuple[Identity, bool, Gate | None], list[int]] = {}
@@ -491,10 +530,11 @@ def _plan(
             if budget is not None and identity.kind != "ip":
                 gate = Gate(ip_identity(request), budget)
             group = (identity, policy.shadow, gate)
+            own = limits_for(registry, request, policy, identity)
             limits = groups.setdefault(group, [])
             if cost != 1 or (costs and group in costs):  # no lookup when no cost is set
-                costs.setdefault(group, [1] * len(limits)).extend(charges(cost, policy.limits))
-            limits.extend(policy.limits)
+                costs.setdefault(group, [1] * len(limits)).extend(charges(cost, own))
+            limits.extend(own)
             known = recording.get(identity, Recording.NONE)
             if policy.record_metadata.rank > known.rank:
                 recording[identity] = policy.record_metadata

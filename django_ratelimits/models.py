@@ -25,7 +25,7 @@ from django.dispatch import receiver
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from django_ratelimits.engine import Algorithm, Ban
+from django_ratelimits.engine import Algorithm, Ban, Identity
 from django_ratelimits.policies.labels import (
     ALGORITHM_LABELS,
     COUNTS_LABELS,
@@ -47,10 +47,14 @@ from django_ratelimits.policies.parse import (
     parse_lease,
     parse_methods,
     parse_path,
+    parse_policy_rates,
+    parse_tier_attribute,
     policy_rates,
     rates_text,
 )
+from django_ratelimits.policies.rate_overrides import OwnRates
 from django_ratelimits.policies.spec import MAX_COST, Counts, KeyKind, Mode, PolicySpec, Recording
+from django_ratelimits.policies.tiers import Tier
 from django_ratelimits.rates import Rate, format_period
 
 _Row = TypeVar("_Row", bound=models.Model)
@@ -339,6 +343,7 @@ class Policy(models.Model):
             reset_on_success=self.reset_on_success,
             cost=self.cost,
             ban=parse_ban(self.ban_after, self.ban_within, self.ban_for, self.ban_max),
+            tiers=tuple(tier.to_tier() for tier in self.tiers.all()) if self.pk else (),
         )
 
 
@@ -510,9 +515,145 @@ class BlockedNetwork(models.Model):
             raise ValidationError(errors)
 
 
+class PolicyTier(models.Model):
+    """Other rates of a policy for the users of a group, or of a plan (an attribute's
+    value); compiled to a :class:`~django_ratelimits.policies.tiers.Tier`."""
+
+    GROUP, ATTRIBUTE = "group", "attribute"
+
+    policy = models.ForeignKey(
+        Policy, on_delete=models.CASCADE, related_name="tiers", verbose_name=_("policy")
+    )
+    order = models.PositiveSmallIntegerField(
+        _("order"), default=0, help_text=_("The first tier that matches the user applies.")
+    )
+    match = models.CharField(
+        _("match"),
+        max_length=16,
+        choices=[(GROUP, _("users in the group")), (ATTRIBUTE, _("users whose attribute"))],
+        default=GROUP,
+    )
+    name = models.CharField(
+        _("group or attribute"),
+        max_length=150,
+        help_text=_(
+            "A group name, or an attribute path of the user such as “profile.plan”: plain "
+            "names only. The attribute must be set by your server, never by the user."
+        ),
+    )
+    value = models.CharField(
+        _("equals"), max_length=100, blank=True, help_text=_("For an attribute: the value.")
+    )
+    rates = models.CharField(_("rates"), max_length=200, help_text=_("e.g. “10000/h”."))
+
+    class Meta:
+        ordering = ("order", "pk")
+        verbose_name = _("tier")
+        verbose_name_plural = _("tiers")
+
+    def __str__(self) -> str:
+        return f"{self.name}={self.value}" if self.match == self.ATTRIBUTE else self.name
+
+    def clean(self) -> None:
+        errors: dict[str, ValidationError] = {}
+        rates = _collect(errors, "rates", parse_policy_rates, self.rates) if self.rates else None
+        if rates is not None:
+            self.rates = ", ".join(str(rate) for rate in rates)
+        if self.match == self.ATTRIBUTE:
+            _collect(errors, "name", parse_tier_attribute, self.name)
+        elif self.name and not _group_exists(self.name):
+            errors["name"] = ValidationError(
+                _("No group is named “%(name)s”."), code="no_group", params={"name": self.name}
+            )
+        if errors:
+            raise ValidationError(errors)
+
+    def to_tier(self) -> Tier:
+        rates = parse_policy_rates(self.rates)
+        if self.match == self.ATTRIBUTE:
+            return Tier(rates, attribute=parse_tier_attribute(self.name), value=self.value)
+        return Tier(rates, group=self.name)
+
+
+def _group_exists(name: str) -> bool:
+    from django.contrib.auth.models import Group  # the app works without contrib.auth
+
+    return Group.objects.filter(name=name).exists()
+
+
+class RateOverride(models.Model):
+    """One identity's own rates under a policy (or every policy) until ``expires_at``.
+
+    ``identity_kind`` and ``identity_value`` are what the limiter counts, as
+    :func:`django_ratelimits.offenders.identities.resolve` gives them (admin and
+    the command resolve what staff typed before saving).
+    """
+
+    policy = models.ForeignKey(
+        Policy,
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="overrides",
+        verbose_name=_("policy"),
+        help_text=_("Empty: every policy that counts this kind of identity."),
+    )
+    identity_kind = models.CharField(_("identity kind"), max_length=16)
+    identity_value = models.CharField(_("identity"), max_length=1000)
+    rates = models.CharField(_("rates"), max_length=200, help_text=_("e.g. “10000/h”."))
+    expires_at = models.DateTimeField(_("expires"))
+    reason = models.CharField(_("reason"), max_length=200)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        editable=False,
+        related_name="+",
+        verbose_name=_("created by"),
+    )
+    created_at = models.DateTimeField(_("created"), auto_now_add=True)
+
+    class Meta:
+        ordering = ("-created_at", "-pk")
+        verbose_name = _("identity override")
+        verbose_name_plural = _("identity overrides")
+
+    def __str__(self) -> str:
+        return f"{self.identity_kind}:{self.identity_value}"
+
+    def clean(self) -> None:
+        errors: dict[str, ValidationError] = {}
+        rates = _collect(errors, "rates", parse_policy_rates, self.rates) if self.rates else None
+        if rates is not None:
+            self.rates = ", ".join(str(rate) for rate in rates)
+        if self.policy is not None and self.identity_kind:
+            kinds = KeyKind(self.policy.key).identity_kinds
+            if self.identity_kind not in kinds:
+                errors["policy"] = ValidationError(
+                    _("This policy counts %(kinds)s, never a %(kind)s."),
+                    code="kind_not_counted",
+                    params={"kinds": ", ".join(sorted(kinds)), "kind": self.identity_kind},
+                )
+        if errors:
+            raise ValidationError(errors)
+
+    def to_own_rates(self) -> OwnRates:
+        return OwnRates(
+            Identity(self.identity_kind, self.identity_value),
+            parse_policy_rates(self.rates),
+            self.expires_at.timestamp(),
+            self.policy.name if self.policy is not None else "",
+        )
+
+
 @receiver(post_save, sender=Policy, dispatch_uid="django_ratelimits.policy_saved")
 @receiver(post_delete, sender=Policy, dispatch_uid="django_ratelimits.policy_deleted")
 @receiver(post_save, sender=BlockedNetwork, dispatch_uid="django_ratelimits.network_saved")
 @receiver(post_delete, sender=BlockedNetwork, dispatch_uid="django_ratelimits.network_deleted")
+@receiver(post_save, sender=PolicyTier, dispatch_uid="django_ratelimits.tier_saved")
+@receiver(post_delete, sender=PolicyTier, dispatch_uid="django_ratelimits.tier_deleted")
+@receiver(post_save, sender=RateOverride, dispatch_uid="django_ratelimits.override_saved")
+@receiver(post_delete, sender=RateOverride, dispatch_uid="django_ratelimits.override_deleted")
 def _policy_changed(**kwargs: Any) -> None:
     PolicyVersion.bump()

@@ -7,7 +7,9 @@ Header fields follow the IETF httpapi RateLimit draft (structured fields)::
 
 ``RateLimit-Policy`` lists each enforced (policy, rate); ``RateLimit`` reports
 the one closest to denying. A policy with several rates names each item
-``<policy>-<period>s``. Shadow-mode policies never appear.
+``<policy>-<period>s``. Shadow-mode policies never appear. The rates are the
+ones the request was checked against: an identity override's or a tier's
+when one applied (``docs/tiers.md``).
 """
 
 from __future__ import annotations
@@ -47,10 +49,10 @@ def rate_limit_headers(verdict: Verdict) -> dict[str, str]:
     policy = next(p for p in verdict.policies if p.name == headline.limit.policy)
     wait = headline.reset_after_us if headline.allowed else headline.retry_after_us
     current = (
-        f"{_item(headline.limit, len(policy.limits) > 1)};"
+        f"{_item(headline.limit, len(verdict.limits_of(policy)) > 1)};"
         f"r={max(0, headline.remaining)};t={math.ceil(wait / 1_000_000)}"
     )
-    limits = tuple(p.limits for p in verdict.policies if not p.shadow)
+    limits = tuple(verdict.limits_of(p) for p in verdict.policies if not p.shadow)
     return {"RateLimit-Policy": _policy_field(limits), "RateLimit": current}
 
 

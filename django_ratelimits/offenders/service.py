@@ -104,6 +104,8 @@ class IdentityReport:
     detail: OffenderDetail
     quotas: tuple[LimitResult, ...]
     now_ms: int
+    # The policies under which the identity has its own rates (an identity override).
+    overridden: frozenset[str] = frozenset()
 
 
 class Offenders:
@@ -174,7 +176,13 @@ class Offenders:
     def inspect(self, identity: Identity) -> IdentityReport:
         """Everything known of ``identity``: record, hits, override, quota left now."""
         self._record_pending()
-        checks = [Check(identity, spec.limits) for spec in current().counting(identity.kind)]
+        registry = current()
+        checks, overridden = [], set()
+        for spec in registry.counting(identity.kind):
+            own = registry.own_limits(spec.name, identity)
+            if own is not None:
+                overridden.add(spec.name)
+            checks.append(Check(identity, own or spec.limits))
         quotas: tuple[LimitResult, ...] = ()
         if checks:
             decision = self.engine.peek(checks)  # Redis' time comes with it
@@ -182,7 +190,7 @@ class Offenders:
         else:
             now_ms = self.reader.now_ms()
         detail = self.reader.detail(identity, now_ms=now_ms)
-        return IdentityReport(identity, detail, quotas, now_ms)
+        return IdentityReport(identity, detail, quotas, now_ms, frozenset(overridden))
 
     def reset(
         self, identity: Identity, policy: str | None = None, *, forget: bool = False
@@ -194,7 +202,13 @@ class Offenders:
             specs = tuple(spec for spec in specs if spec.name == policy)
             if not specs:
                 raise UnknownPolicy(policy)
-        limits = [limit for spec in specs for limit in spec.limits]
+        registry = current()
+        limits = [
+            limit
+            for spec in specs
+            for group in (spec.limits, *spec.tier_limits, registry.own_limits(spec.name, identity))
+            for limit in group or ()
+        ]
         self.controls.reset(identity, limits, forget=forget)
         self._changed()
         return tuple(spec.name for spec in specs)

@@ -31,6 +31,7 @@ from django_ratelimits.engine.limits import (
 from django_ratelimits.errors import RateParseError
 from django_ratelimits.policies.matching import PathPattern, PatternError
 from django_ratelimits.policies.spec import LOGIN_KEYS, MAX_COST, Counts, KeyKind, cost_problem
+from django_ratelimits.policies.tiers import parse_attribute_path
 from django_ratelimits.rates import (
     MAX_LIMIT,
     Rate,
@@ -62,6 +63,7 @@ __all__ = [
     "parse_methods",
     "parse_path",
     "parse_policy_rates",
+    "parse_tier_attribute",
     "policy_rates",
     "rates_text",
 ]
@@ -138,6 +140,18 @@ def rates_text(algorithm: str, rates: tuple[Rate, ...]) -> str:
     if algorithm == Algorithm.CONCURRENCY:
         return f"{rates[0].limit}/concurrent"
     return ", ".join(str(rate) for rate in rates)
+
+
+def parse_tier_attribute(text: str) -> tuple[str, ...]:
+    """A tier's attribute path (``profile.plan``), by :func:`parse_attribute_path`'s rule."""
+    try:
+        return parse_attribute_path(text)
+    except ValueError as exc:
+        raise ValidationError(
+            _("Enter an attribute path such as “profile.plan”: %(error)s"),
+            code="invalid_attribute",
+            params={"error": exc},
+        ) from None
 
 
 def parse_identity_budget(text: str) -> Rate | Literal["default", "off"]:

@@ -27,6 +27,11 @@ same stamp) into a :class:`~django_ratelimits.policies.networks.NetworkIndex`;
 :meth:`~PolicyRegistry.blocked` answers from it with no I/O, on ``wall_clock``
 (seconds since the epoch; tests inject their own), and prunes it at its next
 expiry.
+
+Identity overrides (:mod:`~django_ratelimits.policies.rate_overrides`) load with
+the policies, into one table: :meth:`PolicyRegistry.own_limits` is a dict
+lookup, and an override stops applying at its expiry on ``wall_clock`` without a
+reload.
 """
 
 from __future__ import annotations
@@ -36,16 +41,27 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
 from typing import Final
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import DatabaseError, router, transaction
+from django.utils import timezone
 
 from django_ratelimits.conf import get_settings
-from django_ratelimits.models import BlockedNetwork, Policy, PolicyVersion, spec_fields
+from django_ratelimits.engine import Identity, Limit
+from django_ratelimits.models import (
+    BlockedNetwork,
+    Policy,
+    PolicyVersion,
+    RateOverride,
+    spec_fields,
+)
 from django_ratelimits.policies.matching import CACHE_PATH_MAX, PathIndex
 from django_ratelimits.policies.networks import BlockedEntry, IPAddress, NetworkIndex, parse_network
+from django_ratelimits.policies.rate_overrides import OverrideTable, OwnRates
 from django_ratelimits.policies.spec import PolicySpec
 
 __all__ = ["CACHE_PATH_MAX", "PolicyRegistry", "acurrent", "current", "get_registry"]
@@ -63,8 +79,14 @@ _METHODS_MAX = 16
 class _Snapshot:
     """The enabled policies of one load, in order, with their path index."""
 
-    def __init__(self, specs: Iterable[PolicySpec], row_names: frozenset[str]) -> None:
+    def __init__(
+        self,
+        specs: Iterable[PolicySpec],
+        row_names: frozenset[str],
+        overrides: OverrideTable | None = None,
+    ) -> None:
         self.ordered = tuple(sorted(specs, key=lambda spec: (-spec.priority, spec.name)))
+        self.overrides = overrides or OverrideTable((), ())
         self.by_name: Mapping[str, PolicySpec] = {spec.name: spec for spec in self.ordered}
         # Names that a row decides (enabled and compiled, or disabled): declared
         # defaults apply only to the other names.
@@ -92,7 +114,8 @@ class PolicyRegistry:
     """The enabled policies of one process, refreshed from the database on demand.
 
     ``clock`` (seconds, monotonic) decides staleness, ``wall_clock`` (seconds
-    since the epoch) when blocked networks expire; tests inject their own.
+    since the epoch) when blocked networks and identity overrides expire; tests
+    inject their own.
     """
 
     def __init__(
@@ -200,6 +223,15 @@ class PolicyRegistry:
             return spec
         return self._declared.get(name)
 
+    def own_limits(self, policy: str, identity: Identity) -> tuple[Limit, ...] | None:
+        """``identity``'s override limits under ``policy`` now, None if none. No I/O."""
+        overrides = self._snapshot.overrides
+        return overrides.limits(policy, identity, self.wall_clock()) if overrides else None
+
+    def override_count(self) -> int:
+        """How many (policy, identity) overrides were loaded (expired or not since)."""
+        return len(self._snapshot.overrides)
+
     def knows(self, name: str) -> bool:
         """Whether a row (enabled or disabled) or a declared default is named ``name``. No I/O."""
         return name in self._snapshot.row_names or name in self._declared
@@ -237,7 +269,7 @@ class PolicyRegistry:
 
     def _load(self) -> _Snapshot:
         specs, names = [], set()
-        for row in Policy.objects.all():
+        for row in Policy.objects.prefetch_related("tiers"):
             if row.enabled:
                 try:
                     specs.append(row.to_spec())
@@ -248,7 +280,21 @@ class PolicyRegistry:
                     )
                     continue
             names.add(row.name)
-        return _Snapshot(specs, frozenset(names))
+        return _Snapshot(specs, frozenset(names), OverrideTable(self._own_rates(), specs))
+
+    def _own_rates(self) -> Iterable[OwnRates]:
+        """The identity overrides not yet expired; an invalid one is logged and skipped."""
+        now = datetime.fromtimestamp(self.wall_clock(), tz=UTC)
+        if not settings.USE_TZ:  # the database holds naive local times
+            now = timezone.make_naive(now)
+        rows = RateOverride.objects.filter(expires_at__gt=now).select_related("policy")
+        for row in rows.order_by("created_at", "pk"):
+            try:
+                yield row.to_own_rates()
+            except (ValidationError, ValueError) as exc:
+                logger.error(
+                    "identity override %s (id %s) is invalid and skipped: %s", row, row.pk, exc
+                )
 
     def _load_blocklist(self) -> NetworkIndex | None:
         """The enabled blocked networks, or None if their table cannot be read (policies

@@ -17,6 +17,7 @@ from typing import Final, Literal
 from django_ratelimits.conf import IPNetwork
 from django_ratelimits.engine import Algorithm, Ban, Limit
 from django_ratelimits.policies.matching import PathPattern
+from django_ratelimits.policies.tiers import Tier
 from django_ratelimits.rates import Rate
 
 __all__ = [
@@ -151,6 +152,11 @@ class PolicySpec:
     ``ban``, when given, blocks an identity the policy denies too often
     (:class:`~django_ratelimits.engine.Ban`, see docs/bans.md); a shadow-mode
     policy never bans.
+    ``tiers`` give other rates to some users (the first that matches, see
+    :mod:`django_ratelimits.policies.tiers`); ``tier_limits`` are their limits,
+    in the same order. A tier's rates (like an identity override's, see
+    :meth:`limits_of`) use the policy's algorithm, and each rate's limit as
+    the bucket capacity: ``burst`` is for the policy's own rates.
     """
 
     name: str
@@ -174,8 +180,10 @@ class PolicySpec:
     reset_on_success: bool = False
     cost: int = 1
     ban: Ban | None = None
+    tiers: tuple[Tier, ...] = ()
     limits: tuple[Limit, ...] = field(init=False, repr=False, compare=False)
     path_re: PathPattern | None = field(init=False, repr=False, compare=False)
+    tier_limits: tuple[tuple[Limit, ...], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.rates:
@@ -184,7 +192,6 @@ class PolicySpec:
             raise ValueError(
                 f"concurrency policy {self.name!r} takes one rate: Rate(slots, lease seconds)"
             )
-        limits = tuple(Limit(self.name, rate, self.algorithm, self.burst) for rate in self.rates)
         if cost_problem(self.cost, ()) is not None:
             raise ValueError(
                 f"policy {self.name!r}: the cost must be a whole number from 1 to {MAX_COST}, "
@@ -196,6 +203,14 @@ class PolicySpec:
         )
         object.__setattr__(self, "limits", limits)
         object.__setattr__(self, "path_re", PathPattern(self.path) if self.path else None)
+        tier_limits = tuple(self.limits_of(tier.rates) for tier in self.tiers)
+        object.__setattr__(self, "tier_limits", tier_limits)
+
+    def limits_of(self, rates: tuple[Rate, ...]) -> tuple[Limit, ...]:
+        """The limits of other ``rates`` (a tier's, an override's) under this policy,
+        with its ban."""
+        ban = None if self.shadow else self.ban
+        return tuple(Limit(self.name, rate, self.algorithm, ban=ban) for rate in rates)
 
     @property
     def failed_logins(self) -> bool:

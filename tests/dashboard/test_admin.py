@@ -20,6 +20,8 @@ from tests.policies.test_models import INVALID
 pytestmark = pytest.mark.django_db
 
 CHANGELIST = "admin:django_ratelimits_policy_changelist"
+# The management form of the tiers inline, with no tier: every post of the policy form has one.
+NO_TIERS = {"tiers-TOTAL_FORMS": "0", "tiers-INITIAL_FORMS": "0"}
 
 
 def form(**fields: Any) -> dict[str, Any]:
@@ -42,6 +44,7 @@ def form(**fields: Any) -> dict[str, Any]:
         "record_metadata": "denials",
         "counts": "requests",
         "ban_after": "0",
+        **NO_TIERS,
     }
     data.update(fields)
     return {key: value for key, value in data.items() if value is not False}

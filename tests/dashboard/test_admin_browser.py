@@ -26,7 +26,7 @@ def test_offenders_is_on_the_admin_index_and_in_the_sidebar(
     User.objects.create_superuser("boss", password="pw")
     log_in(page, "boss", then="/admin/")
     index = page.locator("#content-main .app-django_ratelimits")
-    names = ["Blocked networks", "Offenders", "Rate-limit policies"]
+    names = ["Blocked networks", "Identity overrides", "Offenders", "Rate-limit policies"]
     assert index.locator("th a").all_inner_texts() == names
     page.screenshot(path=str(IMAGES / "admin-index.png"), full_page=True)
     index.get_by_role("link", name="Offenders", exact=True).click()

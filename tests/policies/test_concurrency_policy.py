@@ -17,6 +17,7 @@ from django_ratelimits.models import Policy, spec_fields
 from django_ratelimits.policies import get_registry
 from django_ratelimits.policies.spec import PolicySpec
 from django_ratelimits.rates import Rate
+from tests.dashboard.test_admin import NO_TIERS
 
 
 def make(**fields: Any) -> Policy:
@@ -110,6 +111,7 @@ def test_the_admin_form_offers_the_algorithm_and_shows_errors(admin_client: Clie
         "counts": "requests",
         "cost": "1",
         "ban_after": "0",
+        **NO_TIERS,
     }
     refused = admin_client.post(url, data)
     assert refused.status_code == 200

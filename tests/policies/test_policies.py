@@ -32,6 +32,7 @@ from django_ratelimits.policies import registry as policies
 from django_ratelimits.policies.matching import PathPattern, PatternError, literal_prefix
 from django_ratelimits.policies.spec import Mode, PolicySpec, Recording
 from django_ratelimits.rates import parse_rates
+from tests.dashboard.test_admin import NO_TIERS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -472,6 +473,7 @@ def test_an_admin_edit_reaches_another_process(
     policy = add("login", rates="5/m", path="^/login/", methods="POST")
     url = reverse("admin:django_ratelimits_policy_change", args=[policy.pk])
     data = {k: "" if v is None else v for k, v in model_to_dict(policy).items() if k != "id"}
+    data |= NO_TIERS
     client = Client()
     client.force_login(admin)
     worker = subprocess.Popen(

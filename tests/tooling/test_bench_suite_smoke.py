@@ -80,6 +80,8 @@ def test_the_request_rows_ask_redis_once_and_the_limits_bite(report: str) -> Non
     assert any("failed-login policies, not a login" in name for name in names)  # 1 round trip
     assert any(name.endswith("HASH_IPS: one HMAC per request") for name in names)
     assert any(name.endswith("cost 5") for name in names)  # docs/cost.md
+    assert "RateLimitMiddleware, 10 policies, 10,000 identity overrides" in names
+    assert re.search(r"takes [\d.]+ µs with no overrides and [\d.]+ µs with 10,000", report)
     for row in rows:
         if row[0] == "no rate limiting" or row[0].endswith("the engine's answer replayed"):
             assert row[4] == "0", row  # no Redis: the middleware's Python alone

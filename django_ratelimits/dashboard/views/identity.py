@@ -8,6 +8,7 @@ from django.contrib.admin import AdminSite
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
+from django.utils.http import urlencode
 from django.utils.translation import gettext
 
 from django_ratelimits.dashboard.present import (
@@ -58,6 +59,7 @@ def offender_detail(request: HttpRequest, site: AdminSite) -> HttpResponse:
         "identity": identity,
         "kind": kind_label(identity.kind),
         **_actions(request, site),
+        "override_url": _override_url(request, site, identity),
     }
     try:
         report = Offenders().inspect(identity)
@@ -96,10 +98,19 @@ def _report(report: IdentityReport, site: AdminSite) -> dict[str, Any]:
         "behind": [who_view(who, count, names, url_for) for who, count in seen_with],
         "more_behind": len(everyone) - len(seen_with),
         "quotas": quota_views(report.quotas),
+        "overridden": sorted(report.overridden),
         "chart": chart.chart(),
         "hits": hit_views(hits, report.now_ms, names, url_for),
         "more_hits": len(detail.hits) - len(hits),
     }
+
+
+def _override_url(request: HttpRequest, site: AdminSite, identity: Identity) -> str | None:
+    """Admin's form to give ``identity`` its own rates, if this user may add overrides."""
+    if not request.user.has_perm("django_ratelimits.add_rateoverride"):
+        return None
+    url = reverse(f"{site.name}:django_ratelimits_rateoverride_add")
+    return f"{url}?{urlencode({'identity': label(identity)})}"
 
 
 def _actions(request: HttpRequest, site: AdminSite) -> dict[str, Any]:

@@ -16,6 +16,9 @@
     manage.py ratelimits block-network 203.0.113.0/24 --reason "scraper" [--for 1d]
     manage.py ratelimits unblock-network 203.0.113.0/24
     manage.py ratelimits networks [--all]
+    manage.py ratelimits override ip:203.0.113.7 api 10000/h --for 1d --reason "..."
+    manage.py ratelimits overrides [--expired]
+    manage.py ratelimits unoverride ip:203.0.113.7 [api]
 
 Every subcommand takes ``--json`` for machine-readable output. An identity is
 ``kind:value`` as the dashboard shows it, checked as the dashboard checks it
@@ -57,7 +60,7 @@ from django_ratelimits.engine.controls import MAX_OVERRIDE
 from django_ratelimits.engine.errors import BackendError
 from django_ratelimits.engine.keys import label
 from django_ratelimits.engine.memory import memory_of, node_routes
-from django_ratelimits.management import networks
+from django_ratelimits.management import networks, rate_overrides
 from django_ratelimits.management.output import (
     Data,
     ago,
@@ -157,6 +160,7 @@ class Command(BaseCommand):
         ).add_argument("ident")
         add("status", "Redis, the key space, the policies and the offender index")
         networks.add_arguments(add, duration)
+        rate_overrides.add_arguments(add, duration)
 
     def handle(self, *args: Any, **options: Any) -> None:
         subcommand: Callable[[dict[str, Any]], Report] = SUBCOMMANDS[options["subcommand"]]
@@ -396,6 +400,11 @@ SUBCOMMANDS: dict[str, Callable[[dict[str, Any]], Report]] = {
     "forget": forget,
     "status": status,
     **networks.SUBCOMMANDS,
+    "override": lambda options: rate_overrides.override(
+        _identity(options["ident"]), options, _who()
+    ),
+    "overrides": rate_overrides.overrides,
+    "unoverride": lambda options: rate_overrides.unoverride(_identity(options["ident"]), options),
 }
 
 

@@ -1,0 +1,100 @@
+"""Admin for tiers (inline on the policy form) and identity overrides (their own list).
+
+A tier or an override is saved only with rates that parse (a form error
+otherwise). An override's identity is typed as staff type it on the offender
+dashboard (``ip:203.0.113.7``, ``user:alice``, ``header:KEY``) and stored as the
+limiter counts it (:func:`django_ratelimits.offenders.identities.parse`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.utils import timezone
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
+
+from django_ratelimits.models import PolicyTier, RateOverride
+from django_ratelimits.offenders.identities import NoSuchIdentity, parse
+from django_ratelimits.policies.tiers import Tier
+
+
+def tier_who(tier: Tier) -> str:
+    """Whom ``tier`` matches, in words, for the policy's preview."""
+    if tier.group:
+        return gettext("in the group “%(group)s”") % {"group": tier.group}
+    path = ".".join(tier.attribute)
+    return gettext("whose %(path)s is “%(value)s”") % {"path": path, "value": tier.value}
+
+
+class PolicyTierInline(admin.TabularInline):
+    model = PolicyTier
+    extra = 0
+    max_num = 20  # tried in order on each request: a short list
+    validate_max = True
+    fields = ("order", "match", "name", "value", "rates")
+
+
+class RateOverrideForm(forms.ModelForm):
+    identity = forms.CharField(
+        label=_("identity"),
+        max_length=1100,
+        help_text=_("kind:value, e.g. ip:203.0.113.7, user:alice, header:THE-API-KEY."),
+    )
+
+    class Meta:
+        model = RateOverride
+        fields = ("identity", "policy", "rates", "expires_at", "reason")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:
+            self.initial["identity"] = str(self.instance)
+
+    def clean_identity(self) -> str:
+        text: str = self.cleaned_data["identity"]
+        try:
+            identity = parse(text.strip())
+        except NoSuchIdentity as exc:
+            raise forms.ValidationError(str(exc), code="no_such_identity") from None
+        self.instance.identity_kind, self.instance.identity_value = identity.kind, identity.value
+        return text
+
+
+class ExpiryFilter(admin.SimpleListFilter):
+    title = _("expiry")
+    parameter_name = "expiry"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+        return [("active", _("in force")), ("expired", _("expired"))]
+
+    def queryset(
+        self, request: HttpRequest, queryset: QuerySet[RateOverride]
+    ) -> QuerySet[RateOverride]:
+        if self.value() == "active":
+            return queryset.filter(expires_at__gt=timezone.now())
+        if self.value() == "expired":
+            return queryset.filter(expires_at__lte=timezone.now())
+        return queryset
+
+
+@admin.register(RateOverride)
+class RateOverrideAdmin(admin.ModelAdmin):
+    form = RateOverrideForm
+    list_display = ("__str__", "policy", "rates", "expires_at", "in_force", "reason", "created_by")
+    list_filter = (ExpiryFilter, "identity_kind", "policy")
+    search_fields = ("identity_value", "reason", "policy__name")
+    list_select_related = ("policy", "created_by")
+
+    @admin.display(description=_("in force"), boolean=True)
+    def in_force(self, obj: RateOverride) -> bool:
+        return obj.expires_at > timezone.now()
+
+    def save_model(self, request: HttpRequest, obj: RateOverride, form: Any, change: bool) -> None:
+        if not change and request.user.is_authenticated:
+            obj.created_by = request.user
+        super().save_model(request, obj, form, change)

@@ -1,0 +1,125 @@
+"""``manage.py ratelimits override | overrides | unoverride``: identity overrides
+(an identity's own rates for a while, ``docs/tiers.md``) from the terminal.
+
+::
+
+    manage.py ratelimits override ip:203.0.113.7 api 10000/h --for 1d --reason "load test"
+    manage.py ratelimits override header:KEY '*' 50/s --for 7d --reason "partner"
+    manage.py ratelimits overrides [--expired]
+    manage.py ratelimits unoverride ip:203.0.113.7 [api]
+
+``*`` as the policy means every policy that counts that kind of identity. The
+rows are the ones admin edits, checked by the same rules (a malformed rate or
+a policy that never counts that kind exits with status 1 and the reason).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.core.management.base import CommandError
+from django.utils import timezone
+
+from django_ratelimits.engine import Identity
+from django_ratelimits.engine.keys import label
+from django_ratelimits.management.output import Data, table
+from django_ratelimits.models import Policy, RateOverride
+from django_ratelimits.offenders.text import span
+
+Report = tuple[Data, str]
+EVERY = "*"
+
+
+def add_arguments(
+    add: Callable[[str, str], argparse.ArgumentParser], duration: Callable[[str], int]
+) -> None:
+    create = add("override", "give an identity its own rates under a policy, for a while")
+    create.add_argument("ident", help="kind:value, e.g. ip:203.0.113.7 or header:KEY")
+    create.add_argument("policy", help=f"a policy name, or {EVERY} for every policy")
+    create.add_argument("rates", help="e.g. 10000/h or '10/s, 500/h'")
+    create.add_argument("--for", dest="seconds", type=duration, required=True, metavar="DURATION")
+    create.add_argument("--reason", required=True, help="why: shown in admin")
+    listing = add("overrides", "the identity overrides in force")
+    listing.add_argument("--expired", action="store_true", help="the expired ones instead")
+    remove = add("unoverride", "end an identity's overrides (under one policy, or all)")
+    remove.add_argument("ident")
+    remove.add_argument("policy", nargs="?", help="only under this policy")
+
+
+def _policy(name: str | None) -> Policy | None:
+    if name is None or name == EVERY:
+        return None
+    found = Policy.objects.filter(name=name).first()
+    if found is None:
+        raise CommandError(f"no rate-limit policy is named {name!r}")
+    return found
+
+
+def _row_data(row: RateOverride) -> Data:
+    return {
+        "identity": str(row),
+        "policy": row.policy.name if row.policy else EVERY,
+        "rates": row.rates,
+        "expires_at": row.expires_at.isoformat(),
+        "reason": row.reason,
+    }
+
+
+def override(identity: Identity, options: dict[str, Any], who: str) -> Report:
+    seconds = options["seconds"]
+    row = RateOverride(
+        policy=_policy(options["policy"]),
+        identity_kind=identity.kind,
+        identity_value=identity.value,
+        rates=options["rates"],
+        expires_at=timezone.now() + timedelta(seconds=seconds),
+        reason=f"{options['reason']} ({who})"[:200],
+    )
+    try:
+        row.full_clean()
+    except ValidationError as exc:
+        raise CommandError("; ".join(exc.messages)) from exc
+    row.save()
+    data = {"action": "override", **_row_data(row)}
+    return data, (
+        f"{label(identity)}: {row.rates} under {data['policy']} for {span(seconds)} "
+        f"(end it early with: ratelimits unoverride {label(identity)})."
+    )
+
+
+def overrides(options: dict[str, Any]) -> Report:
+    now = timezone.now()
+    rows = RateOverride.objects.select_related("policy")
+    rows = (
+        rows.filter(expires_at__lte=now) if options["expired"] else rows.filter(expires_at__gt=now)
+    )
+    data = [_row_data(row) for row in rows]
+    if not data:
+        return {"overrides": []}, "No identity override to show."
+    lines = table(
+        ("identity", "policy", "rates", "expires", "reason"),
+        [(d["identity"], d["policy"], d["rates"], d["expires_at"], d["reason"]) for d in data],
+    )
+    return {"overrides": data}, lines
+
+
+def unoverride(identity: Identity, options: dict[str, Any]) -> Report:
+    rows = RateOverride.objects.filter(
+        identity_kind=identity.kind,
+        identity_value=identity.value,
+        expires_at__gt=timezone.now(),
+    )
+    if options["policy"] == EVERY:
+        rows = rows.filter(policy=None)
+    elif options["policy"] is not None:
+        rows = rows.filter(policy=_policy(options["policy"]))
+    ended = 0
+    for row in rows:  # one by one: each delete tells the workers (the version stamp)
+        row.delete()
+        ended += 1
+    data = {"action": "unoverride", "identity": label(identity), "ended": ended}
+    return data, f"{label(identity)}: {ended} override(s) ended."

@@ -1,0 +1,60 @@
+"""Identity overrides: one identity's own rates under a policy (or all), until a time.
+
+Each :class:`RateOverride` row compiles to a :class:`OwnRates`; the registry
+compiles them all into one :class:`OverrideTable` at each reload, so that the
+request path asks a dict, never the database. An override for every policy is
+expanded into each policy that counts identities of its kind; an override for
+one policy wins over one for every policy. Expired overrides are not loaded,
+and one that expires after the load stops applying at its ``expires_at``
+(the registry's wall clock), without an edit.
+
+Memory: one entry per (override, policy it applies to).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from django_ratelimits.engine import Identity, Limit
+from django_ratelimits.policies.spec import PolicySpec
+from django_ratelimits.rates import Rate
+
+__all__ = ["OverrideTable", "OwnRates"]
+
+
+@dataclass(frozen=True)
+class OwnRates:
+    """``identity``'s rates under ``policy`` (empty: every policy) until ``expires_at``
+    (seconds since the epoch)."""
+
+    identity: Identity
+    rates: tuple[Rate, ...]
+    expires_at: float
+    policy: str = ""
+
+
+class OverrideTable:
+    """The overrides in force, by (policy name, identity): one dict lookup per check."""
+
+    def __init__(self, overrides: Iterable[OwnRates], specs: Iterable[PolicySpec]) -> None:
+        by_name = {spec.name: spec for spec in specs}
+        table: dict[tuple[str, Identity], tuple[tuple[Limit, ...], float]] = {}
+        # Every-policy ones first: one for a single policy then takes their place.
+        for own in sorted(overrides, key=lambda o: bool(o.policy)):
+            names = [own.policy] if own.policy else list(by_name)
+            for name in names:
+                spec = by_name.get(name)
+                if spec is not None and own.identity.kind in spec.key.identity_kinds:
+                    table[(name, own.identity)] = (spec.limits_of(own.rates), own.expires_at)
+        self._table = table
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+    def limits(self, policy: str, identity: Identity, now: float) -> tuple[Limit, ...] | None:
+        """``identity``'s own limits under ``policy`` at ``now``, None if it has none."""
+        found = self._table.get((policy, identity))
+        if found is None or found[1] <= now:
+            return None
+        return found[0]

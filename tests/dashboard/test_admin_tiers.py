@@ -1,0 +1,82 @@
+"""Tiers (inline on the policy form) and identity overrides in admin, as a superuser."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Group, User
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+
+from django_ratelimits.models import Policy, PolicyTier, RateOverride
+from tests.dashboard.test_admin import add_url, change_url, form
+
+pytestmark = pytest.mark.django_db
+
+OVERRIDE_ADD = "admin:django_ratelimits_rateoverride_add"
+
+
+def tier(index: int, **fields: str) -> dict[str, str]:
+    row = {"order": "0", "match": "group", "name": "", "value": "", "rates": ""} | fields
+    return {f"tiers-{index}-{key}": value for key, value in row.items()}
+
+
+def test_tiers_are_added_inline_and_a_bad_one_is_a_form_error(admin_client: Client) -> None:
+    Group.objects.create(name="pro")
+    bad = form(**{"tiers-TOTAL_FORMS": "1"}, **tier(0, name="nobody", rates="5/x"))
+    response = admin_client.post(add_url(), bad)
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "No group is named" in page and "unknown unit" in page
+    assert not Policy.objects.exists()
+    good = form(**{"tiers-TOTAL_FORMS": "1"}, **tier(0, name="pro", rates="5000/h"))
+    assert admin_client.post(add_url(), good).status_code == 302
+    assert [str(t) for t in PolicyTier.objects.all()] == ["pro"]
+    page = admin_client.get(change_url(Policy.objects.get())).content.decode()
+    assert "Signed-in users in the group “pro” instead: 5000 requests per hour." in page
+
+
+def override_form(**fields: Any) -> dict[str, Any]:
+    expires = timezone.localtime() + timedelta(days=1)
+    data = {
+        "identity": "ip:203.0.113.7",
+        "policy": "",
+        "rates": "100/h",
+        "expires_at_0": expires.strftime("%Y-%m-%d"),
+        "expires_at_1": expires.strftime("%H:%M:%S"),
+        "reason": "load test",
+    }
+    return data | fields
+
+
+def test_an_override_is_saved_as_the_limiter_counts_it(admin_client: Client) -> None:
+    url = reverse(OVERRIDE_ADD)
+    for bad, error in [
+        ({"identity": "ip:not-an-address"}, "is not an IP address"),
+        ({"identity": "user:nobody"}, "nobody"),
+        ({"rates": "5000000/s"}, "rates"),
+    ]:
+        response = admin_client.post(url, override_form(**bad))
+        assert response.status_code == 200
+        assert error in response.content.decode()
+    assert not RateOverride.objects.exists()
+    assert admin_client.post(url, override_form(identity="ip:2001:db8::7")).status_code == 302
+    row = RateOverride.objects.get()
+    assert (row.identity_kind, row.identity_value) == ("ip", "2001:db8::/64")
+    assert row.created_by == User.objects.get(is_superuser=True)
+
+
+def test_the_override_list_filters_by_expiry_and_searches(admin_client: Client) -> None:
+    now = timezone.now()
+    for value, expires in (("198.51.100.1", now + timedelta(hours=1)), ("198.51.100.2", now)):
+        RateOverride.objects.create(
+            identity_kind="ip", identity_value=value, rates="9/h", expires_at=expires, reason="r"
+        )
+    url = reverse("admin:django_ratelimits_rateoverride_changelist")
+    active = admin_client.get(url, {"expiry": "active"}).content.decode()
+    assert "198.51.100.1" in active and "198.51.100.2" not in active
+    expired = admin_client.get(url, {"expiry": "expired", "q": "100.2"}).content.decode()
+    assert "198.51.100.2" in expired and "198.51.100.1" not in expired

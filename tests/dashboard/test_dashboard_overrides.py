@@ -1,0 +1,55 @@
+"""The offender dashboard and identity overrides: the identity page tells the rates it
+is limited under, links to give it its own, and a reset clears them too."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from django_ratelimits.models import Policy, RateOverride
+from django_ratelimits.policies import get_registry
+from tests.dashboard.test_dashboard import act, detail_url
+
+pytestmark = pytest.mark.django_db
+
+
+def test_the_identity_page_shows_its_own_rates_and_a_reset_clears_them(
+    site_redis: Any, admin_client: Client
+) -> None:
+    policy = Policy.objects.create(name="api", rates="2/h", path="^/api/")
+    RateOverride.objects.create(
+        policy=policy,
+        identity_kind="ip",
+        identity_value="10.0.0.7",
+        rates="4/h",
+        expires_at=timezone.now() + timedelta(hours=1),
+        reason="partner",
+    )
+    get_registry().refresh()
+    client = Client(REMOTE_ADDR="10.0.0.7")
+    assert [client.get("/api/hello").status_code for _ in range(5)] == [200] * 4 + [429]
+    page = admin_client.get(detail_url("ip", "10.0.0.7")).content.decode()
+    assert 'id="own-rates"' in page
+    assert 'data-policy="api" data-rate="4/h"' in page
+    assert "rateoverride/add/?identity=ip%3A10.0.0.7" in page
+    other = admin_client.get(detail_url("ip", "10.0.0.8")).content.decode()
+    assert 'id="own-rates"' not in other and 'data-rate="2/h"' in other
+    act(admin_client, kind="ip", value="10.0.0.7", action="reset", policy="api")
+    assert client.get("/api/hello").status_code == 200  # the override's count was reset
+
+
+def test_the_link_to_give_own_rates_follows_the_add_permission(
+    site_redis: Any, django_user_model: Any
+) -> None:
+    from django.contrib.auth.models import Permission
+
+    viewer = django_user_model.objects.create_user("viewer", is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(codename="view_offenders"))
+    client = Client()
+    client.force_login(viewer)
+    page = client.get(detail_url("ip", "10.0.0.7")).content.decode()
+    assert "own-rates" not in page and "give-own-rates" not in page

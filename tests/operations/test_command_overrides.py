@@ -1,0 +1,56 @@
+"""``manage.py ratelimits override | overrides | unoverride`` against the database and a site."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.core.management import CommandError
+from django.test import Client
+
+from django_ratelimits.models import Policy, RateOverride
+from django_ratelimits.policies import get_registry
+from tests.operations.test_command import run, run_json
+
+pytestmark = pytest.mark.django_db
+
+
+def test_an_override_from_the_terminal_applies_lists_and_ends(site_redis: Any) -> None:
+    Policy.objects.create(name="api", rates="2/h", path="^/api/", algorithm="fixed_window")
+    made = run_json("override", "ip:127.0.0.1", "api", "5/h", "--for", "1d", "--reason", "demo")
+    assert (made["identity"], made["policy"], made["rates"]) == ("ip:127.0.0.1", "api", "5/h")
+    assert made["reason"].startswith("demo (")
+    get_registry().refresh()
+    assert Client().get("/api/hello")["RateLimit-Policy"] == '"api";q=5;w=3600'
+    listed = run_json("overrides")["overrides"]
+    assert [o["identity"] for o in listed] == ["ip:127.0.0.1"]
+    assert "ip:127.0.0.1" in run("overrides")
+    assert run_json("unoverride", "ip:127.0.0.1")["ended"] == 1
+    get_registry().refresh()
+    assert Client().get("/api/hello")["RateLimit-Policy"] == '"api";q=2;w=3600'
+    assert run_json("overrides")["overrides"] == []
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (("ip:127.0.0.1", "nope", "5/h"), "no rate-limit policy is named 'nope'"),
+        (("ip:127.0.0.1", "api", "5/x"), "unknown unit"),
+        (("ip:127.0.0.1", "api", "2000000/s"), "between 1 and 1000000"),
+        (("ip:bogus", "api", "5/h"), "not an IP address"),
+        (("header:k", "api", "5/h"), "never a header"),
+    ],
+)
+def test_a_wrong_override_exits_with_the_reason(args: tuple[str, ...], error: str) -> None:
+    Policy.objects.create(name="api", rates="2/h", key="ip")
+    with pytest.raises(CommandError, match=error):
+        run("override", *args, "--for", "1h", "--reason", "x")
+    assert not RateOverride.objects.exists()
+
+
+def test_every_policy_is_a_star() -> None:
+    Policy.objects.create(name="api", rates="2/h")
+    run("override", "header:partner", "*", "50/s", "--for", "7d", "--reason", "partner")
+    assert RateOverride.objects.get().policy is None
+    assert run_json("unoverride", "header:partner", "api")["ended"] == 0
+    assert run_json("unoverride", "header:partner", "*")["ended"] == 1

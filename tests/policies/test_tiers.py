@@ -1,0 +1,142 @@
+"""Tiers and identity overrides without requests: what admin accepts, what compiles."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import Group
+from django.core.exceptions import ValidationError
+from django.utils import timezone
+
+from django_ratelimits.engine import Identity
+from django_ratelimits.models import Policy, PolicyTier, RateOverride
+from django_ratelimits.policies.rate_overrides import OverrideTable, OwnRates
+from django_ratelimits.policies.spec import KeyKind, PolicySpec
+from django_ratelimits.policies.tiers import Tier, parse_attribute_path, read_attribute
+from django_ratelimits.rates import MAX_LIMIT, parse_rates
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "__class__",
+        "profile.__dict__",
+        "_meta",
+        "profile._state",
+        "a.b.c.d.e",
+        "plan()",
+        "",
+        "a..b",
+        "Profile",
+    ],
+)
+def test_an_attribute_path_is_plain_names_only(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_attribute_path(text)
+
+
+def test_reading_an_attribute_never_calls_what_it_finds() -> None:
+    called = []
+
+    class Plan:
+        def upgrade(self) -> str:
+            called.append(True)
+            return "pro"
+
+    class User:
+        plan = Plan()
+        level = "pro"
+
+    assert read_attribute(User(), ("plan", "upgrade")) is None
+    assert read_attribute(User(), ("missing", "level")) is None
+    assert read_attribute(User(), ("level",)) == "pro"
+    assert called == []
+
+
+def test_a_tier_form_refuses_bad_rates_unknown_groups_and_unsafe_paths() -> None:
+    policy = Policy.objects.create(name="api", rates="2/h")
+    Group.objects.create(name="pro")
+    PolicyTier(policy=policy, match="group", name="pro", rates="5/h").full_clean()
+    cases = [
+        ({"match": "group", "name": "pro", "rates": "5/x"}, "rates"),
+        ({"match": "group", "name": "no-such-group", "rates": "5/h"}, "name"),
+        ({"match": "attribute", "name": "__class__.__name__", "rates": "5/h"}, "name"),
+    ]
+    for fields, field in cases:
+        with pytest.raises(ValidationError) as raised:
+            PolicyTier(policy=policy, **fields).full_clean()
+        assert field in raised.value.message_dict
+
+
+def test_an_override_rate_is_bounded_like_a_policy_rate() -> None:
+    policy = Policy.objects.create(name="api", rates="2/h")
+    row = RateOverride(
+        policy=policy,
+        identity_kind="ip",
+        identity_value="203.0.113.7",
+        rates=f"{MAX_LIMIT + 1}/s",
+        expires_at=timezone.now() + timedelta(days=1),
+        reason="huge",
+    )
+    with pytest.raises(ValidationError) as raised:
+        row.full_clean()
+    assert "rates" in raised.value.message_dict
+    row.rates = f"{MAX_LIMIT}/s"
+    row.full_clean()
+
+
+def test_an_override_for_a_kind_the_policy_never_counts_is_refused() -> None:
+    policy = Policy.objects.create(name="api", rates="2/h", key="ip")
+    row = RateOverride(
+        policy=policy,
+        identity_kind="user",
+        identity_value="1",
+        rates="5/h",
+        expires_at=timezone.now() + timedelta(days=1),
+        reason="wrong kind",
+    )
+    with pytest.raises(ValidationError) as raised:
+        row.full_clean()
+    assert "policy" in raised.value.message_dict
+
+
+def test_one_policy_overrides_beat_every_policy_ones_and_kinds_must_be_counted() -> None:
+    by_ip = PolicySpec("by-ip", parse_rates("2/h"))
+    by_user = PolicySpec("by-user", parse_rates("2/h"), key=KeyKind.USER)
+    ip = Identity("ip", "203.0.113.7")
+    table = OverrideTable(
+        [
+            OwnRates(ip, parse_rates("9/h"), 100.0, "by-ip"),
+            OwnRates(ip, parse_rates("5/h"), 100.0),
+        ],
+        [by_ip, by_user],
+    )
+    found = table.limits("by-ip", ip, 50.0)
+    assert found is not None and [str(lim.rate) for lim in found] == ["9/h"]
+    assert table.limits("by-user", ip, 50.0) is None  # by-user never counts an IP
+    assert table.limits("by-ip", ip, 100.0) is None  # expired
+    assert len(table) == 1
+
+
+def test_a_tier_is_a_group_or_an_attribute() -> None:
+    with pytest.raises(ValueError):
+        Tier(parse_rates("5/h"), group="pro", attribute=("plan",), value="pro")
+    with pytest.raises(ValueError):
+        Tier(parse_rates("5/h"))
+
+
+def test_a_tier_whose_group_is_gone_is_a_warning_naming_both() -> None:
+    from django.core.checks import run_checks
+
+    from django_ratelimits.checks import TAG
+
+    policy = Policy.objects.create(name="api", rates="2/h")
+    pro = Group.objects.create(name="pro")
+    PolicyTier.objects.create(policy=policy, match="group", name="pro", rates="5/h")
+    assert not [m for m in run_checks(tags=[TAG]) if m.id == "django_ratelimits.W011"]
+    pro.delete()
+    found = [m for m in run_checks(tags=[TAG]) if m.id == "django_ratelimits.W011"]
+    assert len(found) == 1 and "'api'" in found[0].msg and "'pro'" in found[0].msg
