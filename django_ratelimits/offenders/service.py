@@ -23,8 +23,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
+from django.contrib.auth import get_user_model
+from django.http import HttpRequest
+
 from django_ratelimits.conf import get_settings
 from django_ratelimits.deny_cache import cache_for
+from django_ratelimits.effective import limits_for
 from django_ratelimits.engine import Check, Engine, Identity, LimitResult, get_engine
 from django_ratelimits.engine.controls import ActiveOverrides, Controls
 from django_ratelimits.engine.denials import Denials
@@ -106,6 +110,8 @@ class IdentityReport:
     now_ms: int
     # The policies under which the identity has its own rates (an identity override).
     overridden: frozenset[str] = frozenset()
+    # The policies under which a user identity is in a tier (rates by group or plan).
+    tiered: frozenset[str] = frozenset()
 
 
 class Offenders:
@@ -177,12 +183,18 @@ class Offenders:
         """Everything known of ``identity``: record, hits, override, quota left now."""
         self._record_pending()
         registry = current()
-        checks, overridden = [], set()
-        for spec in registry.counting(identity.kind):
-            own = registry.own_limits(spec.name, identity)
-            if own is not None:
+        checks, overridden, tiered = [], set(), set()
+        specs = registry.counting(identity.kind)
+        as_user = _request_of(identity) if any(spec.tiers for spec in specs) else None
+        for spec in specs:
+            limits = registry.own_limits(spec.name, identity)
+            if limits is not None:
                 overridden.add(spec.name)
-            checks.append(Check(identity, own or spec.limits))
+            elif as_user is not None and spec.tiers:
+                limits = limits_for(registry, as_user, spec, identity)
+                if limits is not spec.limits:
+                    tiered.add(spec.name)
+            checks.append(Check(identity, limits or spec.limits))
         quotas: tuple[LimitResult, ...] = ()
         if checks:
             decision = self.engine.peek(checks)  # Redis' time comes with it
@@ -190,7 +202,9 @@ class Offenders:
         else:
             now_ms = self.reader.now_ms()
         detail = self.reader.detail(identity, now_ms=now_ms)
-        return IdentityReport(identity, detail, quotas, now_ms, frozenset(overridden))
+        return IdentityReport(
+            identity, detail, quotas, now_ms, frozenset(overridden), frozenset(tiered)
+        )
 
     def reset(
         self, identity: Identity, policy: str | None = None, *, forget: bool = False
@@ -309,3 +323,16 @@ def _inside(offender: Offender, network: IPNetwork) -> bool:
 def _identity(offender: Offender) -> Identity | None:
     identity = Identity(offender.kind, offender.value)
     return identity if ident(identity) == offender.ident else None
+
+
+def _request_of(identity: Identity) -> HttpRequest | None:
+    """A request by the user ``identity`` names, to choose its tiers as its own requests
+    would (None for another kind of identity, or a user that no longer exists)."""
+    if identity.kind != "user":
+        return None
+    user = get_user_model()._default_manager.filter(pk=identity.value).first()
+    if user is None:
+        return None
+    request = HttpRequest()
+    request.user = user
+    return request

@@ -53,3 +53,24 @@ def test_the_link_to_give_own_rates_follows_the_add_permission(
     client.force_login(viewer)
     page = client.get(detail_url("ip", "10.0.0.7")).content.decode()
     assert "own-rates" not in page and "give-own-rates" not in page
+
+
+def test_a_users_page_shows_the_quota_of_its_tier(site_redis: Any, admin_client: Client) -> None:
+    from django.contrib.auth.models import Group, User
+
+    from django_ratelimits.models import PolicyTier
+
+    policy = Policy.objects.create(name="api", rates="2/h", path="^/api/", key="user")
+    PolicyTier.objects.create(
+        policy=policy, match="group", name=Group.objects.create(name="pro").name, rates="5/h"
+    )
+    get_registry().refresh()
+    pro, free = User.objects.create_user("pro"), User.objects.create_user("free")
+    pro.groups.add(Group.objects.get(name="pro"))
+    client = Client()
+    client.force_login(pro)
+    assert [client.get("/api/hello").status_code for _ in range(6)] == [200] * 5 + [429]
+    page = admin_client.get(detail_url("user", str(pro.pk))).content.decode()
+    assert 'id="tier-rates"' in page and 'data-policy="api" data-rate="5/h"' in page
+    other = admin_client.get(detail_url("user", str(free.pk))).content.decode()
+    assert 'id="tier-rates"' not in other and 'data-policy="api" data-rate="2/h"' in other

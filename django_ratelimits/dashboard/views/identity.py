@@ -99,6 +99,7 @@ def _report(report: IdentityReport, site: AdminSite) -> dict[str, Any]:
         "more_behind": len(everyone) - len(seen_with),
         "quotas": quota_views(report.quotas),
         "overridden": sorted(report.overridden),
+        "tiered": sorted(report.tiered),
         "chart": chart.chart(),
         "hits": hit_views(hits, report.now_ms, names, url_for),
         "more_hits": len(detail.hits) - len(hits),
