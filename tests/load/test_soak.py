@@ -10,8 +10,9 @@ third and at two thirds of the run. At the end:
   refused or reset connection);
 * the app processes' memory is flat: resident memory at the end is within a
   few MB of what it was after the warm-up;
-* no connection leaked: Redis sees no more client connections at the end
-  than after the warm-up (the restarts dropped every old one).
+* no connection leaked: Redis sees at most one more client connection per app
+  process at the end than after the warm-up (the restarts dropped every old one;
+  a leak would grow with the thousands of requests).
 
 ``RATELIMITS_SOAK_SECONDS=600 pytest tests/load/test_soak.py`` soaks for ten minutes.
 """
@@ -140,4 +141,8 @@ def test_mixed_traffic_with_redis_restarts(
     assert not errors, errors[:5]
     assert len(memory_before) == WORKERS + 1  # both gunicorn workers and uvicorn answered
     assert max(growth.values()) < RSS_GROWTH_BOUND, growth
-    assert connections_after <= connections_before
+    # A leak grows with the requests (thousands here). What may grow without one: a pool
+    # that opens a connection later than the warm-up did, e.g. when a CPU hog makes more
+    # requests overlap, or the first batch of cached denials recorded from a thread. At
+    # most one such connection per app process.
+    assert connections_after <= connections_before + len(memory_before)
