@@ -17,7 +17,8 @@ in one process and one run, measures:
    rates (10/s, 120/m, 240/h) with metadata, for every algorithm; each as a
    ratio to the PING median, with the round trips per check counted; and a
    concurrency limit's check with the release of its slot (two round trips;
-   its Redis µs are the check's alone);
+   its Redis µs are the check's alone); and GCRA 1 x 1 under a policy with an
+   escalating ban, allowed: what a ban costs a request it does not count;
 3. Redis CPU per check: ``INFO commandstats`` deltas of ``fcall`` (Redis 7) or
    ``evalsha`` (Redis 6);
 4. memory per identity: ``MEMORY USAGE`` of the keys one identity creates
@@ -59,6 +60,7 @@ from devtools.redis_harness import RedisServer, temporary_workdir
 from django_ratelimits.engine import (
     RATE_ALGORITHMS,
     Algorithm,
+    Ban,
     Check,
     Engine,
     Identity,
@@ -176,6 +178,17 @@ def run(server: RedisServer, quick: bool = False) -> Report:
         scenarios.append(
             Scenario(f"{algorithm.value}, 1 x 1", _engine_call(engine, requests), algorithm)
         )
+    # GCRA 1 x 1 of a policy that bans after 100 denials within an hour: the ban's field
+    # is read with the limits, nothing written on an allowed check (docs/bans.md).
+    ban = Ban(after=100, within=3600, duration=600, maximum=86_400)
+    banning = [Limit("api", rate, Algorithm.GCRA, ban=ban) for rate in parse_rates(ONE_RATE)]
+    requests = [
+        [Check(c.identity, banning) for c in checks]
+        for checks in request_checks(Algorithm.GCRA, ONE_RATE, pool, False, "aban")
+    ]
+    scenarios.append(
+        Scenario("gcra, 1 x 1, with a ban", _engine_call(engine, requests), Algorithm.GCRA)
+    )
     # A concurrency limit: the check, then the release of its slot (a second script).
     requests = request_checks(Algorithm.CONCURRENCY, "5/m", pool, False, "acc")
     scenarios.append(

@@ -32,6 +32,10 @@ def test_the_engine_benchmark_runs(tmp_path: Path, capsys: pytest.CaptureFixture
         cells = row.split(" | ")
         assert cells[4] == "1", row  # round trips per call
         assert cells[5] == "0", row  # denied: the allowed path was measured
+    # A ban on the allowed path: one round trip, every check admitted.
+    row = next(line for line in text.splitlines() if "| gcra, 1 x 1, with a ban |" in line)
+    cells = row.split(" | ")
+    assert (cells[4], cells[5]) == ("1", "0"), row
     # A concurrency check and its release: two round trips, every check admitted.
     row = next(
         line for line in text.splitlines() if "| concurrency, 1 x 1, check + release" in line
