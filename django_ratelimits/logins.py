@@ -124,7 +124,8 @@ def logged_in(sender: object, request: Any = None, user: Any = None, **_: Any) -
     request = _http(request)
     if request is None:
         return
-    specs = tuple(spec for spec in _applying(current(), request) if spec.reset_on_success)
+    registry = current()
+    specs = tuple(spec for spec in _applying(registry, request) if spec.reset_on_success)
     if not specs:
         return
     if login_username(request) is None and user is not None:
@@ -132,7 +133,7 @@ def logged_in(sender: object, request: Any = None, user: Any = None, **_: Any) -
     limits: dict[Identity, list[Limit]] = {}
     for spec in specs:
         for identity in identities(request, spec):
-            limits.setdefault(identity, []).extend(spec.limits)
+            limits.setdefault(identity, []).extend(registry.every_limit(spec, identity))
     controls = Controls(get_engine())
     try:
         for identity, its_limits in limits.items():

@@ -185,16 +185,18 @@ class Offenders:
         registry = current()
         checks, overridden, tiered = [], set(), set()
         specs = registry.counting(identity.kind)
-        as_user = _request_of(identity) if any(spec.tiers for spec in specs) else None
+        # Its limits as its own requests would get them: an override, a user's tier, else
+        # the policy's own rates.
+        as_user = (_request_of(identity) if any(spec.tiers for spec in specs) else None) or (
+            HttpRequest()
+        )
         for spec in specs:
-            limits = registry.own_limits(spec.name, identity)
-            if limits is not None:
+            limits = limits_for(registry, as_user, spec, identity)
+            if any(limits is tier for tier in spec.tier_limits):
+                tiered.add(spec.name)
+            elif limits is not spec.limits:
                 overridden.add(spec.name)
-            elif as_user is not None and spec.tiers:
-                limits = limits_for(registry, as_user, spec, identity)
-                if limits is not spec.limits:
-                    tiered.add(spec.name)
-            checks.append(Check(identity, limits or spec.limits))
+            checks.append(Check(identity, limits))
         quotas: tuple[LimitResult, ...] = ()
         if checks:
             decision = self.engine.peek(checks)  # Redis' time comes with it
@@ -211,18 +213,13 @@ class Offenders:
     ) -> tuple[str, ...]:
         """Clear ``identity``'s counters under ``policy`` (or every enabled policy);
         the names of the policies reset. Raises :class:`UnknownPolicy`."""
-        specs = current().all()
+        registry = current()
+        specs = registry.all()
         if policy is not None:
             specs = tuple(spec for spec in specs if spec.name == policy)
             if not specs:
                 raise UnknownPolicy(policy)
-        registry = current()
-        limits = [
-            limit
-            for spec in specs
-            for group in (spec.limits, *spec.tier_limits, registry.own_limits(spec.name, identity))
-            for limit in group or ()
-        ]
+        limits = [limit for spec in specs for limit in registry.every_limit(spec, identity)]
         self.controls.reset(identity, limits, forget=forget)
         self._changed()
         return tuple(spec.name for spec in specs)
@@ -231,8 +228,9 @@ class Offenders:
         """Erase what Redis holds of ``identity``: its counters under every policy, its
         records, hits, override and index entries, and the hit entries of the identities
         its hits name that name it (:mod:`django_ratelimits.engine.erasure`)."""
-        specs = current().all()
-        limits = [limit for spec in specs for limit in spec.limits]
+        registry = current()
+        specs = registry.all()
+        limits = [limit for spec in specs for limit in registry.every_limit(spec, identity)]
         budgets = {get_settings().identity_budget_rate, *(s.identity_budget for s in specs)}
         erased = self.eraser.forget(identity, limits, [b for b in budgets if isinstance(b, Rate)])
         self._changed()

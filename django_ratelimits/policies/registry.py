@@ -228,6 +228,13 @@ class PolicyRegistry:
         overrides = self._snapshot.overrides
         return overrides.limits(policy, identity, self.wall_clock()) if overrides else None
 
+    def every_limit(self, spec: PolicySpec, identity: Identity) -> list[Limit]:
+        """Every limit ``spec`` may have counted ``identity`` under: the policy's own
+        rates, its tiers' and the identity's override's (each rate keeps its own state),
+        for a reset or an erasure to clear them all. No I/O."""
+        own = self.own_limits(spec.name, identity) or ()
+        return [limit for group in (spec.limits, *spec.tier_limits, own) for limit in group]
+
     def override_count(self) -> int:
         """How many (policy, identity) overrides were loaded (expired or not since)."""
         return len(self._snapshot.overrides)

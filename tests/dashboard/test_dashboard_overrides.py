@@ -74,3 +74,24 @@ def test_a_users_page_shows_the_quota_of_its_tier(site_redis: Any, admin_client:
     assert 'id="tier-rates"' in page and 'data-policy="api" data-rate="5/h"' in page
     other = admin_client.get(detail_url("user", str(free.pk))).content.decode()
     assert 'id="tier-rates"' not in other and 'data-policy="api" data-rate="2/h"' in other
+
+
+def test_forget_erases_the_sliding_log_kept_under_an_override(site_redis: Any) -> None:
+    from django_ratelimits.engine import Identity
+    from django_ratelimits.offenders import Offenders
+    from tests.engine_helpers import all_keys
+
+    policy = Policy.objects.create(name="api", rates="2/h", path="^/api/", algorithm="sliding_log")
+    RateOverride.objects.create(
+        policy=policy,
+        identity_kind="ip",
+        identity_value="10.0.0.9",
+        rates="4/h",
+        expires_at=timezone.now() + timedelta(hours=1),
+        reason="partner",
+    )
+    get_registry().refresh()
+    assert Client(REMOTE_ADDR="10.0.0.9").get("/api/hello").status_code == 200
+    assert any(b"10.0.0.9" in key for key in all_keys(site_redis))
+    Offenders().forget(Identity("ip", "10.0.0.9"))
+    assert [key for key in all_keys(site_redis) if b"10.0.0.9" in key] == []

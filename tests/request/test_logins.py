@@ -90,6 +90,29 @@ def test_a_successful_login_resets_when_the_policy_says_so(site: Any) -> None:
     assert refused(login("alice", RIGHT))
 
 
+def test_a_successful_login_resets_the_counters_of_an_override_too(site: Any) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from django_ratelimits.models import RateOverride
+
+    row = policy(key="username", reset_on_success=True)
+    RateOverride.objects.create(
+        policy=row,
+        identity_kind="username",
+        identity_value="alice",
+        rates="4/15m",
+        expires_at=timezone.now() + timedelta(hours=1),
+        reason="support desk",
+    )
+    get_registry().refresh()
+    assert [login("alice").status_code for _ in range(3)] == [200, 200, 200]
+    assert login("alice", RIGHT).status_code == 302
+    assert [login("alice").status_code for _ in range(4)] == [200] * 4  # 4 more allowed
+    assert refused(login("alice", RIGHT))
+
+
 def test_without_reset_a_success_leaves_the_failures_counted(site: Any) -> None:
     policy(key="ip_and_username")
     assert [login("alice").status_code for _ in range(2)] == [200, 200]
