@@ -191,7 +191,7 @@ def decide(request: HttpRequest, policies: Iterable[PolicySpec]) -> Verdict:
 async def adecide(request: HttpRequest, policies: Iterable[PolicySpec]) -> Verdict:
     """:func:`decide` for async code: never blocks the event loop."""
     policies = tuple(policies)
-    if policies and hasattr(request, "auser"):
+    if policies and hasattr(request, "auser") and get_settings().enabled:
         # The lazy user, and whether staff may lift blocks, would query the
         # database on the event loop: both are asked here, where they can wait.
         if any(_reads_user(p) for p in policies):

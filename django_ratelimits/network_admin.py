@@ -10,7 +10,7 @@ address too* is ticked. Searching for an address also finds the networks that ho
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 from django.contrib import admin
@@ -21,7 +21,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from django_ratelimits.identity import client_address, parse_address
-from django_ratelimits.models import BlockedNetwork
+from django_ratelimits.models import BlockedNetwork, BlockedNetworkQuerySet
 from django_ratelimits.policies.networks import parse_network
 
 _SEARCH_SCAN_MAX = 100_000
@@ -52,11 +52,7 @@ class BlockedNetworkForm(forms.ModelForm):
             network = parse_network(text)
         except ValidationError:  # the model's clean() reports it on the field
             return data
-        if (
-            own.version == network.version
-            and own in network
-            and not data.get("confirm_own_address")
-        ):
+        if own in network and not data.get("confirm_own_address"):
             self.add_error(
                 "confirm_own_address",
                 ValidationError(
@@ -82,7 +78,7 @@ class ExpiryFilter(admin.SimpleListFilter):
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         value = self.value()
         if value == "yes":
-            return queryset.filter(pk__in=BlockedNetwork.objects.active().values("pk"))
+            return cast(BlockedNetworkQuerySet, queryset).active()
         if value == "expired":
             return queryset.filter(expires_at__lte=timezone.now())
         if value == "never":
@@ -144,4 +140,4 @@ def _holds(text: str, address: Any) -> bool:
         network = parse_network(text)
     except ValidationError:
         return False
-    return bool(network.version == address.version and address in network)
+    return address in network

@@ -197,20 +197,16 @@ class PolicySpec:
                 f"policy {self.name!r}: the cost must be a whole number from 1 to {MAX_COST}, "
                 f"not {self.cost!r}"
             )
-        ban = None if self.shadow else self.ban
-        limits = tuple(
-            Limit(self.name, rate, self.algorithm, self.burst, ban) for rate in self.rates
-        )
-        object.__setattr__(self, "limits", limits)
+        object.__setattr__(self, "limits", self.limits_of(self.rates, self.burst))
         object.__setattr__(self, "path_re", PathPattern(self.path) if self.path else None)
         tier_limits = tuple(self.limits_of(tier.rates) for tier in self.tiers)
         object.__setattr__(self, "tier_limits", tier_limits)
 
-    def limits_of(self, rates: tuple[Rate, ...]) -> tuple[Limit, ...]:
-        """The limits of other ``rates`` (a tier's, an override's) under this policy,
-        with its ban."""
+    def limits_of(self, rates: tuple[Rate, ...], burst: int | None = None) -> tuple[Limit, ...]:
+        """The limits of ``rates`` under this policy, with its ban (a shadow-mode policy
+        never bans): its own (with its ``burst``), a tier's or an override's."""
         ban = None if self.shadow else self.ban
-        return tuple(Limit(self.name, rate, self.algorithm, ban=ban) for rate in rates)
+        return tuple(Limit(self.name, rate, self.algorithm, burst, ban) for rate in rates)
 
     @property
     def failed_logins(self) -> bool:
