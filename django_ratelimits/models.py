@@ -546,6 +546,8 @@ class PolicyTier(models.Model):
     )
     rates = models.CharField(_("rates"), max_length=200, help_text=_("e.g. “10000/h”."))
 
+    objects = StampedQuerySet["PolicyTier"].as_manager()
+
     class Meta:
         ordering = ("order", "pk")
         verbose_name = _("tier")
@@ -613,6 +615,8 @@ class RateOverride(models.Model):
         verbose_name=_("created by"),
     )
     created_at = models.DateTimeField(_("created"), auto_now_add=True)
+
+    objects = StampedQuerySet["RateOverride"].as_manager()
 
     class Meta:
         ordering = ("-created_at", "-pk")

@@ -140,3 +140,31 @@ def test_a_tier_whose_group_is_gone_is_a_warning_naming_both() -> None:
     pro.delete()
     found = [m for m in run_checks(tags=[TAG]) if m.id == "django_ratelimits.W011"]
     assert len(found) == 1 and "'api'" in found[0].msg and "'pro'" in found[0].msg
+
+
+@pytest.mark.django_db
+def test_a_bulk_update_of_tiers_or_overrides_changes_the_version_stamp() -> None:
+    # update() sends no post_save: without the stamp, workers would never reload them.
+    from datetime import timedelta
+
+    from django.contrib.auth.models import Group
+    from django.utils import timezone
+
+    from django_ratelimits.models import Policy, PolicyTier, PolicyVersion, RateOverride
+
+    policy = Policy.objects.create(name="api", rates="2/h", path="^/api/")
+    PolicyTier.objects.create(
+        policy=policy, match="group", name=Group.objects.create(name="pro").name, rates="5/h"
+    )
+    RateOverride.objects.create(
+        policy=policy,
+        identity_kind="ip",
+        identity_value="10.0.0.7",
+        rates="4/h",
+        expires_at=timezone.now() + timedelta(hours=1),
+        reason="partner",
+    )
+    for rows in (PolicyTier.objects.all(), RateOverride.objects.all()):
+        stamp = PolicyVersion.current()
+        assert rows.update(rates="9/h") == 1
+        assert PolicyVersion.current() != stamp, rows.model
