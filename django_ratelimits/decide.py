@@ -290,11 +290,12 @@ class Planned:
     ) -> None:
         self.request = request
         self.considered = _names(policies)
+        # By policy, the limits checked where they are not its own (a tier, an override).
+        self.effective: tuple[tuple[str, tuple[Limit, ...]], ...] = ()
         if checks is None:
-            self.applied, self.checks = _plan(request, policies, behind)
+            self.applied, self.checks, self.effective = _plan(request, policies, behind)
         else:
             self.applied, self.checks = policies, checks
-        self.effective = _effective(self.applied, self.checks) if _varies(self.applied) else ()
         self.verdict: Verdict | None = None
         self.observer = metrics.observer() if observed else None
         if not self.checks:
@@ -468,12 +469,6 @@ def _log_block(request: HttpRequest, result: LimitResult) -> None:
     )
 
 
-def _varies(policies: tuple[PolicySpec, ...]) -> bool:
-    """Whether ``policies`` may be checked under other rates than their own (no cost
-    to a site without tiers or identity overrides)."""
-    return bool(get_registry().override_count()) or any(p.tiers for p in policies)
-
-
 def _effective(
     policies: tuple[PolicySpec, ...], checks: list[Check]
 ) -> tuple[tuple[str, tuple[Limit, ...]], ...]:
@@ -506,12 +501,15 @@ def _reads_user(policy: PolicySpec) -> bool:
 
 def _plan(
     request: HttpRequest, policies: Iterable[PolicySpec], behind: str | None = None
-) -> tuple[tuple[PolicySpec, ...], list[Check]]:
+) -> tuple[tuple[PolicySpec, ...], list[Check], tuple[tuple[str, tuple[Limit, ...]], ...]]:
+    """The policies that apply, their checks, and (:func:`_effective`) the limits of
+    those checked under other rates than their own."""
     if not get_settings().enabled:
-        return (), []
+        return (), [], ()
     applied = tuple(p for p in policies if not _exempt(request, p))
     if not applied:
-        return applied, []
+        return applied, [], ()
+    varied = False  # an identity checked under a tier's or an override's rates
     overrides = not way_back(request)
     registry = get_registry()
     groups: dict[tuple[Identity, bool, Gate | None], list[Limit]] = {}
@@ -531,6 +529,7 @@ def _plan(
                 gate = Gate(ip_identity(request), budget)
             group = (identity, policy.shadow, gate)
             own = limits_for(registry, request, policy, identity)
+            varied = varied or own is not policy.limits
             limits = groups.setdefault(group, [])
             if cost != 1 or (costs and group in costs):  # no lookup when no cost is set
                 costs.setdefault(group, [1] * len(limits)).extend(charges(cost, own))
@@ -552,7 +551,7 @@ def _plan(
         )
         for (i, s, g), limits in groups.items()
     ]
-    return applied, checks
+    return applied, checks, _effective(applied, checks) if varied else ()
 
 
 def _budget(policy: PolicySpec) -> Rate | None:
