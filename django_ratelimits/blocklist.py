@@ -49,7 +49,6 @@ LOG_EVERY: Final = 60.0
 """Seconds between two log lines about the same blocked network, per process."""
 
 _LOGGED_MAX: Final = 10_000
-_CHECKED: Final = "_ratelimits_blocklist_checked"
 
 
 class NetworkBlocked(RateLimitsError):
@@ -61,11 +60,9 @@ class NetworkBlocked(RateLimitsError):
 
 
 def refusal(request: HttpRequest, registry: PolicyRegistry) -> HttpResponseBase | None:
-    """The 403 for a request from a blocked network, else None. No I/O. Asked once per
-    request: ``@ratelimit`` behind the middleware finds it answered."""
-    if not get_settings().enabled or getattr(request, _CHECKED, False):
+    """The 403 for a request from a blocked network, else None. No I/O."""
+    if not get_settings().enabled:
         return None
-    setattr(request, _CHECKED, True)
     address = client_address(request)
     if address is None:
         return None
