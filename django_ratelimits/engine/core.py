@@ -14,7 +14,7 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 from redis.exceptions import NoScriptError, RedisClusterException, RedisError, ResponseError
 
-from django_ratelimits.engine import script
+from django_ratelimits.engine import script, wire
 from django_ratelimits.engine.aconnection import AsyncClient
 from django_ratelimits.engine.concurrency import RELEASE, RELEASE_SHA, Held, request_id
 from django_ratelimits.engine.decision import Decision, LimitResult
@@ -124,6 +124,7 @@ class Engine:
         # Known once: isinstance() against redis-py's cluster class is slow (a protocol
         # in its bases), and the engine asks on every call.
         self._cluster = client if isinstance(client, RedisCluster) else None
+        self._direct = wire.sends_directly(client)  # see engine/wire.py
         self.keys = keys or KeySpace()
         self.metadata_max_entries = metadata_max_entries
         self._functions = True  # FCALL until Redis says it has no functions (Redis 6)
@@ -455,9 +456,14 @@ class Engine:
         commands = next(attempts)
         while True:
             try:
-                return [self.client.execute_command(*c, **route) for c in commands][-1]
+                return [self._send(c, route) for c in commands][-1]
             except ResponseError as exc:
                 commands = attempts.send(exc)
+
+    def _send(self, command: tuple[Any, ...], route: dict[str, Any]) -> Any:
+        if self._direct:
+            return wire.send(self.client, wire.pack(command))  # type: ignore[arg-type]
+        return self.client.execute_command(*command, **route)
 
     def _eval_many(self, calls: list[_Call]) -> list[Any]:
         """One check per slot, pipelined: nodes are written before any is read."""

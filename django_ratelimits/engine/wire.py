@@ -1,0 +1,83 @@
+"""A check's command sent the short way: packed here, written and read on a pooled connection.
+
+redis-py's ``execute_command`` costs a check more client CPU than its round trip: it
+encodes the arguments one by one, looks up a response callback, and (redis-py 6 and
+later) records operation metrics and retry bookkeeping on every command. A check's
+command is bytes, text and integers the engine built itself, and its reply one bulk
+string read raw, so :func:`send` packs the command and reads the reply itself.
+
+What ``execute_command`` guarantees still holds: the connection comes from the
+client's pool and goes back to it; the connection's retry policy applies (the
+engine's own clients have none: a check sent twice could be counted twice); a
+socket error drops the connection; an error reply raises ``ResponseError``.
+
+Only a plain standalone client takes this way (:func:`sends_directly`): a cluster
+routes per slot, a single-connection client serialises on its lock, and a pool
+with client-side caching answers some reads itself. They keep ``execute_command``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from typing import Any
+
+from redis import Redis
+from redis.cluster import RedisCluster
+
+__all__ = ["pack", "send", "sends_directly"]
+
+
+def pack(args: Sequence[str | bytes | int]) -> bytes:
+    """``args`` as one RESP array of bulk strings: what Redis reads as a command."""
+    out = [b"*%d\r\n" % len(args)]
+    for arg in args:
+        if isinstance(arg, str):
+            arg = arg.encode()
+        elif isinstance(arg, int):
+            arg = b"%d" % arg
+        out.append(b"$%d\r\n%s\r\n" % (len(arg), arg))
+    return b"".join(out)
+
+
+def sends_directly(client: object) -> bool:
+    """Whether :func:`send` may talk to ``client``'s pool (see the module's text)."""
+    if not isinstance(client, Redis) or isinstance(client, RedisCluster):
+        return False
+    pool = client.connection_pool
+    return (
+        getattr(client, "connection", None) is None
+        and getattr(pool, "cache", None) is None
+        and callable(getattr(pool, "get_connection", None))
+    )
+
+
+def _takes_no_name(pool: Any) -> bool:
+    """Whether ``pool.get_connection`` is called without a command name: redis-py
+    5.3 deprecated the name (and warns), 5.0 requires it."""
+    parameter = inspect.signature(pool.get_connection).parameters.get("command_name")
+    return parameter is None or parameter.default is not inspect.Parameter.empty
+
+
+_NAMELESS: dict[type, bool] = {}
+
+
+def send(client: Redis, packed: bytes) -> Any:
+    """The raw reply to the command ``packed``, sent on a connection of ``client``'s pool."""
+    pool = client.connection_pool
+    nameless = _NAMELESS.get(type(pool))
+    if nameless is None:
+        nameless = _NAMELESS[type(pool)] = _takes_no_name(pool)
+    connection = pool.get_connection() if nameless else pool.get_connection("FCALL")
+
+    def attempt() -> Any:
+        connection.send_packed_command([packed], check_health=True)
+        return connection.read_response()
+
+    def failed(error: Exception, *_: Any) -> None:
+        connection.disconnect()
+
+    try:
+        return connection.retry.call_with_retry(attempt, failed)
+    finally:
+        pool.release(connection)
