@@ -52,6 +52,14 @@ local now, now_ms, charge, cost, meta_cap, meta_ttl, retention, index_cap
 -- The hit entries of this call, by metadata list, and the lists in order
 -- (nil until the call notes one).
 local hits, hit_lists
+-- The groups that record hits, noted as they run (PENDING_STRIDE slots each in
+-- PENDING, a table kept between calls: state key, ident, info, limits, where
+-- their outcomes start in OUT, blocked), and whether one records every hit. Their
+-- entries are made at the end of the call, and only if one will be written: when
+-- a group records every hit, or some group was denied. An allowed request under
+-- the default (record denials) makes no entry, so builds nothing.
+local PENDING, PENDING_STRIDE = {}, 6
+local pending, pending_every
 -- The denials of this call, by offender record, and the records in order (nil
 -- until one): a request is one denial of an identity, however many of the
 -- call's groups name it (two gates, or a gate's fallback and the IP's own).
@@ -217,11 +225,12 @@ local function push_metadata(key, entry)
 end
 
 -- Notes what a group decided for the request's entry in the list `key`; `info`
--- is the group's "<e or s><o or x><d or a><head>", `set` its limits, `verdicts` whether
--- each was allowed, `blocked` whether a block decided them. The entry's outcome
+-- is the group's "<e or s><o or x><d or a><head>", `set` its limits, `at` where
+-- their outcomes start in OUT (limit i's is OUT[at + 4 * i - 3], 1 if allowed),
+-- `blocked` whether a block decided them. The entry's outcome
 -- is the worst of its groups': 'D' denied by an enforced policy, 'S' only a
 -- shadow policy would have denied, 'A' allowed.
-local function note_hit(key, info, set, verdicts, blocked)
+local function note_hit(key, info, set, at, blocked)
   if hits == nil then
     hits, hit_lists = {}, {}
   end
@@ -235,7 +244,7 @@ local function note_hit(key, info, set, verdicts, blocked)
   local no = sbyte(info, 1) == 115 and 'S' or 'D' -- 's': a shadow group
   for i, l in ipairs(set.limits) do
     local name = blocked and '!blocked' or l[7]
-    local status = verdicts[i] and 'A' or no
+    local status = OUT[at + 4 * i - 3] == 1 and 'A' or no
     local seen = hit.names[name]
     if seen == nil or seen == 'A' or status == 'D' then
       if seen == nil then
@@ -253,8 +262,13 @@ end
 -- hit, or only those some policy denied or would have denied. An entry reads
 -- "<head>|<ms>|<outcome>|<policy>=<A, D or S>,..." (engine/hits.py).
 local function push_hits()
-  if hits == nil then
+  if pending == 0 or (denials == nil and not pending_every) then
     return
+  end
+  for p = 0, pending - 1, PENDING_STRIDE do
+    local state_key, ident = PENDING[p + 1], PENDING[p + 2]
+    note_hit(tag_of(state_key, ident) .. ':m:' .. ident, PENDING[p + 3], PENDING[p + 4],
+      PENDING[p + 5], PENDING[p + 6])
   end
   for _, key in ipairs(hit_lists) do
     local hit = hits[key]
@@ -347,8 +361,7 @@ local function run_group(KEYS, ARGV, a, k, n)
   if sbyte(info, 2) == 111 then -- 'o': an override decides the group
     override, override_until = override_of(values[2])
   end
-  local verdicts = sbyte(info, 3) ~= 110 and {} or nil -- 'n': no hit entry
-  local nw, live, logs, denied, lk = 0, 0, nil, nil, k + 1
+  local at, nw, live, logs, denied, lk = n, 0, 0, nil, nil, k + 1
   for i, l in ipairs(set.limits) do
     local alg, limit, window, capacity, lcost = l[1], l[2], l[3], l[4], l[8] or cost
     local allowed, remaining, retry, reset, new, lives
@@ -380,9 +393,6 @@ local function run_group(KEYS, ARGV, a, k, n)
       denied = denied or {}
       denied[override == 'b' and '!blocked' or l[5]] = true -- overrides.BLOCKED_POLICY
     end
-    if verdicts then
-      verdicts[i] = allowed
-    end
   end
   if charge then
     local ident = ARGV[a + 1]
@@ -394,9 +404,11 @@ local function run_group(KEYS, ARGV, a, k, n)
         note_ban(state_key, tag_of(state_key, ident), ident, ARGV[a + 2], set, values, denied, now)
       end
     end
-    if verdicts then
-      local list = tag_of(state_key, ident) .. ':m:' .. ident
-      note_hit(list, info, set, verdicts, override == 'b')
+    local records = sbyte(info, 3) -- 'n': no hit entry, 'a': every hit, 'd': denials
+    if records ~= 110 then
+      PENDING[pending + 1], PENDING[pending + 2], PENDING[pending + 3] = state_key, ident, info
+      PENDING[pending + 4], PENDING[pending + 5], PENDING[pending + 6] = set, at, override == 'b'
+      pending, pending_every = pending + PENDING_STRIDE, pending_every or records == 97
     end
   end
   return a + 4, k + 1 + set.logs, n
@@ -459,6 +471,7 @@ local function check(KEYS, ARGV)
     conf[1], conf[2], conf[3], conf[4], conf[5], conf[6]
   now_ms = floor(now / 1000)
   hits, hit_lists, denials, denial_records = nil, nil, nil, nil
+  pending, pending_every = 0, false
   OUT[1] = now
   local n = 1
   local a, k, last = 3, 1, #ARGV
