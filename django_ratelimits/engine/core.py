@@ -283,6 +283,8 @@ class Engine:
             raise ValueError(f"cost must be at least {least}, not {cost}")
         planned = [c for c in checks if c.limits]
         for chk in planned:
+            if cost <= 1 and not chk.costs:  # 1 (or 0 to peek) fits every limit: none to refuse
+                continue
             charges = chk.costs or repeat(cost, len(chk.limits))
             for limit, charged in zip(chk.limits, charges, strict=True):
                 if charged < least:
@@ -380,7 +382,7 @@ class Engine:
         the check's metadata."""
         identity, limits = chk.identity if fallback is None else fallback, chk.limits
         metadata = chk.metadata if fallback is None else None
-        if len({limit.encoded_spec for limit in limits}) != len(limits):
+        if len(limits) > 1 and len({limit.encoded_spec for limit in limits}) != len(limits):
             raise ValueError(f"a limit is given twice for {label(identity)}")
         call.keys.append(keys.encoded_state)
         logs = [keys.log(limit) for limit in limits if limit.is_log]
