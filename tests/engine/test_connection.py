@@ -19,8 +19,10 @@ from redis.sentinel import SentinelConnectionPool
 from devtools.redis_harness import RedisClusterHarness, free_port
 from devtools.redis_harness import RedisServer as HarnessServer
 from django_ratelimits.conf import RateLimitSettings, RedisServer, get_settings
+from django_ratelimits.engine import Check, Engine, Identity, KeySpace, Limit, wire
 from django_ratelimits.engine.connection import get_redis
 from django_ratelimits.exceptions import BackendError
+from django_ratelimits.rates import parse_rates
 
 LOCMEM = {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
 
@@ -351,6 +353,15 @@ def test_sentinel_alias(
             with redis_standalone.client() as direct:  # it went to the monitored primary
                 assert direct.get(key) == b"via-sentinel"
                 direct.delete(key)
+            # A check takes the engine's direct way (engine/wire.py) through the
+            # Sentinel pool, to the primary, like any command.
+            engine = Engine(client, keys=KeySpace(prefix=f"sentinel{uuid.uuid4().hex[:8]}"))
+            assert wire.sends_directly(client)
+            limits = [Limit("api", rate) for rate in parse_rates("2/h")]
+            checks = [Check(Identity("ip", "192.0.2.9"), limits)]
+            assert [engine.check(checks).allowed for _ in range(3)] == [True, True, False]
+            with redis_standalone.client() as direct:
+                assert direct.exists(engine.keys.of(checks[0].identity).state)
             client.close()
     finally:
         sentinel.stop()
