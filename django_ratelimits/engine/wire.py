@@ -11,9 +11,10 @@ client's pool and goes back to it; the connection's retry policy applies (the
 engine's own clients have none: a check sent twice could be counted twice); a
 socket error drops the connection; an error reply raises ``ResponseError``.
 
-Only a plain standalone client takes this way (:func:`sends_directly`): a cluster
-routes per slot, a single-connection client serialises on its lock, and a pool
-with client-side caching answers some reads itself. They keep ``execute_command``.
+Only a plain standalone client takes this way (:func:`sends_directly`), sync or
+asyncio (:func:`asend`): a cluster routes per slot, a single-connection client
+serialises on its lock, and a pool with client-side caching answers some reads
+itself. They keep ``execute_command``.
 """
 
 from __future__ import annotations
@@ -22,10 +23,12 @@ import inspect
 from collections.abc import Sequence
 from typing import Any
 
+import redis.asyncio
 from redis import Redis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
-__all__ = ["pack", "send", "sends_directly"]
+__all__ = ["asend", "pack", "send", "sends_directly"]
 
 
 def pack(args: Sequence[str | bytes | int]) -> bytes:
@@ -41,8 +44,11 @@ def pack(args: Sequence[str | bytes | int]) -> bytes:
 
 
 def sends_directly(client: object) -> bool:
-    """Whether :func:`send` may talk to ``client``'s pool (see the module's text)."""
-    if not isinstance(client, Redis) or isinstance(client, RedisCluster):
+    """Whether :func:`send` (or, for an asyncio client, :func:`asend`) may talk to
+    ``client``'s pool (see the module's text)."""
+    if not isinstance(client, Redis | redis.asyncio.Redis) or isinstance(
+        client, RedisCluster | AsyncRedisCluster
+    ):
         return False
     pool = client.connection_pool
     return (
@@ -50,6 +56,14 @@ def sends_directly(client: object) -> bool:
         and getattr(pool, "cache", None) is None
         and callable(getattr(pool, "get_connection", None))
     )
+
+
+def _nameless(pool: Any) -> bool:
+    """Whether ``pool.get_connection`` is called without a command name (cached per class)."""
+    nameless = _NAMELESS.get(type(pool))
+    if nameless is None:
+        nameless = _NAMELESS[type(pool)] = _takes_no_name(pool)
+    return nameless
 
 
 def _takes_no_name(pool: Any) -> bool:
@@ -65,10 +79,7 @@ _NAMELESS: dict[type, bool] = {}
 def send(client: Redis, packed: bytes) -> Any:
     """The raw reply to the command ``packed``, sent on a connection of ``client``'s pool."""
     pool = client.connection_pool
-    nameless = _NAMELESS.get(type(pool))
-    if nameless is None:
-        nameless = _NAMELESS[type(pool)] = _takes_no_name(pool)
-    connection = pool.get_connection() if nameless else pool.get_connection("FCALL")
+    connection = pool.get_connection() if _nameless(pool) else pool.get_connection("FCALL")
 
     def attempt() -> Any:
         connection.send_packed_command([packed], check_health=True)
@@ -81,3 +92,22 @@ def send(client: Redis, packed: bytes) -> Any:
         return connection.retry.call_with_retry(attempt, failed)
     finally:
         pool.release(connection)
+
+
+async def asend(client: redis.asyncio.Redis, packed: bytes) -> Any:
+    """:func:`send` for an asyncio client."""
+    pool = client.connection_pool
+    named = () if _nameless(pool) else ("FCALL",)
+    connection = await pool.get_connection(*named)
+
+    async def attempt() -> Any:
+        await connection.send_packed_command([packed], check_health=True)
+        return await connection.read_response()
+
+    async def failed(error: Exception, *_: Any) -> None:
+        await connection.disconnect()
+
+    try:
+        return await connection.retry.call_with_retry(attempt, failed)
+    finally:
+        await pool.release(connection)
