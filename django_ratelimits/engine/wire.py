@@ -19,6 +19,7 @@ itself. They keep ``execute_command``.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Sequence
 from typing import Any
@@ -58,28 +59,20 @@ def sends_directly(client: object) -> bool:
     )
 
 
-def _nameless(pool: Any) -> bool:
-    """Whether ``pool.get_connection`` is called without a command name (cached per class)."""
-    nameless = _NAMELESS.get(type(pool))
-    if nameless is None:
-        nameless = _NAMELESS[type(pool)] = _takes_no_name(pool)
-    return nameless
-
-
-def _takes_no_name(pool: Any) -> bool:
-    """Whether ``pool.get_connection`` is called without a command name: redis-py
-    5.3 deprecated the name (and warns), 5.0 requires it."""
-    parameter = inspect.signature(pool.get_connection).parameters.get("command_name")
-    return parameter is None or parameter.default is not inspect.Parameter.empty
-
-
-_NAMELESS: dict[type, bool] = {}
+@functools.cache
+def _naming(pool_class: type[Any]) -> tuple[str, ...]:
+    """What ``get_connection`` of a pool of ``pool_class`` is called with: nothing, or a
+    command name where it is required (redis-py 5.0; 5.3 deprecated it and warns)."""
+    parameter = inspect.signature(pool_class.get_connection).parameters.get("command_name")
+    if parameter is None or parameter.default is not inspect.Parameter.empty:
+        return ()
+    return ("FCALL",)
 
 
 def send(client: Redis, packed: bytes) -> Any:
     """The raw reply to the command ``packed``, sent on a connection of ``client``'s pool."""
     pool = client.connection_pool
-    connection = pool.get_connection() if _nameless(pool) else pool.get_connection("FCALL")
+    connection = pool.get_connection(*_naming(type(pool)))
 
     def attempt() -> Any:
         connection.send_packed_command([packed], check_health=True)
@@ -97,8 +90,7 @@ def send(client: Redis, packed: bytes) -> Any:
 async def asend(client: redis.asyncio.Redis, packed: bytes) -> Any:
     """:func:`send` for an asyncio client."""
     pool = client.connection_pool
-    named = () if _nameless(pool) else ("FCALL",)
-    connection = await pool.get_connection(*named)
+    connection = await pool.get_connection(*_naming(type(pool)))
 
     async def attempt() -> Any:
         await connection.send_packed_command([packed], check_health=True)
