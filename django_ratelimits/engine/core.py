@@ -497,20 +497,19 @@ class Engine:
         if isinstance(client, AsyncRedisCluster):
             await client.initialize()  # loads the slot map once; a no-op after that
             route["target_nodes"] = client.get_node_from_key(call.route)
-        direct = not route and wire.sends_directly(client)
         attempts = self._attempts(call)
         commands = next(attempts)
         while True:
             try:
-                replies = []
-                for c in commands:
-                    if direct:
-                        replies.append(await wire.asend(client, wire.pack(c)))  # type: ignore[arg-type]
-                    else:
-                        replies.append(await client.execute_command(*c, **route))
-                return replies[-1]
+                return [await self._asend(client, c, route) for c in commands][-1]
             except ResponseError as exc:
                 commands = attempts.send(exc)
+
+    @staticmethod
+    async def _asend(client: AsyncClient, command: tuple[Any, ...], route: dict[str, Any]) -> Any:
+        if not route and wire.sends_directly(client):
+            return await wire.asend(client, wire.pack(command))  # type: ignore[arg-type]
+        return await client.execute_command(*command, **route)
 
 
 def _token(calls: list[_Call]) -> bytes | None:
