@@ -507,7 +507,7 @@ class Engine:
 
     @staticmethod
     async def _asend(client: AsyncClient, command: tuple[Any, ...], route: dict[str, Any]) -> Any:
-        if not route and wire.sends_directly(client):
+        if wire.sends_directly(client):
             return await wire.asend(client, wire.pack(command))  # type: ignore[arg-type]
         return await client.execute_command(*command, **route)
 

@@ -26,8 +26,6 @@ from typing import Any
 
 import redis.asyncio
 from redis import Redis
-from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
-from redis.cluster import RedisCluster
 
 __all__ = ["asend", "pack", "send", "sends_directly"]
 
@@ -46,16 +44,14 @@ def pack(args: Sequence[str | bytes | int]) -> bytes:
 
 def sends_directly(client: object) -> bool:
     """Whether :func:`send` (or, for an asyncio client, :func:`asend`) may talk to
-    ``client``'s pool (see the module's text)."""
-    if not isinstance(client, Redis | redis.asyncio.Redis) or isinstance(
-        client, RedisCluster | AsyncRedisCluster
-    ):
+    ``client``'s pool (see the module's text). Cluster clients are neither class."""
+    if not isinstance(client, Redis | redis.asyncio.Redis):
         return False
-    pool = client.connection_pool
     return (
-        getattr(client, "connection", None) is None
-        and getattr(pool, "cache", None) is None
-        and callable(getattr(pool, "get_connection", None))
+        client.connection is None  # a sync single-connection client holds its one
+        # an asyncio one (redis.asyncio.Redis) connects on first use: it says so
+        and not getattr(client, "single_connection_client", False)
+        and getattr(client.connection_pool, "cache", None) is None
     )
 
 

@@ -133,6 +133,10 @@ def test_an_asyncio_client_sends_directly_and_a_cluster_does_not(
     server: RedisServer, redis_cluster: RedisClusterHarness
 ) -> None:
     assert wire.sends_directly(redis.asyncio.Redis.from_url(server.url))
+    # Its one connection is made on first use, and guarded by a lock: not ours to bypass.
+    assert not wire.sends_directly(
+        redis.asyncio.Redis.from_url(server.url, single_connection_client=True)
+    )
     host, port = redis_cluster.nodes[0]
     assert not wire.sends_directly(AsyncRedisCluster(host=host, port=port))
 
