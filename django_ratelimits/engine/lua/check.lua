@@ -49,9 +49,6 @@
 
 -- Set at the start of every call (check), read by the functions below.
 local now, now_ms, charge, cost, meta_cap, meta_ttl, retention, index_cap
--- The hit entries of this call, by metadata list, and the lists in order
--- (nil until the call notes one).
-local hits, hit_lists
 -- The groups that record hits, noted as they run (PENDING_STRIDE slots each in
 -- PENDING, a table kept between calls: state key, ident, info, limits, where
 -- their outcomes start in OUT, blocked), and whether one records every hit. Their
@@ -224,21 +221,19 @@ local function push_metadata(key, entry)
   end
 end
 
--- Notes what a group decided for the request's entry in the list `key`; `info`
+-- Notes in `hits` (entries by metadata list; `hits.lists` the lists in order)
+-- what a group decided for the request's entry in the list `key`; `info`
 -- is the group's "<e or s><o or x><d or a><head>", `set` its limits, `at` where
 -- their outcomes start in OUT (limit i's is OUT[at + 4 * i - 3], 1 if allowed),
 -- `blocked` whether a block decided them. The entry's outcome
 -- is the worst of its groups': 'D' denied by an enforced policy, 'S' only a
 -- shadow policy would have denied, 'A' allowed.
-local function note_hit(key, info, set, at, blocked)
-  if hits == nil then
-    hits, hit_lists = {}, {}
-  end
+local function note_hit(hits, key, info, set, at, blocked)
   local hit = hits[key]
   if hit == nil then
     hit = {head = ssub(info, 4), every = false, outcome = 'A', names = {}}
     hits[key] = hit
-    hit_lists[#hit_lists + 1] = key
+    hits.lists[#hits.lists + 1] = key
   end
   hit.every = hit.every or sbyte(info, 3) == 97 -- 'a'
   local no = sbyte(info, 1) == 115 and 'S' or 'D' -- 's': a shadow group
@@ -265,12 +260,13 @@ local function push_hits()
   if pending == 0 or (denials == nil and not pending_every) then
     return
   end
+  local hits = {lists = {}}
   for p = 0, pending - 1, PENDING_STRIDE do
     local state_key, ident = PENDING[p + 1], PENDING[p + 2]
-    note_hit(tag_of(state_key, ident) .. ':m:' .. ident, PENDING[p + 3], PENDING[p + 4],
-      PENDING[p + 5], PENDING[p + 6])
+    note_hit(hits, tag_of(state_key, ident) .. ':m:' .. ident, PENDING[p + 3],
+      PENDING[p + 4], PENDING[p + 5], PENDING[p + 6])
   end
-  for _, key in ipairs(hit_lists) do
+  for _, key in ipairs(hits.lists) do
     local hit = hits[key]
     if hit.every or hit.outcome ~= 'A' then
       local names = {}
@@ -470,7 +466,7 @@ local function check(KEYS, ARGV)
   charge, cost, meta_cap, meta_ttl, retention, index_cap =
     conf[1], conf[2], conf[3], conf[4], conf[5], conf[6]
   now_ms = floor(now / 1000)
-  hits, hit_lists, denials, denial_records = nil, nil, nil, nil
+  denials, denial_records = nil, nil
   pending, pending_every = 0, false
   OUT[1] = now
   local n = 1
