@@ -39,14 +39,18 @@ class OverrideTable:
 
     def __init__(self, overrides: Iterable[OwnRates], specs: Iterable[PolicySpec]) -> None:
         by_name = {spec.name: spec for spec in specs}
-        table: dict[tuple[str, Identity], tuple[tuple[Limit, ...], float]] = {}
-        # Every-policy ones first: one for a single policy then takes their place.
-        for own in sorted(overrides, key=lambda o: bool(o.policy)):
+        # Per (policy, identity), every override that names it, the one that wins first:
+        # one for a single policy before one for every policy, then the newest (they come
+        # oldest first). The first not yet expired applies, so an override that ends
+        # before another it hides gives way to it, with no reload.
+        table: dict[tuple[str, Identity], list[tuple[tuple[Limit, ...], float]]] = {}
+        for own in sorted(reversed(list(overrides)), key=lambda o: not o.policy):
             names = [own.policy] if own.policy else list(by_name)
             for name in names:
                 spec = by_name.get(name)
                 if spec is not None and own.identity.kind in spec.key.identity_kinds:
-                    table[(name, own.identity)] = (spec.limits_of(own.rates), own.expires_at)
+                    found = table.setdefault((name, own.identity), [])
+                    found.append((spec.limits_of(own.rates), own.expires_at))
         self._table = table
 
     def __len__(self) -> int:
@@ -54,7 +58,7 @@ class OverrideTable:
 
     def limits(self, policy: str, identity: Identity, now: float) -> tuple[Limit, ...] | None:
         """``identity``'s own limits under ``policy`` at ``now``, None if it has none."""
-        found = self._table.get((policy, identity))
-        if found is None or found[1] <= now:
-            return None
-        return found[0]
+        for limits, until in self._table.get((policy, identity), ()):
+            if until > now:
+                return limits
+        return None

@@ -121,6 +121,28 @@ def test_one_policy_overrides_beat_every_policy_ones_and_kinds_must_be_counted()
     assert len(table) == 1
 
 
+def test_an_override_that_ends_first_gives_way_to_the_one_it_hid() -> None:
+    api = PolicySpec("api", parse_rates("2/h"))
+    ip = Identity("ip", "203.0.113.8")
+    table = OverrideTable(
+        [
+            OwnRates(ip, parse_rates("5/h"), 2000.0),  # every policy, until 2000
+            OwnRates(ip, parse_rates("9/h"), 1000.0, "api"),  # api only, until 1000
+            OwnRates(ip, parse_rates("7/h"), 1500.0, "api"),  # api only, newer
+        ],
+        [api],
+    )
+
+    def rates(now: float) -> list[str] | None:
+        found = table.limits("api", ip, now)
+        return None if found is None else [str(lim.rate) for lim in found]
+
+    assert rates(900.0) == ["7/h"]  # the newest one-policy override
+    assert rates(1200.0) == ["7/h"]
+    assert rates(1600.0) == ["5/h"]  # both one-policy ones ended: the every-policy one
+    assert rates(2000.0) is None
+
+
 def test_a_tier_is_a_group_or_an_attribute() -> None:
     with pytest.raises(ValueError):
         Tier(parse_rates("5/h"), group="pro", attribute=("plan",), value="pro")
