@@ -17,7 +17,7 @@ import secrets
 from typing import Any, TypeVar
 
 from django.conf import settings
-from django.core.exceptions import ValidationError
+from django.core.exceptions import ObjectDoesNotExist, ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models.signals import post_delete, post_save
@@ -323,7 +323,7 @@ class Policy(models.Model):
         parse_path(self.path)
         return PolicySpec(
             name=self.name,
-            rates=policy_rates(self.algorithm, self.rates, parse_lease(self.algorithm, self.lease)),
+            rates=rates_under(self, self.rates),
             algorithm=Algorithm(self.algorithm),
             burst=self.burst,
             mode=Mode(self.mode),
@@ -395,6 +395,32 @@ def _collect(errors: dict[str, ValidationError], field: str, check: Any, *args: 
         return check(*args)
     except ValidationError as exc:
         errors[field] = exc
+        return None
+
+
+def rates_under(policy: Policy | None, text: str) -> tuple[Rate, ...]:
+    """A tier's or an override's rates text, read as ``policy`` reads its own (N slots
+    held at most its lease for a concurrency policy); plain rates for every policy."""
+    if policy is None:
+        return parse_policy_rates(text)
+    return policy_rates(policy.algorithm, text, parse_lease(policy.algorithm, policy.lease))
+
+
+def _clean_rates(
+    row: PolicyTier | RateOverride, errors: dict[str, ValidationError], policy: Policy | None
+) -> None:
+    """Check ``row.rates`` under ``policy`` (:func:`rates_under`) and store their
+    canonical text; an empty field is the field's own "required" error."""
+    rates = _collect(errors, "rates", rates_under, policy, row.rates) if row.rates else None
+    if rates is not None:
+        row.rates = rates_text(policy.algorithm if policy is not None else "", rates)
+
+
+def _policy_of(tier: PolicyTier) -> Policy | None:
+    """The tier's policy, None while a form has not set it yet."""
+    try:
+        return tier.policy
+    except ObjectDoesNotExist:
         return None
 
 
@@ -558,9 +584,7 @@ class PolicyTier(models.Model):
 
     def clean(self) -> None:
         errors: dict[str, ValidationError] = {}
-        rates = _collect(errors, "rates", parse_policy_rates, self.rates) if self.rates else None
-        if rates is not None:
-            self.rates = ", ".join(str(rate) for rate in rates)
+        _clean_rates(self, errors, _policy_of(self))
         if self.match == self.ATTRIBUTE:
             _collect(errors, "name", parse_tier_attribute, self.name)
         elif self.name and not _group_exists(self.name):
@@ -571,7 +595,7 @@ class PolicyTier(models.Model):
             raise ValidationError(errors)
 
     def to_tier(self) -> Tier:
-        rates = parse_policy_rates(self.rates)
+        rates = rates_under(self.policy, self.rates)
         if self.match == self.ATTRIBUTE:
             return Tier(rates, attribute=parse_tier_attribute(self.name), value=self.value)
         return Tier(rates, group=self.name)
@@ -628,9 +652,7 @@ class RateOverride(models.Model):
 
     def clean(self) -> None:
         errors: dict[str, ValidationError] = {}
-        rates = _collect(errors, "rates", parse_policy_rates, self.rates) if self.rates else None
-        if rates is not None:
-            self.rates = ", ".join(str(rate) for rate in rates)
+        _clean_rates(self, errors, self.policy)
         if self.policy is not None and self.identity_kind:
             kinds = KeyKind(self.policy.key).identity_kinds
             if self.identity_kind not in kinds:
@@ -645,7 +667,7 @@ class RateOverride(models.Model):
     def to_own_rates(self) -> OwnRates:
         return OwnRates(
             Identity(self.identity_kind, self.identity_value),
-            parse_policy_rates(self.rates),
+            rates_under(self.policy, self.rates),
             self.expires_at.timestamp(),
             self.policy.name if self.policy is not None else "",
         )

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from django_ratelimits.engine import Identity, Limit
+from django_ratelimits.engine import Algorithm, Identity, Limit
 from django_ratelimits.policies.spec import PolicySpec
 from django_ratelimits.rates import Rate
 
@@ -49,6 +49,8 @@ class OverrideTable:
             for name in names:
                 spec = by_name.get(name)
                 if spec is not None and own.identity.kind in spec.key.identity_kinds:
+                    if not own.policy and spec.algorithm is Algorithm.CONCURRENCY:
+                        continue  # rates over time are not slots: every policy's spares it
                     found = table.setdefault((name, own.identity), [])
                     found.append((spec.limits_of(own.rates), own.expires_at))
         self._table = table

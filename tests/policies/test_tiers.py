@@ -190,3 +190,36 @@ def test_a_bulk_update_of_tiers_or_overrides_changes_the_version_stamp() -> None
         stamp = PolicyVersion.current()
         assert rows.update(rates="9/h") == 1
         assert PolicyVersion.current() != stamp, rows.model
+
+
+def test_a_concurrency_policy_s_tiers_and_overrides_are_slots() -> None:
+    from django_ratelimits.engine import Algorithm
+    from django_ratelimits.policies.registry import PolicyRegistry
+
+    Group.objects.create(name="pro")
+    uploads = Policy.objects.create(name="uploads", algorithm="concurrency", rates="2", lease=30)
+    api = Policy.objects.create(name="api", rates="10/h")
+    # Rates over time are not slots: a tier or an override says how many, as the policy does.
+    with pytest.raises(ValidationError) as raised:
+        PolicyTier(policy=uploads, match="group", name="pro", rates="10/s, 100/h").full_clean()
+    assert "rates" in raised.value.message_dict
+    tier = PolicyTier(policy=uploads, match="group", name="pro", rates="5")
+    tier.full_clean()
+    tier.save()
+    assert tier.rates == "5/concurrent"
+    ip, later = "203.0.113.9", timezone.now() + timedelta(days=1)
+    RateOverride.objects.create(
+        policy=uploads, identity_kind="ip", identity_value=ip, rates="8", expires_at=later
+    )
+    RateOverride.objects.create(  # every policy: spares the concurrency one
+        identity_kind="ip", identity_value="203.0.113.10", rates="1000/h", expires_at=later
+    )
+    registry = PolicyRegistry()
+    registry.refresh()
+    spec = registry.get("uploads")
+    assert spec is not None and spec.algorithm is Algorithm.CONCURRENCY
+    assert [(t.rates[0].limit, t.rates[0].period) for t in spec.tiers] == [(5, 30)]
+    own = registry.own_limits("uploads", Identity("ip", ip))
+    assert own is not None and [(lim.rate.limit, lim.rate.period) for lim in own] == [(8, 30)]
+    assert registry.own_limits("uploads", Identity("ip", "203.0.113.10")) is None
+    assert registry.own_limits(api.name, Identity("ip", "203.0.113.10")) is not None
