@@ -112,7 +112,9 @@ def login_failed(
     sender: object, credentials: Mapping[str, Any], request: Any = None, **_: Any
 ) -> None:
     """``user_login_failed``: charge the failed attempt to the failed-login policies."""
-    planned = _planned(current(), request, credentials)
+    # The attempt was counted once, as allowed, by the backend's look before the
+    # password: this charge is not a second decision for the metrics.
+    planned = _planned(current(), request, credentials, observed=False)
     if planned is None:
         return
     _warn_without_backend()
@@ -143,7 +145,10 @@ def logged_in(sender: object, request: Any = None, user: Any = None, **_: Any) -
 
 
 def _planned(
-    registry: PolicyRegistry, request: Any, credentials: Mapping[str, Any]
+    registry: PolicyRegistry,
+    request: Any,
+    credentials: Mapping[str, Any],
+    observed: bool = True,
 ) -> Planned | None:
     """The engine checks of the failed-login policies for this login, None if none apply."""
     request = _http(request)
@@ -154,7 +159,8 @@ def _planned(
         return None
     set_login_username(request, _username(credentials))
     name = login_username(request)
-    return Planned(request, specs, behind=None if name is None else username_behind(name))
+    behind = None if name is None else username_behind(name)
+    return Planned(request, specs, behind=behind, observed=observed)
 
 
 def _http(request: Any) -> HttpRequest | None:

@@ -73,6 +73,27 @@ def test_three_failures_then_even_the_right_password_is_refused(site: Any, key: 
     assert refused(login("alice"))  # a refusal is not a failure: it stays refused, uncharged
 
 
+def test_metrics_count_each_login_attempt_once(site: Any) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from django_ratelimits.metrics import observing
+    from django_ratelimits.metrics.prometheus import PREFIX, PrometheusMetrics
+
+    policy(key="username")
+    fresh = CollectorRegistry()
+    with observing(PrometheusMetrics(fresh)):
+        assert [login("alice").status_code for _ in range(3)] == [200, 200, 200]
+        assert login("alice", RIGHT).status_code == 429
+
+    def counted(outcome: str) -> float:
+        labels = {"policy": "login-failures", "outcome": outcome}
+        return fresh.get_sample_value(f"{PREFIX}_decisions_total", labels) or 0.0
+
+    # Three failed attempts let through (counted at the look before the password, not
+    # again when charged), and one refused.
+    assert (counted("allowed"), counted("denied")) == (3.0, 1.0)
+
+
 def test_logins_under_the_limit_pass_and_successes_do_not_count(site: Any) -> None:
     policy(key="ip_and_username")
     assert login("alice").status_code == 200
