@@ -15,6 +15,8 @@ from django.core.exceptions import ValidationError
 from django_ratelimits import key_functions
 from django_ratelimits.engine import Algorithm, Ban
 from django_ratelimits.policies.parse import (
+    check_key_arg,
+    check_login_key,
     parse_cidrs,
     parse_identity_budget,
     parse_lease,
@@ -22,6 +24,7 @@ from django_ratelimits.policies.parse import (
 )
 from django_ratelimits.policies.spec import (
     MAX_COST,
+    Counts,
     KeyKind,
     Mode,
     PolicySpec,
@@ -63,6 +66,8 @@ def declared(
     if kind == KeyKind.CALLABLE:
         key_functions.trust(arg)
     try:
+        check_key_arg(kind, arg, False)
+        check_login_key(Counts.REQUESTS, kind)  # a declared policy counts requests
         rates = policy_rates(algorithm, rate, parse_lease(algorithm, lease))
     except ValidationError as exc:  # admin's wording, raised as code's mistake
         raise ValueError(f"policy {name!r}: {' '.join(exc.messages)}") from None

@@ -248,6 +248,15 @@ def test_declare_creates_the_missing_row(registry: PolicyRegistry) -> None:
     assert names(registry.match("/signup/", "POST")) == ["signup"]
 
 
+@pytest.mark.parametrize("key", ["username", "ip_and_username", "header:bad name{}", "header"])
+def test_code_declares_only_a_key_admin_would_save(key: str) -> None:
+    # Else its row would fail to compile at every reload while the code counted by IP.
+    from django_ratelimits.policies.declare import declared as declare
+
+    with pytest.raises(ValueError, match="policy 'signup'"):
+        declare("signup", rate="5/m", key=key)
+
+
 @pytest.mark.django_db
 def test_an_existing_row_wins_over_the_declaration(registry: PolicyRegistry) -> None:
     add("signup", rates="50/m", mode="shadow")
