@@ -196,8 +196,9 @@ async def adecide(request: HttpRequest, policies: Iterable[PolicySpec]) -> Verdi
         # database on the event loop: both are asked here, where they can wait.
         if any(_reads_user(p) for p in policies):
             request.user = await request.auser()
-        if any(p.tiers for p in policies):
-            await sync_to_async(prepare)(request, policies)
+        user = getattr(request, "user", None)
+        if any(p.tiers for p in policies) and user is not None and user.is_authenticated:
+            await sync_to_async(prepare)(request, policies)  # no tier reads for no one
         await away_back(request)
     return await Planned(request, policies).arun(lambda checks: get_engine().acheck(checks))
 
