@@ -21,7 +21,6 @@ from django.core.exceptions import ObjectDoesNotExist, ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models.signals import post_delete, post_save
-from django.dispatch import receiver
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
@@ -673,13 +672,16 @@ class RateOverride(models.Model):
         )
 
 
-@receiver(post_save, sender=Policy, dispatch_uid="django_ratelimits.policy_saved")
-@receiver(post_delete, sender=Policy, dispatch_uid="django_ratelimits.policy_deleted")
-@receiver(post_save, sender=BlockedNetwork, dispatch_uid="django_ratelimits.network_saved")
-@receiver(post_delete, sender=BlockedNetwork, dispatch_uid="django_ratelimits.network_deleted")
-@receiver(post_save, sender=PolicyTier, dispatch_uid="django_ratelimits.tier_saved")
-@receiver(post_delete, sender=PolicyTier, dispatch_uid="django_ratelimits.tier_deleted")
-@receiver(post_save, sender=RateOverride, dispatch_uid="django_ratelimits.override_saved")
-@receiver(post_delete, sender=RateOverride, dispatch_uid="django_ratelimits.override_deleted")
+STAMPED_MODELS = (Policy, BlockedNetwork, PolicyTier, RateOverride)
+"""The models whose rows workers load: saving or deleting one changes the stamp, and
+every worker reloads within ``POLICY_REFRESH`` (the test kit's at the next request)."""
+
+
 def _policy_changed(**kwargs: Any) -> None:
     PolicyVersion.bump()
+
+
+for _model in STAMPED_MODELS:
+    _uid = f"django_ratelimits.{_model._meta.model_name}"
+    post_save.connect(_policy_changed, sender=_model, dispatch_uid=f"{_uid}_saved")
+    post_delete.connect(_policy_changed, sender=_model, dispatch_uid=f"{_uid}_deleted")

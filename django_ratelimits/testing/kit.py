@@ -35,7 +35,7 @@ from django_ratelimits import engine
 from django_ratelimits.breaker import breaker
 from django_ratelimits.conf import SETTING_NAME, get_settings
 from django_ratelimits.engine.connection import get_redis
-from django_ratelimits.models import Policy
+from django_ratelimits.models import STAMPED_MODELS
 from django_ratelimits.policies import registry
 from django_ratelimits.policies.declare import declared
 from django_ratelimits.policies.registry import PolicyRegistry
@@ -156,14 +156,16 @@ def reset_ratelimits() -> Iterator[str]:
     """Counters from zero in the block, apart from any other test's, even one running at
     the same time on the same Redis: the block has a key prefix of its own
     (``KEY_PREFIX``), whose keys it deletes on exit. Only that prefix's keys: never
-    ``FLUSHDB``. Policy rows saved or deleted in the block are seen by the next request,
-    without waiting ``POLICY_REFRESH``; the circuit breaker starts closed. Yields the prefix.
+    ``FLUSHDB``. Policy, tier, override and blocked-network rows saved or deleted in the
+    block are seen by the next request, without waiting ``POLICY_REFRESH``; the circuit
+    breaker starts closed. Yields the prefix.
     """
     prefix = f"rlt-{secrets.token_hex(5)}"
     breaker.success()
     registry.get_registry()._refreshed_at = None
-    post_save.connect(_stale, sender=Policy, dispatch_uid="django_ratelimits.testing")
-    post_delete.connect(_stale, sender=Policy, dispatch_uid="django_ratelimits.testing")
+    for model in STAMPED_MODELS:  # policies, their tiers, overrides, blocked networks
+        post_save.connect(_stale, sender=model, dispatch_uid="django_ratelimits.testing")
+        post_delete.connect(_stale, sender=model, dispatch_uid="django_ratelimits.testing")
     try:
         with _on("reset_ratelimits"), _settings(KEY_PREFIX=prefix):
             try:
@@ -172,8 +174,9 @@ def reset_ratelimits() -> Iterator[str]:
                 _delete_keys(prefix)
     finally:
         if "reset_ratelimits" not in _active:
-            post_save.disconnect(sender=Policy, dispatch_uid="django_ratelimits.testing")
-            post_delete.disconnect(sender=Policy, dispatch_uid="django_ratelimits.testing")
+            for model in STAMPED_MODELS:
+                post_save.disconnect(sender=model, dispatch_uid="django_ratelimits.testing")
+                post_delete.disconnect(sender=model, dispatch_uid="django_ratelimits.testing")
         breaker.success()
 
 

@@ -10,7 +10,7 @@ from django.conf import settings
 from django.test import Client, override_settings
 
 from django_ratelimits.engine import get_engine
-from django_ratelimits.models import Policy
+from django_ratelimits.models import BlockedNetwork, Policy
 from django_ratelimits.testing import (
     FakeClock,
     disable_ratelimits,
@@ -65,6 +65,15 @@ def test_a_policy_row_saved_in_a_test_applies_to_the_next_request(
     assert [client.get("/api/items").status_code for _ in range(3)] == [200] * 3
     Policy.objects.create(name="kit-rows", rates="1/m", path="^/api/", algorithm="fixed_window")
     assert [client.get("/api/items").status_code for _ in range(2)] == [200, 429]
+
+
+def test_a_blocked_network_saved_in_a_test_applies_to_the_next_request(
+    ratelimits_clock: FakeClock,
+) -> None:
+    client = Client()
+    assert client.get("/api/items").status_code == 200
+    BlockedNetwork.objects.create(network="127.0.0.0/8", reason="kit")
+    assert client.get("/api/items").status_code == 403
 
 
 def test_disabled_limits_nothing(ratelimits_disabled: None, project: Any) -> None:
