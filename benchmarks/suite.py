@@ -320,6 +320,20 @@ def where_the_time_goes(result: Run) -> str:
             f" ({decorator / ping_us:.2f}x PING): its 10-policy, 6-limit middleware costs"
             f" {overhead / decorator:.2f}x that."
         )
+        trip = req.overhead(req.scenario(request.ROUND_TRIP_ROW))
+        bound = trip / decorator
+        lines.append(
+            f"  One PING per request and nothing else (on the engine's client) adds"
+            f" {trip:.0f} µs, {trip / ping_us:.2f}x the PING timed alone: between two requests"
+            " both processes go idle, and waking them costs a round trip inside a request more"
+            f" than in a tight loop. That is {bound:.2f}x django-ratelimit's overhead, which"
+            " makes one round trip too: no limiter that asks Redis once per request adds less"
+            + (
+                f", so the {request.TARGET_ONE_LIMIT}x target is below this machine's floor."
+                if bound > request.TARGET_ONE_LIMIT
+                else "."
+            )
+        )
     if result.peers is not None:
         by_name = {
             row.name.split(" `")[0].split(" (")[0]: row.scenario for row in result.peers.rows

@@ -1,12 +1,17 @@
-"""URLs of the benchmark site: one trivial view, bare and under each decorator."""
+"""URLs of the benchmark site: one trivial view, bare, under each decorator, and after
+one PING (the floor of any limiter that asks Redis once per request)."""
 
 from __future__ import annotations
+
+import functools
+from collections.abc import Callable
 
 from django.http import HttpRequest, HttpResponse
 from django.urls import path
 from django_ratelimit.decorators import ratelimit as django_ratelimit
 
 from django_ratelimits import compat
+from django_ratelimits.engine import get_engine
 
 PEER_RATE = "10/s"
 # The limits-bite check's rate: an hour, so that its requests span at most two windows
@@ -21,6 +26,19 @@ def item(request: HttpRequest, n: int) -> HttpResponse:
     return HttpResponse(b"ok", content_type="text/plain")
 
 
+def one_ping(view: Callable[[HttpRequest, int], HttpResponse]) -> Callable[..., HttpResponse]:
+    """``view`` after one ``PING`` to the limiter's Redis, on the engine's own client and
+    pool: what a request pays for one round trip and nothing else, the least any limiter
+    that asks Redis once per request can add."""
+
+    @functools.wraps(view)
+    def pinged(request: HttpRequest, n: int) -> HttpResponse:
+        get_engine().client.ping()
+        return view(request, n)
+
+    return pinged
+
+
 urlpatterns = [
     path("api/items/<int:n>", item),
     path("limited/<int:n>", item),
@@ -29,4 +47,5 @@ urlpatterns = [
     path("django-ratelimit/check/<int:n>", django_ratelimit(key="ip", rate=CHECK_RATE)(item)),
     path("django-ratelimit/load/<int:n>", django_ratelimit(key="ip", rate=LOAD_RATE)(item)),
     path("compat/check/<int:n>", compat.ratelimit(key="ip", rate=CHECK_RATE)(item)),
+    path("ping/items/<int:n>", one_ping(item)),
 ]

@@ -81,11 +81,14 @@ def test_the_request_rows_ask_redis_once_and_the_limits_bite(report: str) -> Non
     assert any(name.endswith("HASH_IPS: one HMAC per request") for name in names)
     assert any(name.endswith("cost 5") for name in names)  # docs/cost.md
     assert "RateLimitMiddleware, 10 policies, 10,000 identity overrides" in names
+    # The floor of one round trip per request, beside django-ratelimit's overhead.
+    assert "one PING per request, no limiter (one round trip and nothing else)" in names
+    assert re.search(r"One PING per request and nothing else .* adds -?\d+ µs", report)
     assert re.search(r"takes [\d.]+ µs with no overrides and [\d.]+ µs with 10,000", report)
     for row in rows:
         if row[0] == "no rate limiting" or row[0].endswith("the engine's answer replayed"):
             assert row[4] == "0", row  # no Redis: the middleware's Python alone
-        elif row[0].startswith(("RateLimitMiddleware", "the engine call")):
+        elif row[0].startswith(("RateLimitMiddleware", "the engine call", "one PING")):
             assert row[4] == "1", row  # one round trip per request, 6 limits and all
         assert row[5] == "0", row
     assert "Limits bite (yes)" in report  # the 1-limit policy and both decorators refused too
@@ -109,6 +112,7 @@ def test_the_server_served_and_limited_only_with_a_limiter(report: str) -> None:
     rows = _section(report, "A real server")
     assert [(row[0], row[1]) for row in rows] == [
         ("gunicorn sync", "none"),
+        ("gunicorn sync", "one PING per request, no limiter"),  # no limit: 6 of 6 allowed
         ("gunicorn sync", "django-ratelimit `@ratelimit`, 1 limit"),  # counted, refused at 10/h
         ("gunicorn sync", "RateLimitMiddleware, 2 x 3 + metadata"),
     ]
