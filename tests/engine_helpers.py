@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
+import pytest
 from redis import Redis
 from redis.cluster import ClusterNode, RedisCluster
 
-from django_ratelimits.engine import Engine, Identity, KeySpace
+from django_ratelimits.engine import Engine, Identity, KeySpace, get_engine
 from django_ratelimits.testing import FakeClock
 
 _prefixes = itertools.count()
@@ -53,3 +55,25 @@ def outcomes(decision: object) -> list[tuple[Identity, bool, int, int, int]]:
         (r.identity, r.allowed, r.remaining, r.retry_after_us, r.reset_after_us)
         for r in decision.results  # type: ignore[attr-defined]
     ]
+
+
+class EngineCalls:
+    """Counts the calls of the configured engine's ``check`` and ``acheck`` from now on
+    (what reaches Redis as a check; a denial cache's own commands, the epoch and the
+    batches, are not checks): ``n``."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.n = 0
+        engine = get_engine()
+        check, acheck = engine.check, engine.acheck
+
+        def counted(checks: Any, **kwargs: Any) -> Any:
+            self.n += 1
+            return check(checks, **kwargs)
+
+        async def acounted(checks: Any, **kwargs: Any) -> Any:
+            self.n += 1
+            return await acheck(checks, **kwargs)
+
+        monkeypatch.setattr(engine, "check", counted)
+        monkeypatch.setattr(engine, "acheck", acounted)

@@ -3,16 +3,15 @@ is limited under, links to give it its own, and a reset clears them too."""
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.test import Client
-from django.utils import timezone
 
-from django_ratelimits.models import Policy, RateOverride
+from django_ratelimits.models import Policy
 from django_ratelimits.policies import get_registry
 from tests.dashboard.test_dashboard import act, detail_url
+from tests.overrides_helpers import override
 
 pytestmark = pytest.mark.django_db
 
@@ -21,14 +20,7 @@ def test_the_identity_page_shows_its_own_rates_and_a_reset_clears_them(
     site_redis: Any, admin_client: Client
 ) -> None:
     policy = Policy.objects.create(name="api", rates="2/h", path="^/api/")
-    RateOverride.objects.create(
-        policy=policy,
-        identity_kind="ip",
-        identity_value="10.0.0.7",
-        rates="4/h",
-        expires_at=timezone.now() + timedelta(hours=1),
-        reason="partner",
-    )
+    override("ip:10.0.0.7", "4/h", policy=policy)
     get_registry().refresh()
     client = Client(REMOTE_ADDR="10.0.0.7")
     assert [client.get("/api/hello").status_code for _ in range(5)] == [200] * 4 + [429]
@@ -82,14 +74,7 @@ def test_forget_erases_the_sliding_log_kept_under_an_override(site_redis: Any) -
     from tests.engine_helpers import all_keys
 
     policy = Policy.objects.create(name="api", rates="2/h", path="^/api/", algorithm="sliding_log")
-    RateOverride.objects.create(
-        policy=policy,
-        identity_kind="ip",
-        identity_value="10.0.0.9",
-        rates="4/h",
-        expires_at=timezone.now() + timedelta(hours=1),
-        reason="partner",
-    )
+    override("ip:10.0.0.9", "4/h", policy=policy)
     get_registry().refresh()
     assert Client(REMOTE_ADDR="10.0.0.9").get("/api/hello").status_code == 200
     assert any(b"10.0.0.9" in key for key in all_keys(site_redis))

@@ -167,25 +167,17 @@ def test_a_tier_whose_group_is_gone_is_a_warning_naming_both() -> None:
 @pytest.mark.django_db
 def test_a_bulk_update_of_tiers_or_overrides_changes_the_version_stamp() -> None:
     # update() sends no post_save: without the stamp, workers would never reload them.
-    from datetime import timedelta
 
     from django.contrib.auth.models import Group
-    from django.utils import timezone
 
     from django_ratelimits.models import Policy, PolicyTier, PolicyVersion, RateOverride
+    from tests.overrides_helpers import override
 
     policy = Policy.objects.create(name="api", rates="2/h", path="^/api/")
     PolicyTier.objects.create(
         policy=policy, match="group", name=Group.objects.create(name="pro").name, rates="5/h"
     )
-    RateOverride.objects.create(
-        policy=policy,
-        identity_kind="ip",
-        identity_value="10.0.0.7",
-        rates="4/h",
-        expires_at=timezone.now() + timedelta(hours=1),
-        reason="partner",
-    )
+    override("ip:10.0.0.7", "4/h", policy=policy)
     for rows in (PolicyTier.objects.all(), RateOverride.objects.all()):
         stamp = PolicyVersion.current()
         assert rows.update(rates="9/h") == 1

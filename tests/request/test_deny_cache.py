@@ -27,31 +27,11 @@ from django_ratelimits.models import Policy
 from django_ratelimits.offenders import Offenders
 from django_ratelimits.policies import get_registry
 from django_ratelimits.testing import FakeClock
+from tests.engine_helpers import EngineCalls
 
 pytestmark = pytest.mark.django_db
 ADDRESS = "203.0.113.9"
 ME = Identity("ip", ADDRESS)
-
-
-class Calls:
-    """Counts the engine calls that reach Redis (``check`` and ``acheck``) from now on;
-    the cache's own commands (the epoch, batches) are not checks."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.n = 0
-        engine = get_engine()
-        check, acheck = engine.check, engine.acheck
-
-        def counted(checks: Any, **kwargs: Any) -> Any:
-            self.n += 1
-            return check(checks, **kwargs)
-
-        async def acounted(checks: Any, **kwargs: Any) -> Any:
-            self.n += 1
-            return await acheck(checks, **kwargs)
-
-        monkeypatch.setattr(engine, "check", counted)
-        monkeypatch.setattr(engine, "acheck", acounted)
 
 
 def cache() -> DenialCache:
@@ -85,7 +65,7 @@ def test_a_denied_identity_is_refused_without_redis_until_its_retry_time(
     first, second = me.get("/api/hello"), me.get("/api/hello")
     assert first.status_code == second.status_code == 429
     assert first["Retry-After"] == second["Retry-After"] == "3000"
-    calls = Calls(monkeypatch)
+    calls = EngineCalls(monkeypatch)
     again = me.get("/api/hello")
     assert again.status_code == 429
     for header in ("Retry-After", "RateLimit", "RateLimit-Policy"):
@@ -113,7 +93,7 @@ def test_a_banning_policy_s_denials_reach_redis_and_its_ban_is_cached(
     policy(ban_after=5, ban_within="1h", ban_for="1h")
     me = Client(REMOTE_ADDR=ADDRESS)
     assert flood(me, 2) == [200, 200]
-    calls = Calls(monkeypatch)
+    calls = EngineCalls(monkeypatch)
     assert flood(me, 5) == [429] * 5
     assert calls.n == 5, "a denial was refused by the cache, uncounted towards the ban"
     override = Controls(get_engine()).override(ME)
@@ -234,7 +214,7 @@ def test_rotating_identities_never_grow_the_cache_past_its_bound(
     assert max(sizes) == 20 == cache().size
     # The newest are kept, the oldest went first.
     assert Client(headers={"X-Key": "k99"}).get("/api/hello").status_code == 429
-    calls = Calls(monkeypatch)
+    calls = EngineCalls(monkeypatch)
     assert Client(headers={"X-Key": "k0"}).get("/api/hello").status_code == 429
     assert calls.n == 1  # evicted: Redis denies it again
 
@@ -247,7 +227,7 @@ def test_zero_turns_the_cache_off(
     settings.DJANGO_RATELIMITS = {**settings.DJANGO_RATELIMITS, "DENIAL_CACHE": 0}
     policy(rates="1/h")
     assert cache_for(get_engine()) is None
-    calls = Calls(monkeypatch)
+    calls = EngineCalls(monkeypatch)
     assert flood(Client(REMOTE_ADDR=ADDRESS), 5) == [200] + [429] * 4
     assert calls.n == 5
 
@@ -256,7 +236,7 @@ def test_shadow_denials_are_never_cached(
     frozen_clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     policy(rates="1/h", mode="shadow")
-    calls = Calls(monkeypatch)
+    calls = EngineCalls(monkeypatch)
     assert flood(Client(REMOTE_ADDR=ADDRESS), 5) == [200] * 5
     assert calls.n == 5
     assert len(cache_for(get_engine()) or ()) == 0
@@ -287,7 +267,7 @@ def test_the_async_path_answers_from_the_cache_too(
         return [(await adecide(request, [spec])).blocked() for _ in range(n)]
 
     assert asyncio.run(decide_many(3)) == [False, True, True]  # the 2nd is learnt
-    calls = Calls(monkeypatch)
+    calls = EngineCalls(monkeypatch)
     assert asyncio.run(decide_many(20)) == [True] * 20
     assert calls.n == 0
 
@@ -326,7 +306,7 @@ def test_the_compat_layer_answers_from_the_cache_as_redis_did(
     options: dict[str, Any] = {"group": "g", "key": "ip", "rate": "1/h", "increment": True}
     request = RequestFactory().get("/", REMOTE_ADDR=ADDRESS)
     usages = [get_usage(request, **options) for _ in range(3)]  # the 3rd is learnt
-    calls = Calls(monkeypatch)
+    calls = EngineCalls(monkeypatch)
     cached = get_usage(request, **options)
     assert calls.n == 0
     assert cached == usages[2] == {"count": 1, "limit": 1, "should_limit": True, "time_left": 3600}

@@ -112,21 +112,11 @@ def test_a_successful_login_resets_when_the_policy_says_so(site: Any) -> None:
 
 
 def test_a_successful_login_resets_the_counters_of_an_override_too(site: Any) -> None:
-    from datetime import timedelta
 
-    from django.utils import timezone
-
-    from django_ratelimits.models import RateOverride
+    from tests.overrides_helpers import override
 
     row = policy(key="username", reset_on_success=True)
-    RateOverride.objects.create(
-        policy=row,
-        identity_kind="username",
-        identity_value="alice",
-        rates="4/15m",
-        expires_at=timezone.now() + timedelta(hours=1),
-        reason="support desk",
-    )
+    override("username:alice", "4/15m", policy=row)
     get_registry().refresh()
     assert [login("alice").status_code for _ in range(3)] == [200, 200, 200]
     assert login("alice", RIGHT).status_code == 302

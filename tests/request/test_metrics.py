@@ -16,12 +16,12 @@ from prometheus_client import CollectorRegistry
 
 from django_ratelimits import metrics
 from django_ratelimits.compat import get_usage, is_ratelimited
-from django_ratelimits.engine import get_engine
 from django_ratelimits.metrics import Outcome, observing, prometheus
 from django_ratelimits.metrics.prometheus import PREFIX, PrometheusMetrics
 from django_ratelimits.models import Policy
 from django_ratelimits.policies import get_registry
 from django_ratelimits.testing import FakeClock
+from tests.engine_helpers import EngineCalls
 
 pytestmark = pytest.mark.django_db
 DECISIONS = f"{PREFIX}_decisions_total"
@@ -35,26 +35,6 @@ def registry() -> Iterator[CollectorRegistry]:
     fresh = CollectorRegistry()
     with observing(PrometheusMetrics(fresh)):
         yield fresh
-
-
-class Calls:
-    """The engine calls made from now on (``check`` and ``acheck``)."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.n = 0
-        engine = get_engine()
-        check, acheck = engine.check, engine.acheck
-
-        def counted(checks: Any, **kwargs: Any) -> Any:
-            self.n += 1
-            return check(checks, **kwargs)
-
-        async def acounted(checks: Any, **kwargs: Any) -> Any:
-            self.n += 1
-            return await acheck(checks, **kwargs)
-
-        monkeypatch.setattr(engine, "check", counted)
-        monkeypatch.setattr(engine, "acheck", acounted)
 
 
 def policy(**fields: Any) -> None:
@@ -85,7 +65,7 @@ def test_allowed_denied_near_limit_and_cache_refusals_are_counted_per_policy(
     frozen_clock: FakeClock, registry: CollectorRegistry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     policy()
-    calls = Calls(monkeypatch)
+    calls = EngineCalls(monkeypatch)
     client = Client(REMOTE_ADDR="203.0.113.9")
     assert statuses(client, 5) == [200, 200, 200, 429, 429]
     assert decisions(registry) == {"allowed": 3, "denied": 2}
@@ -136,7 +116,7 @@ def test_a_request_counts_once_per_policy_whatever_its_identities(
 def test_async_requests_are_counted_and_timed(
     frozen_clock: FakeClock, registry: CollectorRegistry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    calls = Calls(monkeypatch)
+    calls = EngineCalls(monkeypatch)
 
     async def run() -> list[int]:
         client = AsyncClient(REMOTE_ADDR="203.0.113.9")
@@ -179,7 +159,7 @@ def test_redis_down_counts_failed_open_failed_closed_and_the_breaker(
 def test_compat_counts_charges_not_peeks(
     frozen_clock: FakeClock, registry: CollectorRegistry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    calls = Calls(monkeypatch)
+    calls = EngineCalls(monkeypatch)
     request = RequestFactory().get("/", REMOTE_ADDR="203.0.113.9")
     options: dict[str, Any] = {"group": "g", "key": "ip", "rate": "2/h"}
     assert not is_ratelimited(request, **options, increment=True)

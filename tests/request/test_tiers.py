@@ -14,6 +14,7 @@ from django_ratelimits.conf import get_settings
 from django_ratelimits.models import Policy, PolicyTier, RateOverride, spec_fields
 from django_ratelimits.policies import get_registry
 from django_ratelimits.testing import FakeClock
+from tests import overrides_helpers
 
 pytestmark = pytest.mark.django_db
 
@@ -43,15 +44,9 @@ def api(**fields: Any) -> Policy:
 
 
 def override(ident: str, rates: str, *, policy: Policy | None, hours: float = 1) -> RateOverride:
-    kind, _, value = ident.partition(":")
-    return RateOverride.objects.create(
-        policy=policy,
-        identity_kind=kind,
-        identity_value=value,
-        rates=rates,
-        expires_at=datetime.fromtimestamp(NOW, tz=UTC) + timedelta(hours=hours),
-        reason="test",
-    )
+    """An override in force ``hours`` after the test clock's start."""
+    until = datetime.fromtimestamp(NOW, tz=UTC) + timedelta(hours=hours)
+    return overrides_helpers.override(ident, rates, policy=policy, until=until)
 
 
 def declared(name: str) -> Policy:

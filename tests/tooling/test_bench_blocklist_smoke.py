@@ -5,33 +5,21 @@ and that every entry count was loaded."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from benchmarks.blocklist import ENTRY_COUNTS
-from tests.tooling.test_bench_suite_smoke import _section
+from tests.tooling.quick_bench import run_quick, section
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[2]
 PER_ROUND, ROUNDS = 200, 2  # the quick mode's
 
 
 def test_the_blocklist_benchmark_looks_up_every_count(tmp_path: Path) -> None:
-    output = tmp_path / "benchmarks.md"
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--quick", "--parts", "blocklist", "--output", output],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-5000:]
-    report = output.read_text()
-    ping, *rows = _section(report, "Blocked networks")
+    report = run_quick("benchmarks", tmp_path / "benchmarks.md", "--parts", "blocklist")
+    ping, *rows = section(report, "Blocked networks")
     assert ping[0] == "PING (the floor)"
     names = [row[0] for row in rows]
     for n in ENTRY_COUNTS:

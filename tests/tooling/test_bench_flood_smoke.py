@@ -5,35 +5,23 @@ cache; with it, fewer than one and more than none (the batches go to Redis)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from django_ratelimits.deny_cache import BATCH_REQUESTS
-from tests.tooling.test_bench_suite_smoke import _section
+from tests.tooling.quick_bench import run_quick, section
 
 pytest.importorskip("gunicorn", reason="the bench extra: pip install -e '.[bench]'")
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[2]
 FLOOD = 1000  # the quick mode's flood
 
 
 def test_the_flood_benchmark_counts_the_calls_a_flood_costs(tmp_path: Path) -> None:
-    output = tmp_path / "benchmarks.md"
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--quick", "--parts", "flood", "--output", output],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-5000:]
-    report = output.read_text()
-    off, on = _section(report, "Flood")
+    report = run_quick("benchmarks", tmp_path / "benchmarks.md", "--parts", "flood")
+    off, on = section(report, "Flood")
     assert off[0] == "off (0)" and on[0] == "on (10,000)"
     for row in (off, on):
         assert row[1] == f"{FLOOD:,}", row  # every request of the flood was denied

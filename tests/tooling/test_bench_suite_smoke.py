@@ -8,44 +8,24 @@ allowed path, and that each limiter refused past its limit.
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from django_ratelimits.engine import RATE_ALGORITHMS, Algorithm
+from tests.tooling.quick_bench import run_quick, section
 
 pytest.importorskip("django_ratelimit", reason="the bench extra: pip install -e '.[bench]'")
 pytest.importorskip("limits", reason="the bench extra: pip install -e '.[bench]'")
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[2]
 PARTS = ["peers", "request", "server", "accuracy"]
 
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> str:
     output = tmp_path_factory.mktemp("bench") / "benchmarks.md"
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--quick", "--parts", *PARTS, "--output", output],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-5000:]
-    return output.read_text()
-
-
-def _section(text: str, title: str) -> list[list[str]]:
-    """The rows of the first table in section ``## title``, each split into its cells."""
-    body = text.split(f"\n## {title}\n", 1)[1]
-    table = body[body.index("\n|") + 1 :].split("\n\n", 1)[0]
-    return [
-        [cell.strip() for cell in row.strip("|").split(" | ")] for row in table.splitlines()[2:]
-    ]
+    return run_quick("benchmarks", output, "--parts", *PARTS)
 
 
 def test_the_report_has_every_part(report: str) -> None:
@@ -58,7 +38,7 @@ def test_the_report_has_every_part(report: str) -> None:
 
 
 def test_every_peer_decides_in_redis_and_limits_at_its_limit(report: str) -> None:
-    rows = _section(report, "Peers on the same Redis")
+    rows = section(report, "Peers on the same Redis")
     assert len(rows) == 11  # PING, then five peers each with this package's answer
     for row in rows:
         assert row[5] == "0", row  # denied: the allowed path was timed
@@ -71,7 +51,7 @@ def test_every_peer_decides_in_redis_and_limits_at_its_limit(report: str) -> Non
 
 
 def test_the_request_rows_ask_redis_once_and_the_limits_bite(report: str) -> None:
-    rows = _section(report, "Whole request overhead")
+    rows = section(report, "Whole request overhead")
     names = [row[0] for row in rows]
     for count in ("1 policy", "10 policies", "100 policies", "1,000 policies"):
         assert f"RateLimitMiddleware, {count}" in names
@@ -99,7 +79,7 @@ def test_the_request_rows_ask_redis_once_and_the_limits_bite(report: str) -> Non
 
 
 def test_issue_12_has_a_figure_and_a_verdict_per_row(report: str) -> None:
-    rows = _section(report, "Targets (issue 12)")
+    rows = section(report, "Targets (issue 12)")
     # django-ratelimit's Redis CPU, three against `limits`, three of requests, one of servers
     assert len(rows) == 8
     for figure, measured, target, verdict in rows:
@@ -109,7 +89,7 @@ def test_issue_12_has_a_figure_and_a_verdict_per_row(report: str) -> None:
 
 
 def test_the_server_served_and_limited_only_with_a_limiter(report: str) -> None:
-    rows = _section(report, "A real server")
+    rows = section(report, "A real server")
     assert [(row[0], row[1]) for row in rows] == [
         ("gunicorn sync", "none"),
         ("gunicorn sync", "one PING per request, no limiter"),  # no limit: 6 of 6 allowed
@@ -123,7 +103,7 @@ def test_the_server_served_and_limited_only_with_a_limiter(report: str) -> None:
 
 
 def test_the_accuracy_table_is_the_reference_models(report: str) -> None:
-    rows = _section(report, "Accuracy")
+    rows = section(report, "Accuracy")
     assert [row[0] for row in rows] == [algorithm.value for algorithm in RATE_ALGORITHMS]
     exact = next(row for row in rows if row[0] == Algorithm.SLIDING_LOG.value)
     assert all("(+0.0%), 1.00x" in cell for cell in exact[1:])
