@@ -334,6 +334,13 @@ def where_the_time_goes(result: Run) -> str:
                 else "."
             )
         )
+        one = req.overhead(req.scenario(request.ONE_LIMIT_ROW))
+        lines.append(
+            f"  Past that floor, the middleware with 1 policy of 1 limit adds {one - trip:.0f} µs"
+            f" (its Python, and the script's work in Redis beyond a PING's) and"
+            f" django-ratelimit's decorator {decorator - trip:.0f} µs; with {request.HEADLINE}"
+            f" policies and 2 x 3 limits, the middleware {overhead - trip:.0f} µs."
+        )
     if result.peers is not None:
         by_name = {
             row.name.split(" `")[0].split(" (")[0]: row.scenario for row in result.peers.rows
