@@ -25,14 +25,16 @@ end
 
 function ALG.swc.peek(v, now, limit, window, capacity, cost)
   local w = floor(now / window)
-  local cur, prev = 0, 0
+  -- The counts, and the text of the window and of the previous count as read, which
+  -- the next value keeps: only the current count is written anew.
+  local cur, prev, w_text, prev_text = 0, 0, nil, '0'
   if v then
     local sw, sc, sp = smatch(v, '^(%d+) (%d+) (%d+)$')
-    sw = tonumber(sw)
-    if sw == w then
-      cur, prev = tonumber(sc), tonumber(sp)
-    elseif sw == w - 1 then
-      prev = tonumber(sc)
+    local at = tonumber(sw)
+    if at == w then
+      cur, prev, w_text, prev_text = tonumber(sc), tonumber(sp), sw, sp
+    elseif at == w - 1 then
+      prev, prev_text = tonumber(sc), sc
     end
   end
   local start = w * window
@@ -45,7 +47,7 @@ function ALG.swc.peek(v, now, limit, window, capacity, cost)
   end
   if est + cost <= limit then
     return true, limit - est - cost, 0, reset_for(cur + cost),
-      fmt(w) .. ' ' .. fmt(cur + cost) .. ' ' .. fmt(prev), (w + 2) * window - now
+      (w_text or fmt(w)) .. ' ' .. fmt(cur + cost) .. ' ' .. prev_text, (w + 2) * window - now
   end
   local retry
   if cur + cost <= limit then

@@ -1,0 +1,102 @@
+"""The sliding windows' state as the check script keeps it in the identity's HASH.
+
+The script writes a limit's buckets as ``<index> <count>`` pairs, oldest first, one space
+apart. On an allowed check it keeps the live pairs' text and writes only the charged
+bucket anew; a value out of that order (the clock went back, or a hand-written value)
+is read all the same and rewritten whole. These tests pin both ways to what users rely
+on: the decisions, and a value every later check reads the same. The sliding window
+counter's ``<window> <count> <previous count>`` keeps the text it read but the count.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django_ratelimits.engine import Algorithm, Check, Identity, Limit
+from django_ratelimits.rates import Rate
+from django_ratelimits.testing import FakeClock
+from tests.engine_helpers import EPOCH_US, fresh_engine
+
+IP = Identity("ip", "198.51.100.20")
+LIMIT = Limit("api", Rate(5, 1), Algorithm.SLIDING_WINDOW)
+STEP_US = 100_000  # a bucket: a tenth of the 1 s window
+B0 = EPOCH_US // STEP_US  # the bucket the clock starts in
+
+
+def _stored(client: Any, engine: Any) -> str:
+    value = client.hget(engine.keys.of(IP).state, LIMIT.spec)
+    return value.decode() if value is not None else ""
+
+
+def _store(client: Any, engine: Any, value: str) -> None:
+    client.hset(engine.keys.of(IP).state, LIMIT.spec, value)
+
+
+def test_buckets_are_kept_oldest_first_and_slide_out(redis_client: Any) -> None:
+    clock = FakeClock(EPOCH_US)
+    engine = fresh_engine(redis_client, clock)
+    check = [Check(IP, [LIMIT])]
+    assert engine.check(check).allowed
+    clock.advance(us=50_000)  # the same bucket: its count grows
+    assert engine.check(check).allowed
+    assert _stored(redis_client, engine) == f"{B0} 2"
+    clock.advance(us=200_000)  # two buckets on: a pair after it
+    assert engine.check(check).allowed
+    assert _stored(redis_client, engine) == f"{B0} 2 {B0 + 2} 1"
+    clock.advance(us=900_000)  # bucket B0 + 11: B0 slid out, B0 + 2 is still live
+    decision = engine.check(check)
+    assert decision.allowed and decision.results[0].remaining == 5 - 2
+    assert _stored(redis_client, engine) == f"{B0 + 2} 1 {B0 + 11} 1"
+
+
+def test_a_value_out_of_order_is_read_whole_and_rewritten(redis_client: Any) -> None:
+    clock = FakeClock(EPOCH_US + 5 * STEP_US)  # bucket B0 + 5
+    engine = fresh_engine(redis_client, clock)
+    # A bucket that slid out stands between two live ones: it is dropped, not kept.
+    _store(redis_client, engine, f"{B0 + 3} 2 {B0 - 20} 4 {B0 + 1} 1")
+    decision = engine.check([Check(IP, [LIMIT])])
+    assert decision.allowed and decision.results[0].remaining == 5 - 3 - 1
+    assert _stored(redis_client, engine) == f"{B0 + 3} 2 {B0 + 1} 1 {B0 + 5} 1"
+
+
+def test_a_bucket_ahead_of_the_clock_still_counts(redis_client: Any) -> None:
+    # Redis' clock went back (a failover to a replica a little behind): the newer
+    # bucket's requests still count, and the charge goes to the clock's bucket.
+    clock = FakeClock(EPOCH_US + 3 * STEP_US)
+    engine = fresh_engine(redis_client, clock)
+    _store(redis_client, engine, f"{B0 + 3} 1 {B0 + 5} 2")
+    decision = engine.check([Check(IP, [LIMIT])])
+    assert decision.allowed and decision.results[0].remaining == 5 - 3 - 1
+    assert _stored(redis_client, engine) == f"{B0 + 3} 2 {B0 + 5} 2"  # one pair a bucket
+
+
+def test_a_denial_waits_for_the_oldest_buckets_whatever_their_order(redis_client: Any) -> None:
+    now = EPOCH_US + 5 * STEP_US
+    for value in (f"{B0 + 1} 2 {B0 + 3} 3", f"{B0 + 3} 3 {B0 + 1} 2"):
+        clock = FakeClock(now)
+        engine = fresh_engine(redis_client, clock)
+        _store(redis_client, engine, value)
+        decision = engine.check([Check(IP, [LIMIT])])
+        assert not decision.allowed
+        # One request more than the limit: the 2 of bucket B0 + 1 must slide out first,
+        # which they do when the window has left bucket B0 + 1 + 10 behind.
+        assert decision.retry_after_us == (B0 + 1 + 11) * STEP_US - now, value
+        assert _stored(redis_client, engine) == value  # a denial charges nothing
+
+
+def test_the_window_counter_keeps_its_window_and_the_previous_count(redis_client: Any) -> None:
+    counter = Limit("api", Rate(5, 1), Algorithm.SLIDING_WINDOW_COUNTER)
+    clock = FakeClock(EPOCH_US)
+    engine = fresh_engine(redis_client, clock)
+    w0 = EPOCH_US // 1_000_000
+    state = engine.keys.of(IP).state
+    for expected in (f"{w0} 1 0", f"{w0} 2 0"):
+        assert engine.check([Check(IP, [counter])]).allowed
+        assert redis_client.hget(state, counter.spec).decode() == expected
+    clock.advance(us=1_500_000)  # the next window: the 2 become the previous count
+    decision = engine.check([Check(IP, [counter])])
+    assert decision.allowed and decision.results[0].remaining == 5 - 1 - 1  # 2 weighted by 1/2
+    assert redis_client.hget(state, counter.spec).decode() == f"{w0 + 1} 1 2"
+    clock.advance(us=100_000)
+    assert engine.check([Check(IP, [counter])]).allowed
+    assert redis_client.hget(state, counter.spec).decode() == f"{w0 + 1} 2 2"
