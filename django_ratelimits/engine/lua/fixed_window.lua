@@ -4,18 +4,18 @@ ALG.fw = {}
 
 function ALG.fw.peek(v, now, limit, window, capacity, cost)
   local w = floor(now / window)
-  local n = 0
+  local n, w_text = 0, nil -- the window's text as read, which the next value keeps
   if v then
     local sw, sn = smatch(v, '^(%d+) (%d+)$')
     if tonumber(sw) == w then
-      n = tonumber(sn)
+      n, w_text = tonumber(sn), sw
     end
   end
   local window_end = (w + 1) * window - now
   if n + cost <= limit then
     local after = n + cost
     return true, limit - after, 0, (after > 0) and window_end or 0,
-      fmt(w) .. ' ' .. fmt(after), window_end
+      (w_text or fmt(w)) .. ' ' .. fmt(after), window_end
   end
   return false, max(0, limit - n), window_end, window_end
 end

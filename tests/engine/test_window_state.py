@@ -1,11 +1,12 @@
-"""The sliding windows' state as the check script keeps it in the identity's HASH.
+"""The windows' state as the check script keeps it in the identity's HASH.
 
 The script writes a limit's buckets as ``<index> <count>`` pairs, oldest first, one space
 apart. On an allowed check it keeps the live pairs' text and writes only the charged
 bucket anew; a value out of that order (the clock went back, or a hand-written value)
 is read all the same and rewritten whole. These tests pin both ways to what users rely
 on: the decisions, and a value every later check reads the same. The sliding window
-counter's ``<window> <count> <previous count>`` keeps the text it read but the count.
+counter's ``<window> <count> <previous count>`` and the fixed window's ``<window>
+<count>`` keep the text they read but the count.
 """
 
 from __future__ import annotations
@@ -100,3 +101,19 @@ def test_the_window_counter_keeps_its_window_and_the_previous_count(redis_client
     clock.advance(us=100_000)
     assert engine.check([Check(IP, [counter])]).allowed
     assert redis_client.hget(state, counter.spec).decode() == f"{w0 + 1} 2 2"
+
+
+def test_the_fixed_window_keeps_its_window_and_starts_the_next_one_at_the_charge(
+    redis_client: Any,
+) -> None:
+    fixed = Limit("api", Rate(5, 1), Algorithm.FIXED_WINDOW)
+    clock = FakeClock(EPOCH_US)
+    engine = fresh_engine(redis_client, clock)
+    w0, state = EPOCH_US // 1_000_000, engine.keys.of(IP).state
+    for expected in (f"{w0} 1", f"{w0} 2"):
+        assert engine.check([Check(IP, [fixed])]).allowed
+        assert redis_client.hget(state, fixed.spec).decode() == expected
+    clock.advance(us=1_000_000)
+    decision = engine.check([Check(IP, [fixed])])
+    assert decision.allowed and decision.results[0].remaining == 4
+    assert redis_client.hget(state, fixed.spec).decode() == f"{w0 + 1} 1"
