@@ -81,7 +81,7 @@ def client_ip(request: HttpRequest) -> str:
 def ip_identity(request: HttpRequest) -> Identity:
     """The client address as the limiter counts it: its group (:func:`client_ip`), or
     with ``HASH_IPS`` the group's keyed hash (:func:`counted_ip`)."""
-    return Identity("ip", _client(request)[3])
+    return _client(request)[3]
 
 
 def counted_ip(grouped: str, config: RateLimitSettings) -> str:
@@ -101,12 +101,12 @@ def client_address(request: HttpRequest) -> IPAddress | None:
     return _client(request)[1]
 
 
-_Client = tuple[RateLimitSettings, IPAddress | None, str, str]
+_Client = tuple[RateLimitSettings, IPAddress | None, str, Identity]
 
 
 def _client(request: HttpRequest) -> _Client:
-    """The settings, the client's address, its group and the value it is counted
-    under, worked out once per request (every policy, gate, exemption and metadata
+    """The settings, the client's address, its group and the identity it is counted
+    as, worked out once per request (every policy, gate, exemption and metadata
     entry of a request asks), and again only if the settings change."""
     config = get_settings()
     cached: _Client | None = getattr(request, _CACHE, None)
@@ -114,7 +114,7 @@ def _client(request: HttpRequest) -> _Client:
         return cached
     address = _client_address(request, config)
     grouped = UNKNOWN if address is None else group(address, config.ipv4_prefix, config.ipv6_prefix)
-    cached = (config, address, grouped, counted_ip(grouped, config))
+    cached = (config, address, grouped, Identity("ip", counted_ip(grouped, config)))
     setattr(request, _CACHE, cached)
     return cached
 
