@@ -216,7 +216,7 @@ def run(server: RedisServer, workdir: Path, quick: bool = False) -> Report:
     port = free_port()
     results = []
     sources = itertools.count(1)
-    # A server without the middleware serves NONE, then DECORATOR; then one with it.
+    # A server without the middleware serves NONE, ROUND_TRIP and DECORATOR; then one with it.
     configurations = ((False, (NONE, ROUND_TRIP, DECORATOR)), (True, (MIDDLEWARE,)))
     for name, argv in _commands(port).items():
         if quick and name != SYNC:
@@ -283,8 +283,10 @@ def render(report: Report) -> str:
         f" middleware and none without; of {CHECKED} requests to a view of django-ratelimit's"
         " decorator at 10/h, the first 10 or more passed and the rest were refused. The"
         " django-ratelimit row is the server without the middleware, loaded on a view under"
-        " that decorator (1 limit by address, never reached); the PING row, on the view after"
-        " one PING to Redis on the engine's client: one round trip per request, no limiter.",
+        " that decorator (1 limit by address, never reached; all the load comes from one"
+        " address, so after each second's first request it sends `SET NX` and then an `EVAL`"
+        " to count: two round trips); the PING row, on the view after one PING to Redis on"
+        " the engine's client: one round trip per request, no limiter.",
         "",
         "| server | limiter | requests | requests/s | p50 ms | p99 ms | not 200"
         " | rps change | p50 added ms | added x PING | limits bite |",

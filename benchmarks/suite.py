@@ -322,12 +322,14 @@ def where_the_time_goes(result: Run) -> str:
         )
         trip = req.overhead(req.scenario(request.ROUND_TRIP_ROW))
         bound = trip / decorator
+        trips = req.scenario("django-ratelimit").round_trips
         lines.append(
             f"  One PING per request and nothing else (on the engine's client) adds"
-            f" {trip:.0f} µs, {trip / ping_us:.2f}x the PING timed alone: between two requests"
-            " both processes go idle, and waking them costs a round trip inside a request more"
-            f" than in a tight loop. That is {bound:.2f}x django-ratelimit's overhead, which"
-            " makes one round trip too: no limiter that asks Redis once per request adds less"
+            f" {trip:.0f} µs, {trip / ping_us:.2f}x the PING timed alone: a round trip costs"
+            " a request more than a tight loop, most likely the wake-ups (between two requests"
+            f" both processes go idle). That is {bound:.2f}x django-ratelimit's overhead, whose"
+            f" requests here made {trips:.3g} round trip{'' if trips == 1 else 's'} each: no"
+            " limiter that asks Redis once per request adds less"
             + (
                 f", so the {request.TARGET_ONE_LIMIT}x target is below this machine's floor."
                 if bound > request.TARGET_ONE_LIMIT

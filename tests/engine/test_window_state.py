@@ -2,9 +2,11 @@
 
 The script writes a limit's buckets as ``<index> <count>`` pairs, oldest first, one space
 apart. On an allowed check it keeps the live pairs' text and writes only the charged
-bucket anew; a value out of that order (the clock went back, or a hand-written value)
-is read all the same and rewritten whole. These tests pin both ways to what users rely
-on: the decisions, and a value every later check reads the same. The sliding window
+bucket anew; a value out of that order (the clock went back) is read all the same and
+rewritten whole. These tests pin both ways to what users rely on: the decisions, and a
+value every later check reads the same. (What the script keeps is its own writing: a
+value written by hand with leading zeros or other separators is decided the same, but
+its text is kept as it is.) The sliding window
 counter's ``<window> <count> <previous count>`` and the fixed window's ``<window>
 <count>`` keep the text they read but the count.
 """
@@ -44,20 +46,40 @@ def test_buckets_are_kept_oldest_first_and_slide_out(redis_client: Any) -> None:
     clock.advance(us=200_000)  # two buckets on: a pair after it
     assert engine.check(check).allowed
     assert _stored(redis_client, engine) == f"{B0} 2 {B0 + 2} 1"
-    clock.advance(us=900_000)  # bucket B0 + 11: B0 slid out, B0 + 2 is still live
+    assert engine.check(check).allowed  # the newest of two live pairs grows
+    assert _stored(redis_client, engine) == f"{B0} 2 {B0 + 2} 2"
+    clock.advance(us=200_000)  # a third pair after two live ones
     decision = engine.check(check)
-    assert decision.allowed and decision.results[0].remaining == 5 - 2
-    assert _stored(redis_client, engine) == f"{B0 + 2} 1 {B0 + 11} 1"
+    assert decision.allowed and decision.results[0].remaining == 0
+    assert _stored(redis_client, engine) == f"{B0} 2 {B0 + 2} 2 {B0 + 4} 1"
+    clock.advance(us=700_000)  # bucket B0 + 11: B0 slid out, B0 + 2 and B0 + 4 are live
+    decision = engine.check(check)
+    assert decision.allowed and decision.results[0].remaining == 5 - 3 - 1
+    assert _stored(redis_client, engine) == f"{B0 + 2} 2 {B0 + 4} 1 {B0 + 11} 1"
 
 
 def test_a_value_out_of_order_is_read_whole_and_rewritten(redis_client: Any) -> None:
     clock = FakeClock(EPOCH_US + 5 * STEP_US)  # bucket B0 + 5
     engine = fresh_engine(redis_client, clock)
-    # A bucket that slid out stands between two live ones: it is dropped, not kept.
-    _store(redis_client, engine, f"{B0 + 3} 2 {B0 - 20} 4 {B0 + 1} 1")
+    # Two live pairs in order, a bucket that slid out between them: it is dropped.
+    _store(redis_client, engine, f"{B0 + 1} 1 {B0 - 20} 4 {B0 + 3} 2")
     decision = engine.check([Check(IP, [LIMIT])])
     assert decision.allowed and decision.results[0].remaining == 5 - 3 - 1
-    assert _stored(redis_client, engine) == f"{B0 + 3} 2 {B0 + 1} 1 {B0 + 5} 1"
+    assert _stored(redis_client, engine) == f"{B0 + 1} 1 {B0 + 3} 2 {B0 + 5} 1"
+    # Live pairs out of order: read whole, rewritten in the order read.
+    _store(redis_client, engine, f"{B0 + 3} 1 {B0 + 1} 1")
+    decision = engine.check([Check(IP, [LIMIT])])
+    assert decision.allowed and decision.results[0].remaining == 5 - 2 - 1
+    assert _stored(redis_client, engine) == f"{B0 + 3} 1 {B0 + 1} 1 {B0 + 5} 1"
+
+
+def test_a_bucket_written_twice_counts_twice_and_both_are_charged(redis_client: Any) -> None:
+    clock = FakeClock(EPOCH_US + 5 * STEP_US)
+    engine = fresh_engine(redis_client, clock)
+    _store(redis_client, engine, f"{B0 + 5} 1 {B0 + 5} 1")
+    decision = engine.check([Check(IP, [LIMIT])])
+    assert decision.allowed and decision.results[0].remaining == 5 - 2 - 1
+    assert _stored(redis_client, engine) == f"{B0 + 5} 2 {B0 + 5} 2"  # as it always was
 
 
 def test_a_bucket_ahead_of_the_clock_still_counts(redis_client: Any) -> None:
