@@ -58,39 +58,37 @@ def test_buckets_are_kept_oldest_first_and_slide_out(redis_client: Any) -> None:
     assert _stored(redis_client, engine) == f"{B0 + 2} 2 {B0 + 4} 1 {B0 + 11} 1"
 
 
+def _charged_once(client: Any, bucket: int, value: str) -> tuple[int, str]:
+    """With ``value`` stored, one request at bucket ``B0 + bucket``, which must pass: the
+    quota it leaves, and the value stored after it."""
+    engine = fresh_engine(client, FakeClock(EPOCH_US + bucket * STEP_US))
+    _store(client, engine, value)
+    decision = engine.check([Check(IP, [LIMIT])])
+    assert decision.allowed
+    return decision.results[0].remaining, _stored(client, engine)
+
+
 def test_a_value_out_of_order_is_read_whole_and_rewritten(redis_client: Any) -> None:
-    clock = FakeClock(EPOCH_US + 5 * STEP_US)  # bucket B0 + 5
-    engine = fresh_engine(redis_client, clock)
     # Two live pairs in order, a bucket that slid out between them: it is dropped.
-    _store(redis_client, engine, f"{B0 + 1} 1 {B0 - 20} 4 {B0 + 3} 2")
-    decision = engine.check([Check(IP, [LIMIT])])
-    assert decision.allowed and decision.results[0].remaining == 5 - 3 - 1
-    assert _stored(redis_client, engine) == f"{B0 + 1} 1 {B0 + 3} 2 {B0 + 5} 1"
+    stored = f"{B0 + 1} 1 {B0 - 20} 4 {B0 + 3} 2"
+    after = f"{B0 + 1} 1 {B0 + 3} 2 {B0 + 5} 1"
+    assert _charged_once(redis_client, 5, stored) == (5 - 3 - 1, after)
     # Live pairs out of order: read whole, rewritten in the order read.
-    _store(redis_client, engine, f"{B0 + 3} 1 {B0 + 1} 1")
-    decision = engine.check([Check(IP, [LIMIT])])
-    assert decision.allowed and decision.results[0].remaining == 5 - 2 - 1
-    assert _stored(redis_client, engine) == f"{B0 + 3} 1 {B0 + 1} 1 {B0 + 5} 1"
+    stored, after = f"{B0 + 3} 1 {B0 + 1} 1", f"{B0 + 3} 1 {B0 + 1} 1 {B0 + 5} 1"
+    assert _charged_once(redis_client, 5, stored) == (5 - 2 - 1, after)
 
 
 def test_a_bucket_written_twice_counts_twice_and_both_are_charged(redis_client: Any) -> None:
-    clock = FakeClock(EPOCH_US + 5 * STEP_US)
-    engine = fresh_engine(redis_client, clock)
-    _store(redis_client, engine, f"{B0 + 5} 1 {B0 + 5} 1")
-    decision = engine.check([Check(IP, [LIMIT])])
-    assert decision.allowed and decision.results[0].remaining == 5 - 2 - 1
-    assert _stored(redis_client, engine) == f"{B0 + 5} 2 {B0 + 5} 2"  # as it always was
+    stored, after = f"{B0 + 5} 1 {B0 + 5} 1", f"{B0 + 5} 2 {B0 + 5} 2"  # as it always was
+    assert _charged_once(redis_client, 5, stored) == (5 - 2 - 1, after)
 
 
 def test_a_bucket_ahead_of_the_clock_still_counts(redis_client: Any) -> None:
     # Redis' clock went back (a failover to a replica a little behind): the newer
-    # bucket's requests still count, and the charge goes to the clock's bucket.
-    clock = FakeClock(EPOCH_US + 3 * STEP_US)
-    engine = fresh_engine(redis_client, clock)
-    _store(redis_client, engine, f"{B0 + 3} 1 {B0 + 5} 2")
-    decision = engine.check([Check(IP, [LIMIT])])
-    assert decision.allowed and decision.results[0].remaining == 5 - 3 - 1
-    assert _stored(redis_client, engine) == f"{B0 + 3} 2 {B0 + 5} 2"  # one pair a bucket
+    # bucket's requests still count, and the charge goes to the clock's bucket, one
+    # pair a bucket.
+    stored, after = f"{B0 + 3} 1 {B0 + 5} 2", f"{B0 + 3} 2 {B0 + 5} 2"
+    assert _charged_once(redis_client, 3, stored) == (5 - 3 - 1, after)
 
 
 def test_a_denial_waits_for_the_oldest_buckets_whatever_their_order(redis_client: Any) -> None:
