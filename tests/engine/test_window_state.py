@@ -1,14 +1,14 @@
 """The windows' state as the check script keeps it in the identity's HASH.
 
-The script writes a limit's buckets as ``<index> <count>`` pairs, oldest first, one space
-apart. On an allowed check it keeps the live pairs' text and writes only the charged
-bucket anew; a value out of that order (the clock went back) is read all the same and
-rewritten whole. These tests pin both ways to what users rely on: the decisions, and a
-value every later check reads the same. (What the script keeps is its own writing: a
-value written by hand with leading zeros or other separators is decided the same, but
-its text is kept as it is.) The sliding window
-counter's ``<window> <count> <previous count>`` and the fixed window's ``<window>
-<count>`` keep the text they read but the count.
+The sliding window writes a limit's buckets as ``<index> <count>`` pairs, oldest first,
+one space apart. On an allowed check it keeps the live pairs' text and writes only the
+charged bucket anew; a value out of that order (the clock went back) is read all the
+same and rewritten whole. The sliding window counter's ``<window> <count> <previous
+count>`` and the fixed window's ``<window> <count>`` keep the text they read but the
+count. These tests pin both ways to what users rely on: the decisions, and a value
+every later check reads the same. (What the script keeps is its own writing: a value
+written by hand with leading zeros or other separators is decided the same, but its
+text is kept as it is.)
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ STEP_US = 100_000  # a bucket: a tenth of the 1 s window
 B0 = EPOCH_US // STEP_US  # the bucket the clock starts in
 
 
-def _stored(client: Any, engine: Any) -> str:
-    value = client.hget(engine.keys.of(IP).state, LIMIT.spec)
+def _stored(client: Any, engine: Any, limit: Limit = LIMIT) -> str:
+    value = client.hget(engine.keys.of(IP).state, limit.spec)
     return value.decode() if value is not None else ""
 
 
@@ -110,17 +110,16 @@ def test_the_window_counter_keeps_its_window_and_the_previous_count(redis_client
     clock = FakeClock(EPOCH_US)
     engine = fresh_engine(redis_client, clock)
     w0 = EPOCH_US // 1_000_000
-    state = engine.keys.of(IP).state
     for expected in (f"{w0} 1 0", f"{w0} 2 0"):
         assert engine.check([Check(IP, [counter])]).allowed
-        assert redis_client.hget(state, counter.spec).decode() == expected
+        assert _stored(redis_client, engine, counter) == expected
     clock.advance(us=1_500_000)  # the next window: the 2 become the previous count
     decision = engine.check([Check(IP, [counter])])
     assert decision.allowed and decision.results[0].remaining == 5 - 1 - 1  # 2 weighted by 1/2
-    assert redis_client.hget(state, counter.spec).decode() == f"{w0 + 1} 1 2"
+    assert _stored(redis_client, engine, counter) == f"{w0 + 1} 1 2"
     clock.advance(us=100_000)
     assert engine.check([Check(IP, [counter])]).allowed
-    assert redis_client.hget(state, counter.spec).decode() == f"{w0 + 1} 2 2"
+    assert _stored(redis_client, engine, counter) == f"{w0 + 1} 2 2"
 
 
 def test_the_fixed_window_keeps_its_window_and_starts_the_next_one_at_the_charge(
@@ -129,11 +128,11 @@ def test_the_fixed_window_keeps_its_window_and_starts_the_next_one_at_the_charge
     fixed = Limit("api", Rate(5, 1), Algorithm.FIXED_WINDOW)
     clock = FakeClock(EPOCH_US)
     engine = fresh_engine(redis_client, clock)
-    w0, state = EPOCH_US // 1_000_000, engine.keys.of(IP).state
+    w0 = EPOCH_US // 1_000_000
     for expected in (f"{w0} 1", f"{w0} 2"):
         assert engine.check([Check(IP, [fixed])]).allowed
-        assert redis_client.hget(state, fixed.spec).decode() == expected
+        assert _stored(redis_client, engine, fixed) == expected
     clock.advance(us=1_000_000)
     decision = engine.check([Check(IP, [fixed])])
     assert decision.allowed and decision.results[0].remaining == 4
-    assert redis_client.hget(state, fixed.spec).decode() == f"{w0 + 1} 1"
+    assert _stored(redis_client, engine, fixed) == f"{w0 + 1} 1"

@@ -167,7 +167,6 @@ def test_a_tier_whose_group_is_gone_is_a_warning_naming_both() -> None:
 @pytest.mark.django_db
 def test_a_bulk_update_of_tiers_or_overrides_changes_the_version_stamp() -> None:
     # update() sends no post_save: without the stamp, workers would never reload them.
-
     from django.contrib.auth.models import Group
 
     from django_ratelimits.models import Policy, PolicyTier, PolicyVersion, RateOverride
