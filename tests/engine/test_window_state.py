@@ -105,21 +105,27 @@ def test_a_denial_waits_for_the_oldest_buckets_whatever_their_order(redis_client
         assert _stored(redis_client, engine) == value  # a denial charges nothing
 
 
+def _each_stored(client: Any, engine: Any, limit: Limit, *expected: str) -> None:
+    """One allowed request per value of ``expected``, each leaving that value stored."""
+    for value in expected:
+        assert engine.check([Check(IP, [limit])]).allowed
+        assert _stored(client, engine, limit) == value
+
+
+W0 = EPOCH_US // 1_000_000  # the 1 s window the clock starts in
+
+
 def test_the_window_counter_keeps_its_window_and_the_previous_count(redis_client: Any) -> None:
     counter = Limit("api", Rate(5, 1), Algorithm.SLIDING_WINDOW_COUNTER)
     clock = FakeClock(EPOCH_US)
     engine = fresh_engine(redis_client, clock)
-    w0 = EPOCH_US // 1_000_000
-    for expected in (f"{w0} 1 0", f"{w0} 2 0"):
-        assert engine.check([Check(IP, [counter])]).allowed
-        assert _stored(redis_client, engine, counter) == expected
+    _each_stored(redis_client, engine, counter, f"{W0} 1 0", f"{W0} 2 0")
     clock.advance(us=1_500_000)  # the next window: the 2 become the previous count
     decision = engine.check([Check(IP, [counter])])
     assert decision.allowed and decision.results[0].remaining == 5 - 1 - 1  # 2 weighted by 1/2
-    assert _stored(redis_client, engine, counter) == f"{w0 + 1} 1 2"
+    assert _stored(redis_client, engine, counter) == f"{W0 + 1} 1 2"
     clock.advance(us=100_000)
-    assert engine.check([Check(IP, [counter])]).allowed
-    assert _stored(redis_client, engine, counter) == f"{w0 + 1} 2 2"
+    _each_stored(redis_client, engine, counter, f"{W0 + 1} 2 2")
 
 
 def test_the_fixed_window_keeps_its_window_and_starts_the_next_one_at_the_charge(
@@ -128,11 +134,8 @@ def test_the_fixed_window_keeps_its_window_and_starts_the_next_one_at_the_charge
     fixed = Limit("api", Rate(5, 1), Algorithm.FIXED_WINDOW)
     clock = FakeClock(EPOCH_US)
     engine = fresh_engine(redis_client, clock)
-    w0 = EPOCH_US // 1_000_000
-    for expected in (f"{w0} 1", f"{w0} 2"):
-        assert engine.check([Check(IP, [fixed])]).allowed
-        assert _stored(redis_client, engine, fixed) == expected
+    _each_stored(redis_client, engine, fixed, f"{W0} 1", f"{W0} 2")
     clock.advance(us=1_000_000)
     decision = engine.check([Check(IP, [fixed])])
     assert decision.allowed and decision.results[0].remaining == 4
-    assert _stored(redis_client, engine, fixed) == f"{w0 + 1} 1"
+    assert _stored(redis_client, engine, fixed) == f"{W0 + 1} 1"
