@@ -139,3 +139,19 @@ def test_the_fixed_window_keeps_its_window_and_starts_the_next_one_at_the_charge
     decision = engine.check([Check(IP, [fixed])])
     assert decision.allowed and decision.results[0].remaining == 4
     assert _stored(redis_client, engine, fixed) == f"{W0 + 1} 1"
+
+
+def test_a_steady_client_never_grows_the_stored_buckets_past_one_window(
+    redis_client: Any,
+) -> None:
+    # What a client can do to the value: send requests. However long it keeps doing so,
+    # the buckets that slid out are dropped on the next write, so a check never reads
+    # more than the window's buckets and the one being charged.
+    clock = FakeClock(EPOCH_US)
+    engine = fresh_engine(redis_client, clock)
+    most = 0
+    for _ in range(300):  # 30 windows, a request every 40 ms (at most 3 a bucket)
+        engine.check([Check(IP, [LIMIT])])
+        most = max(most, len(_stored(redis_client, engine).split()) // 2)
+        clock.advance(us=40_000)
+    assert most <= 11
