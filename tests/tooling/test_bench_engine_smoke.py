@@ -28,6 +28,8 @@ def test_the_engine_benchmark_runs(tmp_path: Path, capsys: pytest.CaptureFixture
         assert f"| {algorithm.value}, 1 x 1 |" in printed
         assert f"| {algorithm.value}, 2 x 3 + metadata |" in printed
         assert f"| {algorithm.value} | 1 |" in text  # its memory row: one key for one rate
+    # The metadata list's row measured a full list (its cap and a fifth), not an empty one.
+    assert f"Metadata list at its longest ({bench.METADATA_CAP * 6 // 5} entries of" in text
     for row in [*rows, next(line for line in text.splitlines() if line.startswith("| PING"))]:
         cells = row.split(" | ")
         assert cells[4] == "1", row  # round trips per call
