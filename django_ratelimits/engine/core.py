@@ -389,16 +389,20 @@ class Engine:
         if logs:
             call.keys += logs
             call.concurrent = call.concurrent or any(limit.is_concurrency for limit in limits)
-        info = ("s" if chk.shadow else "e") + ("o" if chk.overrides else "x")
+        # The group's info: 3 flags, the label, then a hit entry's head after a "\n"
+        # (neither is ever one: both are printable); check.lua reads its ident from the
+        # state key.
+        flags = ("s" if chk.shadow else "e") + ("o" if chk.overrides else "x")
         if metadata is None:
-            info += "n"
+            info = f"{flags}n{label(identity)}\n"
         else:
-            info += ("a" if chk.record_every else "d") + printable(metadata, 300)
+            every = "a" if chk.record_every else "d"
+            info = f"{flags}{every}{label(identity)}\n{printable(metadata, 300)}"
         if chk.costs:  # limits that charge their own cost (a policy's cost per request)
             framed = b"".join(map(Limit.framed_at, limits, chk.costs))
         else:
             framed = b"".join([limit.framed_spec for limit in limits])
-        call.args += [framed, keys.ident, label(identity), info]
+        call.args += [framed, info]
         return [(identity, limit) for limit in limits]
 
     def _slot(self, key: str) -> int:

@@ -182,6 +182,12 @@ class KeySpace:
     shards: int = 64
     secret: bytes = field(default=b"", repr=False)
 
+    def __post_init__(self) -> None:
+        # A brace would move the hash tag (so the slot) of every key, and check.lua
+        # finds an identity's tag as its state key's start up to the first "}".
+        if "{" in self.prefix or "}" in self.prefix:
+            raise ValueError(f"a key prefix cannot hold '{{' or '}}', not {self.prefix!r}")
+
     def of(self, identity: Identity) -> IdentityKeys:
         return self.of_ident(ident(identity))
 

@@ -19,7 +19,7 @@ from django_ratelimits.engine import (
     KeySpace,
     Limit,
 )
-from django_ratelimits.engine.keys import ident
+from django_ratelimits.engine.keys import ident, label, printable
 from django_ratelimits.rates import parse_rates
 from django_ratelimits.testing import FakeClock
 from tests.engine_helpers import EPOCH_US, all_keys, check_calls, fresh_engine
@@ -67,9 +67,23 @@ def test_hostile_identities_yield_bounded_valid_keys(redis_client: Any, value: s
         key.decode("ascii")
     if isinstance(redis_client, RedisCluster):
         assert len({redis_client.keyslot(k) for k in keys}) == 1
-    record = redis_client.hgetall(engine.keys.of(identity).record)
+    own = engine.keys.of(identity)
+    record = redis_client.hgetall(own.record)
     assert len(record[b"id"]) < 1000
     assert b"\n" not in record[b"id"]
+    # The script reads the ident from the state key and the label and the hit entry's
+    # head from one argument: each lands whole, whatever the value holds.
+    assert record[b"id"].decode() == label(identity)
+    assert redis_client.zscore(own.index, own.ident) is not None
+    entry = redis_client.lindex(own.metadata, 0).decode()
+    assert entry.startswith(printable(value, 300) + "|")
+    assert entry.endswith("|D|api=D")
+
+
+@pytest.mark.parametrize("prefix", ["a{b", "a}b", "{x}"])
+def test_a_prefix_with_a_brace_is_refused(prefix: str) -> None:
+    with pytest.raises(ValueError, match="cannot hold"):
+        KeySpace(prefix=prefix)
 
 
 def test_distinct_values_never_share_a_key() -> None:

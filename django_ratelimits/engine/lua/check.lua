@@ -4,10 +4,12 @@
 --       <metadata cap>|<metadata ttl ms>|<offender retention ms>|<index cap>"
 --       (check or peek), in a call that may take concurrency slots 'r' and
 --       the request's id, then entries to the end, each a group or a gated
---       group (see check() at the end). A group is four arguments: its limits,
---       ident, label, and "<e or s><o or x><n, d or a><head of a hit entry>"
+--       group (see check() at the end). A group is two arguments: its limits,
+--       and its info "<e or s><o or x><n, d or a><label>\n<head of a hit entry>"
 --       (an enforced or a shadow group; decided by an override or never; no
---       hit entry, or one recorded on a denial or on every hit). Its limits are one string, each limit's spec
+--       hit entry, or one recorded on a denial or on every hit; the identity as
+--       the dashboard names it; neither holds a '\n'). The identity's ident is
+--       its state key's end (who_of). Its limits are one string, each limit's spec
 --       "<algorithm>|<limit>|<window_us>|<capacity>|<policy>" (also the
 --       limit's field in the state HASH) after its length and ':', or after
 --       "<length>*<cost>:" when the limit charges its own cost instead of the
@@ -50,12 +52,12 @@
 -- Set at the start of every call (check), read by the functions below.
 local now, now_ms, charge, cost, meta_cap, meta_ttl, retention, index_cap
 -- The groups that record hits, noted as they run (PENDING_STRIDE slots each in
--- PENDING, a table kept between calls: state key, ident, info, limits, where
+-- PENDING, a table kept between calls: state key, info, limits, where
 -- their outcomes start in OUT, blocked), and whether one records every hit. Their
 -- entries are made at the end of the call, and only if one will be written: when
 -- a group records every hit, or some group was denied. An allowed request under
 -- the default (record denials) makes no entry, so builds nothing.
-local PENDING, PENDING_STRIDE = {}, 6
+local PENDING, PENDING_STRIDE = {}, 5
 local pending, pending_every
 -- The denials of this call, by offender record, and the records in order (nil
 -- until one): a request is one denial of an identity, however many of the
@@ -109,16 +111,27 @@ local function trim(index, by_count, cutoff)
 end
 
 -- The start of every key name of the identity whose state HASH is `state_key`
--- ("P:{sN}", keys.py: the state key is "<tag>:s:<ident>").
-local function tag_of(state_key, ident)
-  return ssub(state_key, 1, #state_key - #ident - 3)
+-- ("P:{sN}", keys.py: the state key is "<tag>:s:<ident>", and the prefix P
+-- holds no '}'), and its ident.
+local function who_of(state_key)
+  local close = sfind(state_key, '}', 1, true)
+  return ssub(state_key, 1, close), ssub(state_key, close + 4)
+end
+
+-- The label (the identity as the dashboard names it) and the head of a hit
+-- entry in a group's info ("<3 flags><label>\n<head>").
+local function label_of(info)
+  return ssub(info, 4, sfind(info, '\n', 4, true) - 1)
+end
+
+local function head_of(info)
+  return ssub(info, sfind(info, '\n', 4, true) + 1)
 end
 
 -- Bounded bookkeeping of a denial: the counts on every denial; the time of
 -- the last denial, the shared indexes and the record's TTL at most once a
 -- second per identity. A shadow group's go to the shadow record and indexes.
-local function record_denial(state_key, ident, label, shadow, policies)
-  local tag = tag_of(state_key, ident)
+local function record_denial(tag, ident, label, shadow, policies)
   local record = tag .. (shadow and ':so:' or ':o:') .. ident
   local index = tag .. (shadow and ':sox' or ':ox')
   local by_count = index .. 'n'
@@ -146,14 +159,14 @@ end
 
 -- Notes a group's denial (its `denied` policies) for record_denial at the end of
 -- the call, merged with the other groups' of the same record.
-local function note_denial(state_key, ident, label, shadow, denied)
-  local record = tag_of(state_key, ident) .. (shadow and ':so:' or ':o:') .. ident
+local function note_denial(tag, ident, label, shadow, denied)
+  local record = tag .. (shadow and ':so:' or ':o:') .. ident
   if denials == nil then
     denials, denial_records = {}, {}
   end
   local noted = denials[record]
   if noted == nil then
-    denials[record] = {state_key, ident, label, shadow, denied}
+    denials[record] = {tag, ident, label, shadow, denied}
     denial_records[#denial_records + 1] = record
   else
     for policy in pairs(denied) do
@@ -223,7 +236,7 @@ end
 
 -- Notes in `hits` (entries by metadata list; `hits.lists` the lists in order)
 -- what a group decided for the request's entry in the list `key`; `info`
--- is the group's "<e or s><o or x><d or a><head>", `set` its limits, `at` where
+-- is the group's info (this file's first comment), `set` its limits, `at` where
 -- their outcomes start in OUT (limit i's is OUT[at + 4 * i - 3], 1 if allowed),
 -- `blocked` whether a block decided them. The entry's outcome
 -- is the worst of its groups': 'D' denied by an enforced policy, 'S' only a
@@ -231,7 +244,7 @@ end
 local function note_hit(hits, key, info, set, at, blocked)
   local hit = hits[key]
   if hit == nil then
-    hit = {head = ssub(info, 4), every = false, outcome = 'A', names = {}}
+    hit = {head = head_of(info), every = false, outcome = 'A', names = {}}
     hits[key] = hit
     hits.lists[#hits.lists + 1] = key
   end
@@ -262,9 +275,9 @@ local function push_hits()
   end
   local hits = {lists = {}}
   for p = 0, pending - 1, PENDING_STRIDE do
-    local state_key, ident = PENDING[p + 1], PENDING[p + 2]
-    note_hit(hits, tag_of(state_key, ident) .. ':m:' .. ident, PENDING[p + 3],
-      PENDING[p + 4], PENDING[p + 5], PENDING[p + 6])
+    local tag, ident = who_of(PENDING[p + 1])
+    note_hit(hits, tag .. ':m:' .. ident, PENDING[p + 2], PENDING[p + 3], PENDING[p + 4],
+      PENDING[p + 5])
   end
   for _, key in ipairs(hits.lists) do
     local hit = hits[key]
@@ -345,11 +358,10 @@ local function limits_of(text)
 end
 
 -- Decides one identity's group: its keys from KEYS[k] (state, then one per
--- sliding log), its arguments from ARGV[a] (limits, ident, label,
--- info). Puts four numbers per limit in OUT after its first `n`; returns where
+-- sliding log), its arguments from ARGV[a] (limits, info). Puts four numbers per limit in OUT after its first `n`; returns where
 -- the next group starts and how many numbers OUT holds.
 local function run_group(KEYS, ARGV, a, k, n)
-  local set, info = limits_of(ARGV[a]), ARGV[a + 3]
+  local set, info = limits_of(ARGV[a]), ARGV[a + 1]
   local state_key = KEYS[k]
   -- The horizon, the override and every limit held in the HASH: one HMGET.
   local values = rcall('HMGET', state_key, unpack(set.fields))
@@ -391,28 +403,29 @@ local function run_group(KEYS, ARGV, a, k, n)
     end
   end
   if charge then
-    local ident = ARGV[a + 1]
     if denied == nil then
       commit(state_key, WRITES, nw, live, values[1], logs)
     else
-      note_denial(state_key, ident, ARGV[a + 2], sbyte(info, 1) == 115, denied)
+      local tag, ident = who_of(state_key)
+      local label = label_of(info)
+      note_denial(tag, ident, label, sbyte(info, 1) == 115, denied)
       if set.bans and override == nil and sbyte(info, 1) == 101 and sbyte(info, 2) == 111 then
-        note_ban(state_key, tag_of(state_key, ident), ident, ARGV[a + 2], set, values, denied, now)
+        note_ban(state_key, tag, ident, label, set, values, denied, now)
       end
     end
     local records = sbyte(info, 3) -- 'n': no hit entry, 'a': every hit, 'd': denials
     if records ~= 110 then
-      PENDING[pending + 1], PENDING[pending + 2], PENDING[pending + 3] = state_key, ident, info
-      PENDING[pending + 4], PENDING[pending + 5], PENDING[pending + 6] = set, at, override == 'b'
+      PENDING[pending + 1], PENDING[pending + 2], PENDING[pending + 3] = state_key, info, set
+      PENDING[pending + 4], PENDING[pending + 5] = at, override == 'b'
       pending, pending_every = pending + PENDING_STRIDE, pending_every or records == 97
     end
   end
-  return a + 4, k + 1 + set.logs, n
+  return a + 2, k + 1 + set.logs, n
 end
 
 -- Where the group at ARGV[a], KEYS[k] ends, without deciding it.
 local function skip_group(ARGV, a, k)
-  return a + 4, k + 1 + limits_of(ARGV[a]).logs
+  return a + 2, k + 1 + limits_of(ARGV[a]).logs
 end
 
 -- A client's identity budget (a ZSET: member = an identity's digest, score =
