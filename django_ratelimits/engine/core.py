@@ -331,7 +331,8 @@ class Engine:
         group (the fallback), then the identity's own group if it shares the
         slot, else the identity is left for a second round trip (see :class:`_Gated`).
         """
-        now = "" if self.clock is None else self.clock.now_us()
+        # The script reads Redis' TIME, but on a test clock, whose time comes first.
+        head: list[Any] = [] if self.clock is None else [self.clock.now_us()]
         calls: dict[int, _Call] = {}
 
         def call_of(keys: IdentityKeys) -> _Call:
@@ -364,12 +365,13 @@ class Engine:
             settings = b"%s|%d%s" % (mode.encode(), cost, self._tail)
             if len(self._settings) < _SETTINGS_KEPT:  # a cost per request cannot grow it
                 self._settings[mode, cost] = settings
+        head.append(settings)
         for call in calls.values():
             if call.concurrent:  # its slots are the request's: one id for all of them
                 token = call.token = token or request_id()
-                call.args[:0] = [now, settings, b"r", token]
+                call.args[:0] = [*head, b"r", token]
             else:
-                call.args[:0] = [now, settings]
+                call.args[:0] = head
         return list(calls.values())
 
     @staticmethod

@@ -1,6 +1,7 @@
 -- The driver: decides every (identity, limit) of one request in one call.
 --
--- ARGV: now_us ('' = Redis TIME), the call's settings "<c or p>|<cost>|
+-- ARGV: now_us (only on a test clock: else the script reads Redis' TIME), the
+--       call's settings "<c or p>|<cost>|
 --       <metadata cap>|<metadata ttl ms>|<offender retention ms>|<index cap>"
 --       (check or peek), in a call that may take concurrency slots 'r' and
 --       the request's id, then entries to the end, each a group or a gated
@@ -467,15 +468,17 @@ end
 -- keys live in another slot of a cluster).
 local function check(KEYS, ARGV)
   bind()
-  if ARGV[1] ~= '' then
-    now = tonumber(ARGV[1])
+  local a = 2
+  if sbyte(ARGV[1], 1) <= 57 then -- a digit: a test clock's time, then the settings
+    now, a = tonumber(ARGV[1]), 3
     TTL_EXTRA_MS = 60000
   else
+    -- TIME's two numbers are digits: arithmetic reads each once (tonumber twice).
     local t = rcall('TIME')
-    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    now = t[1] * 1000000 + t[2]
     TTL_EXTRA_MS = 0
   end
-  local conf = settings_of(ARGV[2])
+  local conf = settings_of(ARGV[a - 1])
   charge, cost, meta_cap, meta_ttl, retention, index_cap =
     conf[1], conf[2], conf[3], conf[4], conf[5], conf[6]
   now_ms = floor(now / 1000)
@@ -483,10 +486,10 @@ local function check(KEYS, ARGV)
   pending, pending_every = 0, false
   OUT[1] = now
   local n = 1
-  local a, k, last = 3, 1, #ARGV
+  local k, last = 1, #ARGV
   request_id = nil
-  if ARGV[3] == 'r' then
-    request_id, a = ARGV[4], 5
+  if ARGV[a] == 'r' then
+    request_id, a = ARGV[a + 1], a + 2
   end
   while a <= last do
     if ARGV[a] ~= 'g' then
