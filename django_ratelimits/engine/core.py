@@ -391,19 +391,18 @@ class Engine:
         if logs:
             call.keys += logs
             call.concurrent = call.concurrent or any(limit.is_concurrency for limit in limits)
-        # The group's info: 3 flags, the label, then a hit entry's head after a "\n"
-        # (neither is ever one: both are printable); check.lua reads its ident from the
-        # state key.
-        flags = ("s" if chk.shadow else "e") + ("o" if chk.overrides else "x")
-        if metadata is None:
-            info = f"{flags}n{label(identity)}\n"
-        else:
-            every = "a" if chk.record_every else "d"
-            info = f"{flags}{every}{label(identity)}\n{printable(metadata, 300)}"
+        # Two arguments. The limits, after the group's 3 flags: the script parses
+        # each distinct text once. The info: the label, then a hit entry's head after
+        # a "\n" (neither holds one: both are printable). The script reads the ident
+        # from the state key.
+        records = "n" if metadata is None else "a" if chk.record_every else "d"
+        flags = ("s" if chk.shadow else "e") + ("o" if chk.overrides else "x") + records
+        head = "" if metadata is None else printable(metadata, 300)
+        info = f"{label(identity)}\n{head}"
         if chk.costs:  # limits that charge their own cost (a policy's cost per request)
-            framed = b"".join(map(Limit.framed_at, limits, chk.costs))
+            framed = flags.encode() + b"".join(map(Limit.framed_at, limits, chk.costs))
         else:
-            framed = b"".join([limit.framed_spec for limit in limits])
+            framed = flags.encode() + b"".join([limit.framed_spec for limit in limits])
         call.args += [framed, info]
         return [(identity, limit) for limit in limits]
 

@@ -6,11 +6,12 @@
 --       (check or peek), in a call that may take concurrency slots 'r' and
 --       the request's id, then entries to the end, each a group or a gated
 --       group (see check() at the end). A group is two arguments: its limits,
---       and its info "<e or s><o or x><n, d or a><label>\n<head of a hit entry>"
---       (an enforced or a shadow group; decided by an override or never; no
---       hit entry, or one recorded on a denial or on every hit; the identity as
---       the dashboard names it; neither holds a '\n'). The identity's ident is
---       its state key's end (who_of). Its limits are one string, each limit's spec
+--       and its info "<label>\n<head of a hit entry>" (the identity as the
+--       dashboard names it, and what a hit entry starts with; neither holds a
+--       '\n'). The identity's ident is its state key's end (who_of). Its limits
+--       are one string: "<e or s><o or x><n, d or a>" (an enforced or a shadow
+--       group; decided by an override or never; no hit entry, or one recorded on
+--       a denial or on every hit), then each limit's spec
 --       "<algorithm>|<limit>|<window_us>|<capacity>|<policy>" (also the
 --       limit's field in the state HASH) after its length and ':', or after
 --       "<length>*<cost>:" when the limit charges its own cost instead of the
@@ -120,13 +121,13 @@ local function who_of(state_key)
 end
 
 -- The label (the identity as the dashboard names it) and the head of a hit
--- entry in a group's info ("<3 flags><label>\n<head>").
+-- entry in a group's info ("<label>\n<head>").
 local function label_of(info)
-  return ssub(info, 4, sfind(info, '\n', 4, true) - 1)
+  return ssub(info, 1, sfind(info, '\n', 1, true) - 1)
 end
 
 local function head_of(info)
-  return ssub(info, sfind(info, '\n', 4, true) + 1)
+  return ssub(info, sfind(info, '\n', 1, true) + 1)
 end
 
 -- Bounded bookkeeping of a denial: the counts on every denial; the time of
@@ -249,8 +250,8 @@ local function note_hit(hits, key, info, set, at, blocked)
     hits[key] = hit
     hits.lists[#hits.lists + 1] = key
   end
-  hit.every = hit.every or sbyte(info, 3) == 97 -- 'a'
-  local no = sbyte(info, 1) == 115 and 'S' or 'D' -- 's': a shadow group
+  hit.every = hit.every or set.every
+  local no = set.shadow and 'S' or 'D'
   for i, l in ipairs(set.limits) do
     local name = blocked and '!blocked' or l[7]
     local status = OUT[at + 4 * i - 3] == 1 and 'A' or no
@@ -321,7 +322,8 @@ local function settings_of(text)
 end
 
 -- A group's limits: {limits = {...}, fields = {HORIZON, OVERRIDE, spec...}, slots = {...},
--- logs = n}. Each limit is {algorithm, limit, window, capacity, policy, spec,
+-- logs = n, shadow, overrides, records, every} (its flags: a shadow group, one an
+-- override decides, whether it records hits, all of them). Each limit is {algorithm, limit, window, capacity, policy, spec,
 -- the policy's name as a hit entry names it (no '|', ',' or '=')}; fields are
 -- what the group's HMGET reads, slots[i] where limit i's value is in its reply
 -- (sliding logs have none: their ZSETs, `logs` of them, are keys of the group).
@@ -330,8 +332,11 @@ local function limits_of(text)
   if set ~= nil then
     return set
   end
-  set = {limits = {}, fields = {HORIZON, OVERRIDE}, slots = {}, logs = 0}
-  local pos = 1
+  local kind, decided, records = sbyte(text, 1, 3)
+  set = {limits = {}, fields = {HORIZON, OVERRIDE}, slots = {}, logs = 0,
+    shadow = kind == 115, overrides = decided == 111, -- 's', 'o'
+    records = records ~= 110, every = records == 97} -- not 'n'; 'a'
+  local pos = 4
   while pos <= #text do
     local colon = sfind(text, ':', pos, true)
     local size, own = smatch(ssub(text, pos, colon - 1), '^(%d+)%*?(%d*)$')
@@ -367,7 +372,7 @@ local function run_group(KEYS, ARGV, a, k, n)
   -- The horizon, the override and every limit held in the HASH: one HMGET.
   local values = rcall('HMGET', state_key, unpack(set.fields))
   local override, override_until = nil, 0
-  if sbyte(info, 2) == 111 then -- 'o': an override decides the group
+  if set.overrides then
     override, override_until = override_of(values[2])
   end
   local at, nw, live, logs, denied, lk = n, 0, 0, nil, nil, k + 1
@@ -409,16 +414,15 @@ local function run_group(KEYS, ARGV, a, k, n)
     else
       local tag, ident = who_of(state_key)
       local label = label_of(info)
-      note_denial(tag, ident, label, sbyte(info, 1) == 115, denied)
-      if set.bans and override == nil and sbyte(info, 1) == 101 and sbyte(info, 2) == 111 then
+      note_denial(tag, ident, label, set.shadow, denied)
+      if set.bans and override == nil and not set.shadow and set.overrides then
         note_ban(state_key, tag, ident, label, set, values, denied, now)
       end
     end
-    local records = sbyte(info, 3) -- 'n': no hit entry, 'a': every hit, 'd': denials
-    if records ~= 110 then
+    if set.records then
       PENDING[pending + 1], PENDING[pending + 2], PENDING[pending + 3] = state_key, info, set
       PENDING[pending + 4], PENDING[pending + 5] = at, override == 'b'
-      pending, pending_every = pending + PENDING_STRIDE, pending_every or records == 97
+      pending, pending_every = pending + PENDING_STRIDE, pending_every or set.every
     end
   end
   return a + 2, k + 1 + set.logs, n
