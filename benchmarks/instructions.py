@@ -12,7 +12,8 @@ a test clock that advances 1 ms per check (:class:`Stepping`), not on Redis' ``T
 under valgrind a check takes milliseconds, and on ``TIME`` how many keys had expired,
 windows had turned or denials were due for the once-a-second index would follow the
 machine's speed. (The script then reads the time from its arguments instead of calling
-``TIME``: a few thousand instructions less per check than in production.)
+``TIME``: a few thousand instructions less per check than in production. One row runs on
+``TIME``, at a rate no identity reaches, so that the time decides nothing but the TTLs.)
 This starts ``redis-server`` under ``valgrind --tool=callgrind`` (Debian:
 ``apt-get install valgrind``), warms each shape up, zeroes the counters, runs
 ``CALLS`` checks and reads the total back: user-space instructions of the
@@ -34,6 +35,8 @@ second: under valgrind its share per check would follow the machine's speed). Ro
   compare with the rows without a ban;
 * a concurrency limit (5 slots, 1 x 1): its check alone, and its check and
   release together (two calls: the release is a script of its own).
+* GCRA 1 x 1 on Redis' ``TIME``, as in production (1,000,000/s, always allowed);
+  compare with the test clock's row.
 
 Not part of ``make bench`` (valgrind is not in every set-up, and it takes a
 minute); docs/benchmarks.md quotes a run of it.
@@ -219,6 +222,14 @@ def rows(binary: str, quick: bool = False) -> list[tuple[str, int]]:
             for name, requests in recording_rows(identities) + ban_rows(identities):
                 out.append((name, counted.measure(lambda i, r=requests: engine.check(r[i]))))
             out += concurrency_rows(counted, engine, identities)
+            on_time = Engine(counted.client, keys=KeySpace(prefix="cgt"))  # no test clock
+            requests = request_checks(Algorithm.GCRA, "1000000/s", identities, False, "time")
+            out.append(
+                (
+                    "gcra, 1 x 1, on Redis' TIME (no test clock)",
+                    counted.measure(lambda i, r=requests: on_time.check(r[i])),
+                )
+            )
             return out
         finally:
             counted.close()

@@ -28,6 +28,8 @@ def test_instructions_per_check_are_counted() -> None:
     # A ban's field is read with the limits (allowed) and written on a denial.
     assert floor < rows["gcra, 1 x 1, with a ban, allowed"]
     assert rows["gcra, 1 x 1, denied"] < rows["gcra, 1 x 1, with a ban, denied"]
+    # Redis' TIME, read by the script where a test clock sends its time.
+    assert floor < rows["gcra, 1 x 1, on Redis' TIME (no test clock)"]
 
 
 def test_a_concurrency_check_and_its_release_are_counted() -> None:
