@@ -78,6 +78,8 @@ METADATA_CAP = 50  # the engine's (and METADATA_MAX_ENTRIES') default
 # Targets of issue 5.
 TARGET_RATIO = 1.3
 TARGET_REDIS_US = 25.0
+# Issue 12: the engine call's client CPU, 1 x 1 (GCRA), over PING's.
+TARGET_CLIENT_CPU = 1.3
 TARGET_BYTES_PER_RATE = 200
 
 
@@ -231,6 +233,24 @@ def run(server: RedisServer, quick: bool = False) -> Report:
         per_round,
         time.perf_counter() - started,
     )
+
+
+def issue_12(report: Report) -> list[tuple[str, str, str, str]]:
+    """(figure, this run, target, met or missed) of issue 12's client-CPU row."""
+    ping_cpu = report.floor.client_cpu_us
+    ones = [s for s in report.scenarios if s.algorithm is not None and s.name.endswith(" 1 x 1")]
+    gcra = next(s for s in ones if s.algorithm is Algorithm.GCRA)
+    least = min(ones, key=lambda s: s.client_cpu_us)
+    ratio = gcra.client_cpu_us / ping_cpu
+    return [
+        (
+            "client CPU of the engine call, 1 x 1 (GCRA) ÷ PING's",
+            f"{ratio:.2f}x ({gcra.client_cpu_us:.1f} against {ping_cpu:.1f} µs; least:"
+            f" {least.name.split(',')[0]} {least.client_cpu_us / ping_cpu:.2f}x)",
+            f"≤ {TARGET_CLIENT_CPU}x",
+            met(ratio <= TARGET_CLIENT_CPU),
+        )
+    ]
 
 
 def render(report: Report) -> str:

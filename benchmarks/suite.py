@@ -182,6 +182,8 @@ def targets(result: Run) -> list[tuple[str, str, str]]:
 def issue_12(result: Run) -> list[tuple[str, str, str, str]]:
     """(figure, this run, target, met or missed) of issue 12's rows this run measured."""
     rows = []
+    if result.engine is not None:
+        rows += engine.issue_12(result.engine)
     if result.peers is not None:
         rows += peers.issue_12(result.peers)
     if result.request is not None:

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import engine as bench
+from devtools.redis_harness import RedisServer
 from django_ratelimits.engine import RATE_ALGORITHMS
 
 
@@ -44,3 +45,17 @@ def test_the_engine_benchmark_runs(tmp_path: Path, capsys: pytest.CaptureFixture
     )
     cells = row.split(" | ")
     assert (cells[4], cells[5]) == ("2", "0"), row
+
+
+def test_issue_12s_client_cpu_row_has_a_figure_and_a_verdict(tmp_path: Path) -> None:
+    server = RedisServer(tmp_path, name="bench-engine-smoke").start()
+    try:
+        report = bench.run(server, quick=True)
+    finally:
+        server.stop()
+    [(figure, measured, target, verdict)] = bench.issue_12(report)
+    assert figure == "client CPU of the engine call, 1 x 1 (GCRA) ÷ PING's"
+    ratio = float(measured.split("x ")[0])
+    assert ratio > 0 and " µs; least: " in measured, measured  # a real call took CPU
+    assert target == f"≤ {bench.TARGET_CLIENT_CPU}x"
+    assert verdict == ("met" if ratio <= bench.TARGET_CLIENT_CPU else "**missed**")
