@@ -182,8 +182,8 @@ local function record_denials()
   if denials == nil then
     return
   end
-  for _, record in ipairs(denial_records) do
-    local d = denials[record]
+  for r = 1, #denial_records do
+    local d = denials[denial_records[r]]
     record_denial(d[1], d[2], d[3], d[4], d[5])
   end
 end
@@ -251,16 +251,16 @@ local function note_hit(hits, key, info, set, at, blocked)
     hits.lists[#hits.lists + 1] = key
   end
   hit.every = hit.every or set.every
-  local no = set.shadow and 'S' or 'D'
-  for i, l in ipairs(set.limits) do
-    local name = blocked and '!blocked' or l[7]
+  local no, limits, names = set.shadow and 'S' or 'D', set.limits, hit.names
+  for i = 1, #limits do
+    local name = blocked and '!blocked' or limits[i][7]
     local status = OUT[at + 4 * i - 3] == 1 and 'A' or no
-    local seen = hit.names[name]
+    local seen = names[name]
     if seen == nil or seen == 'A' or status == 'D' then
       if seen == nil then
-        hit.names[#hit.names + 1] = name
+        names[#names + 1] = name
       end
-      hit.names[name] = status
+      names[name] = status
     end
     if status == 'D' or (status == 'S' and hit.outcome == 'A') then
       hit.outcome = status
@@ -281,12 +281,14 @@ local function push_hits()
     note_hit(hits, tag .. ':m:' .. ident, PENDING[p + 2], PENDING[p + 3], PENDING[p + 4],
       PENDING[p + 5])
   end
-  for _, key in ipairs(hits.lists) do
+  local lists = hits.lists
+  for l = 1, #lists do
+    local key = lists[l]
     local hit = hits[key]
     if hit.every or hit.outcome ~= 'A' then
-      local names = {}
-      for i, name in ipairs(hit.names) do
-        names[i] = name .. '=' .. hit.names[name]
+      local names, named = {}, hit.names
+      for i = 1, #named do
+        names[i] = named[i] .. '=' .. named[named[i]]
       end
       local entry = sformat('%s|%d|%s|%s', hit.head, now_ms, hit.outcome,
         tconcat(names, ','))
@@ -376,7 +378,9 @@ local function run_group(KEYS, ARGV, a, k, n)
     override, override_until = override_of(values[2])
   end
   local at, nw, live, logs, denied, lk = n, 0, 0, nil, nil, k + 1
-  for i, l in ipairs(set.limits) do
+  local limits = set.limits
+  for i = 1, #limits do -- not ipairs: a C call per step
+    local l = limits[i]
     local alg, limit, window, capacity, lcost = l[1], l[2], l[3], l[4], l[8] or cost
     local allowed, remaining, retry, reset, new, lives
     if override == 'a' then
