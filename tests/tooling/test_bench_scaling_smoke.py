@@ -33,10 +33,12 @@ def test_every_shape_and_master_count_did_real_work(tmp_path: Path) -> None:
     for row in one:
         assert int(row[1].replace(",", "")) > 0, row  # checks/s: checks were made
         assert float(row[4]) > 0, row  # Redis CPU per check: Redis did the work
+        assert row[2] == "0", row  # denied: the allowed path was measured
     many = _rows(text, "The cluster, by masters in use")
     assert [row[0] for row in many] == ["1", "2", "3"]
     for row in many:
         in_use = int(row[0])
+        assert row[2] == "0", row  # denied
         calls = [int(cell.replace(",", "")) for cell in row[-4:-1]]  # script calls per master
         assert all(n > 0 for n in calls[:in_use]), row
         assert all(n == 0 for n in calls[in_use:]), row
