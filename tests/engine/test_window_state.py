@@ -155,3 +155,25 @@ def test_a_steady_client_never_grows_the_stored_buckets_past_one_window(
         most = max(most, len(_stored(redis_client, engine).split()) // 2)
         clock.advance(us=40_000)
     assert most <= 11
+
+
+def test_a_stored_value_that_is_no_number_reads_as_absent(redis_client: Any) -> None:
+    """A limit's field that is not a number, however it got there (a hand edit, another
+    program), is read as no state: the check passes with the full quota and writes a
+    value of its own; it never fails the call (which would let the policy's failure
+    mode decide every request of that identity)."""
+    for algorithm in (
+        Algorithm.FIXED_WINDOW,
+        Algorithm.SLIDING_WINDOW,
+        Algorithm.SLIDING_WINDOW_COUNTER,
+        Algorithm.TOKEN_BUCKET,
+        Algorithm.GCRA,
+    ):
+        limit = Limit("api", Rate(5, 1), algorithm)
+        for value in ("garbage", "", "x 12", "12 x", "12 x 3"):
+            engine = fresh_engine(redis_client, FakeClock(EPOCH_US))
+            redis_client.hset(engine.keys.of(IP).state, limit.spec, value)
+            decision = engine.check([Check(IP, [limit])])
+            assert decision.allowed, (algorithm, value)
+            assert decision.results[0].remaining == 4, (algorithm, value)
+            assert _stored(redis_client, engine, limit) not in ("", value), (algorithm, value)

@@ -4,15 +4,18 @@
 ALG.tb = {}
 
 function ALG.tb.peek(v, now, limit, window, capacity, cost)
-  local tokens, ts = capacity, nil
+  local tokens, ts = capacity, now
+  -- No value, or one that is not "<tokens> <stamp>" (written by hand): a full bucket.
+  local st, sts
   if v then
-    local st, sts = smatch(v, '^(%S+) (%d+)$')
-    tokens, ts = tonumber(st), tonumber(sts)
+    st, sts = smatch(v, '^(%S+) (%d+)$')
+  end
+  local read = tonumber(st)
+  if read then
+    tokens, ts = read, sts + 0
     if now > ts then
       tokens = min(capacity, tokens + (now - ts) * limit / window)
     end
-  else
-    ts = now
   end
   local stamp = max(ts, now)
   if tokens >= cost then
