@@ -195,7 +195,7 @@ end
 local function override_of(value)
   if value then
     local mode, until_us = smatch(value, '^([ab]):(%d+)$')
-    until_us = tonumber(until_us)
+    until_us = until_us and until_us + 0 -- digits, or nil
     if until_us and until_us > now then
       return mode, until_us
     end
@@ -478,10 +478,10 @@ local function check(KEYS, ARGV)
   bind()
   local a = 2
   if sbyte(ARGV[1], 1) <= 57 then -- a digit: a test clock's time, then the settings
-    now, a = tonumber(ARGV[1]), 3
+    now, a = ARGV[1] + 0, 3
     TTL_EXTRA_MS = 60000
   else
-    -- TIME's two numbers are digits: arithmetic reads each once (tonumber twice).
+    -- TIME's reply is digits: read by arithmetic (prelude.lua).
     local t = rcall('TIME')
     now = t[1] * 1000000 + t[2]
     TTL_EXTRA_MS = 0
@@ -503,7 +503,7 @@ local function check(KEYS, ARGV)
     if ARGV[a] ~= 'g' then
       a, k, n = run_group(KEYS, ARGV, a, k, n)
     else
-      local passed = pass_gate(KEYS[k], ARGV[a + 3], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]))
+      local passed = pass_gate(KEYS[k], ARGV[a + 3], ARGV[a + 1] + 0, ARGV[a + 2] + 0)
       local both = ARGV[a + 4] == '2'
       OUT[n + 1], n = passed and 1 or 0, n + 1
       a, k = a + 5, k + 1

@@ -7,8 +7,9 @@ function ALG.fw.peek(v, now, limit, window, capacity, cost)
   local n, w_text = 0, nil -- the window's text as read, which the next value keeps
   if v then
     local sw, sn = smatch(v, '^(%d+) (%d+)$')
-    if tonumber(sw) == w then
-      n, w_text = tonumber(sn), sw
+    -- Digits, or nil: arithmetic reads them once, tonumber() twice.
+    if sw and sw + 0 == w then
+      n, w_text = sn + 0, sw
     end
   end
   local window_end = (w + 1) * window - now

@@ -21,6 +21,10 @@
 -- Numbers reach Redis through fmt()/fmt_float(), never through `..`, which
 -- keeps only 14 digits, nor as numbers: Redis would format each with '%.17g',
 -- several times dearer than fmt()'s '%d'. Constants go as strings ('1').
+-- Text known to be digits (a pattern's %d capture, what Python sent, TIME's
+-- reply) is read by arithmetic (`s + 0`): Lua 5.1's tonumber() runs strtod twice
+-- (is it a number, then which). A stored value read whole keeps tonumber(), so
+-- that one that is not a number reads as absent instead of failing the call.
 
 local ALG = {}
 -- Every global the code uses, as a local: in a Redis 7 function a global

@@ -34,11 +34,11 @@ function ALG.sw.peek(v, now, limit, window, capacity, cost)
         break
       end
       pos = stop + 1
-      local idx = tonumber(si)
+      local idx = si + 0 -- digits: arithmetic reads them once, tonumber() twice
       rising = rising and (previous == nil or idx > previous)
       previous = idx
       if idx >= oldest then
-        local c = tonumber(sc)
+        local c = sc + 0
         total = total + c
         if c > 0 and (newest == nil or idx > newest) then
           newest = idx

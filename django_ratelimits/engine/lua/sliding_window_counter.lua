@@ -30,11 +30,12 @@ function ALG.swc.peek(v, now, limit, window, capacity, cost)
   local cur, prev, w_text, prev_text = 0, 0, nil, '0'
   if v then
     local sw, sc, sp = smatch(v, '^(%d+) (%d+) (%d+)$')
-    local at = tonumber(sw)
+    -- Digits, or nil: arithmetic reads them once, tonumber() twice.
+    local at = sw and sw + 0
     if at == w then
-      cur, prev, w_text, prev_text = tonumber(sc), tonumber(sp), sw, sp
+      cur, prev, w_text, prev_text = sc + 0, sp + 0, sw, sp
     elseif at == w - 1 then
-      prev, prev_text = tonumber(sc), sc
+      prev, prev_text = sc + 0, sc
     end
   end
   local start = w * window
