@@ -127,7 +127,7 @@ class IdentityKeys:
     def encoded_state(self) -> bytes:
         """:attr:`state`, the one key every check of the identity names, encoded once
         (key names are cached with the identity, see ``of_ident``). The script names
-        the others from it and the ident when it writes them (``tag_of`` in
+        the others from it, its tag and its ident, when it writes them (``who_of`` in
         lua/check.lua)."""
         return self.state.encode()
 

@@ -20,10 +20,10 @@
 --       and limits come back call after call: each string is parsed once
 --       where Redis keeps the code loaded (see remember).
 -- KEYS: per group: state HASH ("P:{sN}:s:<ident>"), then one ZSET per
---       sliding-log or concurrency limit. A group that no override may decide (the way back
---       to admin, way_back.py) says 'x' in its info. The metadata list, the offender (or shadow) record and
---       the shard's two indexes are named from the state key and the ident
---       (keys.py) when they are written: every key of a group shares its hash
+--       sliding-log or concurrency limit. A group that no override may decide (the way
+--       back to admin, way_back.py) says 'x' in its flags. The metadata list, the
+--       offender (or shadow) record and the shard's two indexes are named from the
+--       state key (who_of) when they are written: every key of a group shares its hash
 --       tag, so its slot. A gated group starts with the client's identity
 --       budget (ZSET).
 -- Returns one string of 64-bit little-endian integers (struct.pack): now_us,
