@@ -332,7 +332,7 @@ class Engine:
         slot, else the identity is left for a second round trip (see :class:`_Gated`).
         """
         # The script reads Redis' TIME, but on a test clock, whose time comes first.
-        head: list[Any] = [] if self.clock is None else [self.clock.now_us()]
+        leading: list[Any] = [] if self.clock is None else [self.clock.now_us()]
         calls: dict[int, _Call] = {}
 
         def call_of(keys: IdentityKeys) -> _Call:
@@ -365,13 +365,13 @@ class Engine:
             settings = b"%s|%d%s" % (mode.encode(), cost, self._tail)
             if len(self._settings) < _SETTINGS_KEPT:  # a cost per request cannot grow it
                 self._settings[mode, cost] = settings
-        head.append(settings)
+        leading.append(settings)
         for call in calls.values():
             if call.concurrent:  # its slots are the request's: one id for all of them
                 token = call.token = token or request_id()
-                call.args[:0] = [*head, b"r", token]
+                call.args[:0] = [*leading, b"r", token]
             else:
-                call.args[:0] = head
+                call.args[:0] = leading
         return list(calls.values())
 
     @staticmethod
@@ -395,14 +395,14 @@ class Engine:
         # each distinct text once. The info: the label, then a hit entry's head after
         # a "\n" (neither holds one: both are printable). The script reads the ident
         # from the state key.
-        records = "n" if metadata is None else "a" if chk.record_every else "d"
-        flags = ("s" if chk.shadow else "e") + ("o" if chk.overrides else "x") + records
+        records = b"n" if metadata is None else b"a" if chk.record_every else b"d"
+        flags = (b"s" if chk.shadow else b"e") + (b"o" if chk.overrides else b"x") + records
         head = "" if metadata is None else printable(metadata, 300)
         info = f"{label(identity)}\n{head}"
         if chk.costs:  # limits that charge their own cost (a policy's cost per request)
-            framed = flags.encode() + b"".join(map(Limit.framed_at, limits, chk.costs))
+            framed = flags + b"".join(map(Limit.framed_at, limits, chk.costs))
         else:
-            framed = flags.encode() + b"".join([limit.framed_spec for limit in limits])
+            framed = flags + b"".join([limit.framed_spec for limit in limits])
         call.args += [framed, info]
         return [(identity, limit) for limit in limits]
 

@@ -325,8 +325,9 @@ end
 
 -- A group's limits: {limits = {...}, fields = {HORIZON, OVERRIDE, spec...}, slots = {...},
 -- logs = n, shadow, overrides, records, every} (its flags: a shadow group, one an
--- override decides, whether it records hits, all of them). Each limit is {algorithm, limit, window, capacity, policy, spec,
--- the policy's name as a hit entry names it (no '|', ',' or '=')}; fields are
+-- override decides, whether it records hits, all of them). Each limit is
+-- {algorithm, limit, window, capacity, policy, spec, the policy's name as a hit
+-- entry names it (no '|', ',' or '=')}; fields are
 -- what the group's HMGET reads, slots[i] where limit i's value is in its reply
 -- (sliding logs have none: their ZSETs, `logs` of them, are keys of the group).
 local function limits_of(text)
@@ -366,8 +367,9 @@ local function limits_of(text)
 end
 
 -- Decides one identity's group: its keys from KEYS[k] (state, then one per
--- sliding log), its arguments from ARGV[a] (limits, info). Puts four numbers per limit in OUT after its first `n`; returns where
--- the next group starts and how many numbers OUT holds.
+-- sliding log), its arguments from ARGV[a] (limits, info). Puts four numbers per
+-- limit in OUT after its first `n`; returns where the next group starts and how
+-- many numbers OUT holds.
 local function run_group(KEYS, ARGV, a, k, n)
   local set, info = limits_of(ARGV[a]), ARGV[a + 1]
   local state_key = KEYS[k]
