@@ -22,10 +22,19 @@ the kernel's, nor ``serverCron``'s (the server's timer, which runs so many times
 second: under valgrind its share per check would follow the machine's speed). Rows:
 
 * ``floor``: a script that returns 1 (``EVALSHA``), the least a call costs;
+* the floor of this design: the GCRA 1 x 1 check's own command (its key and
+  arguments, sent the way the engine sends it, ``FCALL`` on Redis 7) to a function
+  that only runs the check's ``HMGET`` of three fields and ``HSET`` of one and
+  replies as many bytes, deciding nothing: what any check that reads and writes
+  its identity's HASH in one script costs before it decides;
 * per algorithm, 1 identity x 1 rate, and 2 identities x 3 rates with metadata
   recorded on every hit (seed 000's request, the engine benchmark's rows);
 * per algorithm, the same 1 x 1 check denied (its one rate is spent: a denial,
-  the offender record's counts, the index at most once a second per identity);
+  the offender record's counts, the index at most once a second per identity:
+  each identity is denied three times 100 ms apart, so a third of these denials
+  are its first and write the index);
+* GCRA's denial again within the second (the counts and the record's ``HGET``,
+  not the index): what a flood's denials cost when they reach Redis;
 * what recording who costs an allowed check (GCRA, 1 x 1): none, the default
   (an entry only on a denial: an allowed check sends the entry's head, writes
   nothing), and every hit;
@@ -69,6 +78,17 @@ from django_ratelimits.engine import (
 from django_ratelimits.rates import parse_rates
 
 STEP_US = 1000  # the test clock's advance per check
+# The floor of this design (see the module's doc): the GCRA 1 x 1 check's HMGET (the
+# TTL horizon, the override, the limit's field: here named by the limits argument,
+# ARGV[3], as long as the spec) and HSET (the new value: the time argument), and a
+# reply as long as the check's (5 numbers of 8 bytes), without deciding anything.
+IO_ONLY_BODY = """
+  redis.call('HMGET', KEYS[1], 't', 'x', ARGV[3])
+  redis.call('HSET', KEYS[1], ARGV[3], ARGV[1])
+  return '0123456789012345678901234567890123456789'
+"""
+IO_ONLY = "floor of the design: the gcra 1 x 1 call, its HMGET and HSET alone"
+
 CALLS = 300
 IDENTITIES = 100  # checked in turn, so the counted checks find their keys there
 QUICK = 20  # calls and identities of --quick
@@ -191,6 +211,38 @@ def concurrency_rows(counted: Counted, engine: Engine, identities: int) -> list[
     ]
 
 
+def io_only_row(counted: Counted, engine: Engine, identities: int) -> tuple[str, int]:
+    """The GCRA 1 x 1 check's command, sent to a function that does its I/O only."""
+    requests = request_checks(Algorithm.GCRA, ONE_RATE, identities, False, "io")
+    client = counted.client
+    try:  # as the engine: a function on Redis 7, else a script
+        client.function_load(
+            "#!lua name=ratelimits_io_only\n"
+            f"redis.register_function('io_only', function(KEYS, ARGV) {IO_ONLY_BODY} end)",
+            replace=True,
+        )
+        how: tuple[str, ...] = ("FCALL", "io_only")
+    except redis.ResponseError:
+        how = ("EVALSHA", client.script_load(IO_ONLY_BODY))
+
+    def call(i: int) -> None:
+        [planned] = engine._prepare(requests[i], "c", 1)
+        client.execute_command(*how, len(planned.keys), *planned.keys, *planned.args)
+
+    return IO_ONLY, counted.measure(call)
+
+
+def denied_again_row(counted: Counted, engine: Engine, identities: int) -> tuple[str, int]:
+    """GCRA 1 x 1 denials of identities denied less than a second before."""
+    requests = request_checks(Algorithm.GCRA, "1/h", identities, False, "again")
+    for i in range(identities):  # spends each identity's rate; the warm-up denies first
+        engine.check(requests[i])
+    return (
+        "gcra, 1 x 1, denied again within the second",
+        counted.measure(lambda i: engine.check(requests[i])),
+    )
+
+
 def rows(binary: str, quick: bool = False) -> list[tuple[str, int]]:
     """(check, instructions per call) rows; ``quick``: the floor and GCRA, few calls."""
     calls, identities = (QUICK, QUICK) if quick else (CALLS, IDENTITIES)
@@ -202,6 +254,7 @@ def rows(binary: str, quick: bool = False) -> list[tuple[str, int]]:
             sha = counted.client.script_load("return 1")
             floor = counted.measure(lambda i: counted.client.evalsha(sha, 0))
             out = [("floor: EVALSHA of `return 1`", floor)]
+            out.append(io_only_row(counted, engine, identities))
             for two in (False, True):
                 for algorithm in algorithms:
                     rates = SEED_000_RATES if two else ONE_RATE
@@ -219,6 +272,7 @@ def rows(binary: str, quick: bool = False) -> list[tuple[str, int]]:
                         counted.measure(lambda i, r=requests: engine.check(r[i])),
                     )
                 )
+            out.append(denied_again_row(counted, engine, identities))
             for name, requests in recording_rows(identities) + ban_rows(identities):
                 out.append((name, counted.measure(lambda i, r=requests: engine.check(r[i]))))
             out += concurrency_rows(counted, engine, identities)

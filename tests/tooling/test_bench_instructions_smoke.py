@@ -25,6 +25,11 @@ def test_instructions_per_check_are_counted() -> None:
     # A check does more than an empty script, and six limits more than one.
     assert 0 < floor < one < six
     assert floor < rows["gcra, 1 x 1, denied"]
+    # The design's floor ran its two commands (more than an empty call) and decided
+    # nothing (less than the check it mirrors).
+    assert floor < rows[instructions.IO_ONLY] < one
+    # A first denial writes the index; a denial again within the second only counts.
+    assert one < rows["gcra, 1 x 1, denied again within the second"] < rows["gcra, 1 x 1, denied"]
     # A ban's field is read with the limits (allowed) and written on a denial.
     assert floor < rows["gcra, 1 x 1, with a ban, allowed"]
     assert rows["gcra, 1 x 1, denied"] < rows["gcra, 1 x 1, with a ban, denied"]
