@@ -57,7 +57,7 @@ from django_ratelimits.engine.hits import entry_head, ip_behind, user_behind
 from django_ratelimits.errors import RateLimitsError
 from django_ratelimits.identity import client_address, client_ip, identities, ip_identity
 from django_ratelimits.policies.registry import PolicyRegistry, acurrent, current, get_registry
-from django_ratelimits.policies.spec import PolicySpec, Recording
+from django_ratelimits.policies.spec import PolicySpec, Recording, gated
 from django_ratelimits.rates import Rate
 from django_ratelimits.way_back import away_back, way_back
 
@@ -526,7 +526,7 @@ def _plan(
         budget = _budget(policy)
         for identity in identities(request, policy):
             gate = None
-            if budget is not None and identity.kind != "ip":
+            if budget is not None and gated(identity.kind):
                 gate = Gate(ip_identity(request), budget)
             group = (identity, policy.shadow, gate)
             own = limits_for(registry, request, policy, identity)

@@ -35,8 +35,6 @@ from django_ratelimits.engine.limits import Identity, Limit
 from django_ratelimits.rates import Rate
 
 _REDIS_ERRORS = (RedisError, RedisClusterException)
-# The kinds of identity a client IP's budgets count (decide.py gates every kind but "ip").
-_GATED_KINDS = ("user", "header", "key")
 # Drops from the metadata list KEYS[1] every entry whose who (after an "@<address>|"
 # prefix, engine/hits.py) is ARGV[1] ("<kind>:<value>"); keeps the others in order and
 # the list's TTL. Answers how many it dropped. Lists are capped (METADATA_MAX_ENTRIES).
@@ -85,11 +83,16 @@ class Eraser:
         self.engine = engine
 
     def forget(
-        self, identity: Identity, limits: Sequence[Limit] = (), budgets: Sequence[Rate] = ()
+        self,
+        identity: Identity,
+        limits: Sequence[Limit] = (),
+        budgets: Sequence[Rate] = (),
+        gated: Sequence[str] = (),
     ) -> Erased:
         """Erase what Redis holds of ``identity`` (see the module's doc). ``limits``:
         the limits whose sliding logs it may have; ``budgets``: the identity budgets in
-        force. Raises :class:`BackendError` when Redis fails."""
+        force; ``gated``: the kinds of identity they gate (the request side's rule,
+        policies/spec.py). Raises :class:`BackendError` when Redis fails."""
         engine = self.engine
         keys = engine.keys.of(identity)
         try:
@@ -97,7 +100,8 @@ class Eraser:
             others = _others(entries)
             pipe = engine.client.pipeline(transaction=False)
             route = engine._route(keys.state)  # every key of the identity shares its slot
-            pipe.execute_command("UNLINK", *_own_keys(keys, identity, limits, budgets), **route)
+            own = _own_keys(keys, identity, limits, budgets, gated)
+            pipe.execute_command("UNLINK", *own, **route)
             for index in (
                 keys.index,
                 keys.count_index,
@@ -107,7 +111,7 @@ class Eraser:
             ):
                 pipe.execute_command("ZREM", index, keys.ident, **route)
             who = hit_entries.behind(identity)
-            gates = budgets if identity.kind != "ip" else ()
+            gates = budgets if identity.kind in gated else ()
             for other in others:
                 theirs = engine.keys.of(other)
                 there = engine._route(theirs.state)
@@ -126,7 +130,11 @@ class Eraser:
 
 
 def _own_keys(
-    keys: IdentityKeys, identity: Identity, limits: Sequence[Limit], budgets: Sequence[Rate]
+    keys: IdentityKeys,
+    identity: Identity,
+    limits: Sequence[Limit],
+    budgets: Sequence[Rate],
+    gated: Sequence[str],
 ) -> list[str]:
     names = [
         keys.state,
@@ -137,7 +145,7 @@ def _own_keys(
         *(keys.log(limit) for limit in limits if limit.is_log),
     ]
     if identity.kind == "ip":
-        names += [keys.gate(kind, budget) for kind in _GATED_KINDS for budget in budgets]
+        names += [keys.gate(kind, budget) for kind in gated for budget in budgets]
     return names
 
 

@@ -38,8 +38,8 @@ from django_ratelimits.identity import (
     normalize_username,
     parse_address,
 )
+from django_ratelimits.policies.spec import IDENTITY_KINDS
 
-KINDS = ("ip", "user", "header", "key", "username", "ip_username")
 VALUE_MAX = 1000
 _HASH = re.compile(re.escape(HASHED) + "[0-9a-f]{32}")
 
@@ -59,8 +59,9 @@ def parse(text: str) -> Identity:
 def resolve(kind: str, value: str) -> Identity:
     """The identity the limiter counts for ``kind`` and ``value``; :class:`NoSuchIdentity`
     if none. Costs one database query for a user, nothing else."""
-    if kind not in KINDS:
-        raise NoSuchIdentity(f"{kind!r} is not a kind of identity (one of {', '.join(KINDS)})")
+    if kind not in IDENTITY_KINDS:
+        kinds = ", ".join(IDENTITY_KINDS)
+        raise NoSuchIdentity(f"{kind!r} is not a kind of identity (one of {kinds})")
     if not value.strip() or len(value) > VALUE_MAX:
         raise NoSuchIdentity(
             f"an identity's value has 1 to {VALUE_MAX} characters, not only spaces"

@@ -46,6 +46,7 @@ from django_ratelimits.engine.overrides import Override
 from django_ratelimits.identity import IPNetwork
 from django_ratelimits.offenders.operations import Action, Operation
 from django_ratelimits.policies import current
+from django_ratelimits.policies.spec import GATED_KINDS
 from django_ratelimits.rates import Rate
 
 ROW_HITS = 100  # metadata entries read for each row of a page, newest first
@@ -232,7 +233,8 @@ class Offenders:
         specs = registry.all()
         limits = [limit for spec in specs for limit in registry.every_limit(spec, identity)]
         budgets = {get_settings().identity_budget_rate, *(s.identity_budget for s in specs)}
-        erased = self.eraser.forget(identity, limits, [b for b in budgets if isinstance(b, Rate)])
+        rates = [b for b in budgets if isinstance(b, Rate)]
+        erased = self.eraser.forget(identity, limits, rates, GATED_KINDS)
         self._changed()
         return erased
 

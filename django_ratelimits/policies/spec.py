@@ -103,6 +103,21 @@ _IDENTITY_KINDS = {
     KeyKind.IP_USERNAME_PAIR: frozenset({"ip_username"}),
 }
 
+IDENTITY_KINDS: Final = ("ip", "user", "header", "key", "username", "ip_username")
+"""Every kind of identity a policy counts (the kinds of every :class:`KeyKind`), in the
+order staff see them."""
+
+
+def gated(kind: str) -> bool:
+    """Whether a client IP's identity budget gates identities of ``kind``: every kind a
+    client chooses itself, so every kind but the IP (decide.py)."""
+    return kind != "ip"
+
+
+GATED_KINDS: Final = tuple(filter(gated, IDENTITY_KINDS))
+"""The kinds of identity a client IP's identity budgets may hold: forgetting the IP
+erases its budget of each (engine/erasure.py)."""
+
 LOGIN_KEYS = frozenset({KeyKind.IP, *(k for k in KeyKind if "username" in k.value)})
 """The keys a failed-login policy may count by (and the only ones that use a username)."""
 

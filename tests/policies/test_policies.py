@@ -529,3 +529,14 @@ def test_all_lists_enabled_rows_then_defaults_without_a_row() -> None:
     registry.declare(PolicySpec("z-code", parse_rates("1/m")))
     registry.refresh()
     assert [p.name for p in registry.all()] == ["b-api", "z-code"]
+
+
+def test_every_kind_of_identity_a_policy_counts_is_known_to_forget_and_to_staff() -> None:
+    """The kinds staff may name (the command, the dashboard) and the kinds whose identity
+    budgets forgetting an IP erases are one list: a new kind of key that counted a kind
+    missing from it could neither be named nor forgotten."""
+    from django_ratelimits.policies.spec import GATED_KINDS, IDENTITY_KINDS, KeyKind
+
+    counted = {kind for key in KeyKind for kind in key.identity_kinds}
+    assert counted == set(IDENTITY_KINDS)
+    assert set(GATED_KINDS) == counted - {"ip"}

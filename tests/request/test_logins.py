@@ -7,6 +7,7 @@ refused with 429 before its password is checked (the right password too).
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -413,3 +414,26 @@ def test_admin_saves_a_failed_login_policy_and_previews_it(admin_client: Client)
     assert "per username tried" in page and "A successful login clears its counters." in page
     refused_form = admin_client.post(add_url(), form(name="bad", key="username"))
     assert "key" in refused_form.context["adminform"].form.errors
+
+
+
+# --------------------------------------------------------------------------- forgetting
+
+
+def test_forgetting_an_address_erases_the_usernames_it_tried(site: Any) -> None:
+    """A username policy under the default identity budget gates the usernames an
+    address tries (the address's budget of usernames holds a digest of each):
+    forgetting the address leaves no key naming it."""
+    from django.core.management import call_command
+
+    policy(key="username")
+    ip = "198.51.100.7"
+    assert [login(name, ip=ip).status_code for name in ("alice", "bob")] == [200, 200]
+    engine = get_engine()
+    address = engine.keys.of(Identity("ip", ip)).ident.encode()
+    budgets = [k for k in all_keys(engine.client) if b":g:username:" in k and address in k]
+    assert len(budgets) == 1, "the address's budget of usernames was written"
+    bob = engine.keys.of(Identity("username", normalize_username("bob"))).member
+    assert engine.client.zscore(budgets[0], bob) is not None
+    call_command("ratelimits", "forget", f"ip:{ip}", stdout=io.StringIO())
+    assert [k for k in all_keys(engine.client) if address in k] == []
