@@ -16,7 +16,7 @@ from typing import Literal
 
 from redis.exceptions import RedisClusterException, RedisError
 
-from django_ratelimits.engine import overrides
+from django_ratelimits.engine import overrides, script
 from django_ratelimits.engine.core import Engine
 from django_ratelimits.engine.errors import BackendError
 from django_ratelimits.engine.keys import BAN_FIELD, HORIZON, OVERRIDE, label
@@ -25,8 +25,6 @@ from django_ratelimits.engine.overrides import Note, Override
 
 _REDIS_ERRORS = (RedisError, RedisClusterException)
 MAX_OVERRIDE = 365 * 86_400  # seconds
-# An override index outlives the longest override it can hold; trimming keeps it small.
-_INDEX_TTL_MS = (MAX_OVERRIDE + 86_400) * 1000
 ACTIVE_MAX = 1000  # overrides :meth:`Controls.active` reads from each shard at most
 # Deletes fields (ARGV[2]...: limits', or the override) from a state HASH (KEYS[1]),
 # and the HASH once nothing but its TTL horizon (keys.HORIZON, ARGV[1]) is left:
@@ -35,18 +33,6 @@ _DROP_FIELDS = """
 redis.call('HDEL', KEYS[1], unpack(ARGV, 2))
 if redis.call('HLEN', KEYS[1]) == 1 and redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
   redis.call('DEL', KEYS[1])
-end
-"""
-# Sets the override field (ARGV[1]) of a state HASH (KEYS[1]) to a marker (ARGV[2]) and
-# makes the HASH live until the override ends (ARGV[4], ms on the engine's clock; the
-# TTL ARGV[5] ms) unless its horizon (keys.HORIZON, ARGV[3]) says it already does, so
-# the TTL a check set for its limits never shrinks.
-_SET_OVERRIDE = """
-if (tonumber(redis.call('HGET', KEYS[1], ARGV[3])) or 0) < tonumber(ARGV[4]) then
-  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
-  redis.call('PEXPIRE', KEYS[1], ARGV[5])
-else
-  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 end
 """
 
@@ -202,22 +188,14 @@ class Controls:
         try:
             now = engine.now_us()
             until = now + round(seconds * 1_000_000)
-            # A test clock may stand still past the key's TTL: give the key a minute more.
-            ttl_ms = round(seconds * 1000) + (60_000 if engine.clock else 0)
             note = Note(label(identity), by[:150], now).encode()
-            # Every key here shares the identity's slot: one pipeline to one node.
-            pipe = engine.client.pipeline(transaction=False)
-            route = engine._route(keys.state)
+            # A test clock may stand still past the key's TTL: give the keys a minute more.
+            extra_ms = 60_000 if engine.clock else 0
             marker = overrides.marker(mode, until)
-            pipe.execute_command(
-                "EVAL", _SET_OVERRIDE, 1, keys.state, OVERRIDE, marker, HORIZON, until // 1000,
-                ttl_ms, **route,
+            # Every key it writes shares the identity's slot: one script on one node.
+            engine.client.execute_command(
+                "EVAL", script.OVERRIDE, 1, keys.state, marker, until, note, now, extra_ms,
+                **engine._route(keys.state),
             )  # fmt: skip
-            pipe.execute_command("SET", keys.override_note, note, "PX", ttl_ms, **route)
-            index = keys.override_index
-            pipe.execute_command("ZREMRANGEBYSCORE", index, "-inf", now // 1000, **route)
-            pipe.execute_command("ZADD", index, until // 1000, keys.ident, **route)
-            pipe.execute_command("PEXPIRE", index, _INDEX_TTL_MS, **route)
-            pipe.execute()
         except _REDIS_ERRORS as exc:
             raise BackendError(f"could not override {label(identity)}: {exc}") from exc

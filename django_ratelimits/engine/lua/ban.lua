@@ -16,8 +16,6 @@
 
 local BAN_FIELD = '!ban|'
 local BAN_LEVEL_MAX = 64
--- The override index outlives the longest override it can hold (controls.py).
-local OVERRIDE_INDEX_TTL_MS = (365 + 1) * 86400000
 local json_encode
 
 -- The ban framed at `pos` of a group's limits, or nil; where the next limit starts.
@@ -47,25 +45,19 @@ local function add_ban(set, policy, ban)
   set.bans[#set.bans + 1] = ban
 end
 
--- Blocks the identity until `until_us` as staff's block does (controls.py),
+-- Blocks the identity until `until_us` as staff's block does (override.lua),
 -- with a note naming the ban's policy and level.
-local function impose(state_key, tag, ident, label, ban, level, until_us, now_us)
+local function impose(state_key, label, ban, level, until_us, now_us)
   json_encode = json_encode or cjson.encode
-  local until_ms = floor(until_us / 1000)
-  local ttl = fmt(ceil((until_us - now_us) / 1000) + TTL_EXTRA_MS)
-  rcall('HSET', state_key, OVERRIDE, 'b:' .. fmt(until_us))
-  rcall('SET', tag .. ':xn:' .. ident, json_encode({label = label, by = 'ban',
-    at = fmt(now_us), ban = level, policy = ban.policy}), 'PX', ttl)
-  local index = tag .. ':xs'
-  rcall('ZREMRANGEBYSCORE', index, '-inf', fmt(floor(now_us / 1000)))
-  rcall('ZADD', index, fmt(until_ms), ident)
-  rcall('PEXPIRE', index, fmt(OVERRIDE_INDEX_TTL_MS))
+  local note = json_encode({label = label, by = 'ban', at = fmt(now_us), ban = level,
+    policy = ban.policy})
+  set_override(state_key, 'b:' .. fmt(until_us), until_us, note, now_us)
 end
 
 -- Counts a denial of an identity's group towards the bans of the `denied`
 -- policies (`values`: the group's HMGET reply, `horizon` its values[1]),
 -- banning where one reaches its count. Returns nothing; writes the ban fields.
-local function note_ban(state_key, tag, ident, label, set, values, denied, now_us)
+local function note_ban(state_key, label, set, values, denied, now_us)
   local horizon = tonumber(values[1]) or 0
   for _, ban in ipairs(set.bans) do
     if denied[ban.policy] then
@@ -88,7 +80,7 @@ local function note_ban(state_key, tag, ident, label, set, values, denied, now_u
         local until_us = now_us + min(ban.length * 2 ^ (min(level, 60) - 1), ban.most)
         forget = until_us + ban.most
         keep, times = forget, {}
-        impose(state_key, tag, ident, label, ban, level, until_us, now_us)
+        impose(state_key, label, ban, level, until_us, now_us)
       end
       local value = sformat('%d:%d:%s', level, forget, tconcat(times, ','))
       local keep_ms = ceil(max(keep, forget) / 1000)

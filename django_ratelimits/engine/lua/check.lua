@@ -112,14 +112,6 @@ local function trim(index, by_count, cutoff)
   end
 end
 
--- The start of every key name of the identity whose state HASH is `state_key`
--- ("P:{sN}", keys.py: the state key is "<tag>:s:<ident>", and the prefix P
--- holds no '}'), and its ident.
-local function who_of(state_key)
-  local close = sfind(state_key, '}', 1, true)
-  return ssub(state_key, 1, close), ssub(state_key, close + 4)
-end
-
 -- The label (the identity as the dashboard names it) and the head of a hit
 -- entry in a group's info ("<label>\n<head>").
 local function label_of(info)
@@ -422,7 +414,7 @@ local function run_group(KEYS, ARGV, a, k, n)
       local label = label_of(info)
       note_denial(tag, ident, label, set.shadow, denied)
       if set.bans and override == nil and not set.shadow and set.overrides then
-        note_ban(state_key, tag, ident, label, set, values, denied, now)
+        note_ban(state_key, label, set, values, denied, now)
       end
     end
     if set.records then

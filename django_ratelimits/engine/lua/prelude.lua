@@ -1,5 +1,7 @@
--- django-ratelimits: the check script is this prelude, one file per algorithm
--- and check.lua, joined in that order into one script loaded once (EVALSHA).
+-- django-ratelimits: the check script is this prelude, override.lua, one file
+-- per algorithm, ban.lua, concurrency.lua and check.lua, joined in that order
+-- (engine/script.py) into one script loaded once (a function, or EVALSHA).
+-- Staff's override script is this prelude and override.lua.
 --
 -- An identity's limits live as fields of one HASH (its state key), so that
 -- one HMGET reads and one HSET writes all of them. Every algorithm but the
@@ -61,6 +63,14 @@ end
 -- A double written so that tonumber() reads back the same double.
 local function fmt_float(n)
   return sformat('%.17g', n)
+end
+
+-- The start of every key name of the identity whose state HASH is `state_key`
+-- ("P:{sN}", keys.py: the state key is "<tag>:s:<ident>", and the prefix P
+-- holds no '}'), and its ident.
+local function who_of(state_key)
+  local close = sfind(state_key, '}', 1, true)
+  return ssub(state_key, 1, close), ssub(state_key, close + 4)
 end
 
 local function expire_in(key, us)
