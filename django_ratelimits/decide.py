@@ -90,6 +90,8 @@ class Verdict:
     error: BackendError | None = None
     considered: frozenset[str] = frozenset()
     effective: tuple[tuple[str, tuple[Limit, ...]], ...] = ()
+    # Whether the worker's cache of denials answered: no engine call was made.
+    cached: bool = False
 
     def covers(self, name: str) -> bool:
         """Whether the policy ``name`` was already decided (or found exempt) here."""
@@ -112,6 +114,7 @@ class Verdict:
             self.error or other.error,
             self.considered | other.considered,
             self.effective + other.effective,
+            self.cached and other.cached,
         )
 
     def limits_of(self, policy: PolicySpec) -> tuple[Limit, ...]:
@@ -304,9 +307,18 @@ class Planned:
         elif not breaker.allow():
             self.verdict = self._refused(BackendError("circuit breaker open"))
 
-    def run(self, call: Callable[[list[Check]], Decision], *, charge: bool = True) -> Verdict:
+    def run(
+        self,
+        call: Callable[[list[Check]], Decision],
+        *,
+        charge: bool = True,
+        counted: bool | None = None,
+    ) -> Verdict:
         """The verdict, with ``call`` (an engine's ``check``, or ``peek`` with
-        ``charge=False``) if one is needed and the cache of denials does not answer."""
+        ``charge=False``) if one is needed and the cache of denials does not answer.
+        A refusal the cache makes is counted for the offender records if ``counted``
+        (by default, if ``charge``: a peek that refuses a request, as a login's look
+        before the password, is counted; one that only asks is not)."""
         if self.verdict is not None:
             return self.verdict
         cache = _cache()
@@ -314,13 +326,17 @@ class Planned:
             return self._call(call)
         if cache.epoch_due():
             cache.read_epoch()
-        verdict = self._cached(cache, charge) or self._call(call, cache)
+        verdict = self._cached(cache, charge, counted) or self._call(call, cache)
         if cache.flush_due():
             cache.flush()
         return verdict
 
     async def arun(
-        self, call: Callable[[list[Check]], Awaitable[Decision]], *, charge: bool = True
+        self,
+        call: Callable[[list[Check]], Awaitable[Decision]],
+        *,
+        charge: bool = True,
+        counted: bool | None = None,
     ) -> Verdict:
         """:meth:`run` with an async ``call`` (``acheck`` or ``apeek``)."""
         if self.verdict is not None:
@@ -330,7 +346,7 @@ class Planned:
             return await self._acall(call)
         if cache.epoch_due():
             await cache.aread_epoch()
-        verdict = self._cached(cache, charge) or await self._acall(call, cache)
+        verdict = self._cached(cache, charge, counted) or await self._acall(call, cache)
         if cache.flush_due():
             await cache.aflush()
         return verdict
@@ -386,9 +402,10 @@ class Planned:
         finally:
             observer.engine_call(time.perf_counter() - started)
 
-    def _cached(self, cache: DenialCache, charge: bool) -> Verdict | None:
+    def _cached(self, cache: DenialCache, charge: bool, counted: bool | None) -> Verdict | None:
         """The verdict the cache of denials gives without Redis, if it has one."""
-        decision = cache.refuse(self.checks, count=charge)
+        count = charge if counted is None else counted
+        decision = cache.refuse(self.checks, count=count, look=not charge)
         return None if decision is None else self._announced(decision, cached=True)
 
     def decided(self, decision: Decision) -> Verdict:
@@ -401,7 +418,11 @@ class Planned:
         """The verdict of ``decision`` (the denial cache's if ``cached``), its blocks
         logged, its denials signalled, its outcomes counted."""
         verdict = Verdict(
-            self.applied, decision, considered=self.considered, effective=self.effective
+            self.applied,
+            decision,
+            considered=self.considered,
+            effective=self.effective,
+            cached=cached,
         )
         if self.observer is not None:
             metrics.record_decision(self.observer, self.applied, decision, cached=cached)

@@ -155,13 +155,16 @@ class DenialCache:
 
     # ------------------------------------------------------------------ refusing
 
-    def refuse(self, checks: Sequence[Check], *, count: bool = True) -> Decision | None:
+    def refuse(
+        self, checks: Sequence[Check], *, count: bool = True, look: bool = False
+    ) -> Decision | None:
         """The cached denials of these checks, as the engine's answer, if every
         enforced check (identity) has one in force now: otherwise Redis decides, so
         that an identity it would admit is charged and one it would deny recorded,
-        as without the cache. Shadow checks are not looked at; a block only for a
-        check overrides decide. With ``count`` (a check, not a peek) the refusal
-        goes in the next batch.
+        as without the cache. For a ``look`` (a peek: it charges no one) one enforced
+        check with a cached denial is enough. Shadow checks are not looked at; a
+        block only for a check overrides decide. With ``count`` (a refused request,
+        not a question) the refusal goes in the next batch.
         """
         if not self._entries:
             return None
@@ -174,6 +177,8 @@ class DenialCache:
                     continue
                 found = self._denials(check, now)
                 if not found:
+                    if look:
+                        continue
                     return None
                 results += found
                 if check.metadata is not None:

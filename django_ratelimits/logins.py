@@ -9,7 +9,9 @@ is never counted by the middleware. Instead:
   limit, it raises :class:`~django_ratelimits.decide.RateLimited`, which the
   middleware answers with 429 and ``Retry-After``; only then a second call, in
   check mode, records the refusal for the offender dashboard (a denied check
-  charges nothing), naming only the identities over the limit.
+  charges nothing), naming only the identities over the limit. A refusal the
+  worker's cache of denials makes (:mod:`django_ratelimits.deny_cache`: an
+  identity already over its limit) costs neither call; the cache counts it.
 * Django's ``user_login_failed`` signal charges the failed attempt: one engine
   call in check mode, for the request the signal carries.
 * ``user_logged_in`` clears the counters of policies with ``reset_on_success``.
@@ -59,13 +61,15 @@ class FailedLoginBackend:
         planned = _planned(current(), request, credentials)
         if planned is None:
             return
-        verdict = planned.run(lambda checks: get_engine().peek(checks, cost=1), charge=False)
+        verdict = planned.run(
+            lambda checks: get_engine().peek(checks, cost=1), charge=False, counted=True
+        )
         if verdict.blocked():
-            checks = _refused_checks(planned, verdict)
-            try:
-                get_engine().check(checks)
-            except BackendError as error:
-                _not_recorded(error)
+            if not verdict.cached:  # the cache counted its own refusal
+                try:
+                    get_engine().check(_refused_checks(planned, verdict))
+                except BackendError as error:
+                    _not_recorded(error)
             raise RateLimited(verdict)
 
     async def aauthenticate(self, request: Any, **credentials: Any) -> None:
@@ -73,14 +77,14 @@ class FailedLoginBackend:
         if planned is None:
             return
         verdict = await planned.arun(
-            lambda checks: get_engine().apeek(checks, cost=1), charge=False
+            lambda checks: get_engine().apeek(checks, cost=1), charge=False, counted=True
         )
         if verdict.blocked():
-            checks = _refused_checks(planned, verdict)
-            try:
-                await get_engine().acheck(checks)
-            except BackendError as error:
-                _not_recorded(error)
+            if not verdict.cached:  # the cache counted its own refusal
+                try:
+                    await get_engine().acheck(_refused_checks(planned, verdict))
+                except BackendError as error:
+                    _not_recorded(error)
             raise RateLimited(verdict)
 
 

@@ -437,3 +437,55 @@ def test_forgetting_an_address_erases_the_usernames_it_tried(site: Any) -> None:
     assert engine.client.zscore(budgets[0], bob) is not None
     call_command("ratelimits", "forget", f"ip:{ip}", stdout=io.StringIO())
     assert [k for k in all_keys(engine.client) if address in k] == []
+
+
+def test_a_locked_out_username_is_refused_without_redis_and_every_refusal_counted(
+    site: Any, frozen_clock: Any
+) -> None:
+    """Credential stuffing against one account from many addresses: once a worker has
+    seen the username over its limit, it refuses the next attempts from its cache of
+    denials, with no call to Redis, until the retry time; the dashboard still counts
+    every refusal (in batches)."""
+    from django_ratelimits.deny_cache import cache_for
+    from django_ratelimits.offenders import Offenders
+
+    policy(key="username")
+    redis = site
+    addresses = [f"198.51.100.{i}" for i in range(1, 60)]
+    assert [login("alice", ip=ip).status_code for ip in addresses[:3]] == [200] * 3
+    # The first refusal makes the worker read the epoch of staff's writes; the second
+    # is learnt under it.
+    first, second = login("alice", RIGHT, ip=addresses[3]), login("alice", ip=addresses[4])
+    assert refused(first) and refused(second)
+    before = check_calls(*_primaries(redis))
+    later = [login("alice", ip=ip) for ip in addresses[5:]]
+    assert all(refused(r) for r in later)
+    assert check_calls(*_primaries(redis)) == before, "a refused login reached Redis"
+    assert later[-1]["Retry-After"] == second["Retry-After"]  # the clock stands still
+    cache = cache_for(get_engine())
+    assert cache is not None
+    cache.flush()
+    offender = Offenders().inspect(Identity("username", "alice")).detail.offender
+    assert offender is not None and offender.denials == 2 + len(later)
+    # Until the retry time: then Redis decides again (the three failures have aged out).
+    frozen_clock.advance(int(second["Retry-After"]))
+    assert login("alice", RIGHT, ip=addresses[0]).status_code == 302
+
+
+def test_an_address_over_its_limit_is_refused_without_redis_whatever_username_it_tries(
+    site: Any, frozen_clock: Any
+) -> None:
+    """Password spraying from one address: once the address is over its limit, each
+    new username it tries is refused from the cache (the look charges no one, so one
+    identity over its limit is enough), and none of those usernames is charged."""
+    policy(key="ip_and_username")
+    redis, ip = site, "203.0.113.50"
+    assert [login(f"user{i}", ip=ip).status_code for i in range(3)] == [200] * 3
+    assert refused(login("user3", ip=ip)) and refused(login("user4", ip=ip))
+    before = check_calls(*_primaries(redis))
+    assert all(refused(login(f"user{i}", ip=ip)) for i in range(5, 40))
+    assert check_calls(*_primaries(redis)) == before, "a refused login reached Redis"
+    # The usernames it sprayed are not locked out: from elsewhere, each still has its 3.
+    other = "203.0.113.51"
+    assert [login("user20", ip=other).status_code for _ in range(3)] == [200] * 3
+    assert refused(login("user20", ip=other))
