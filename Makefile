@@ -22,7 +22,7 @@ help:
 	@echo "make test       the whole test suite, then ruff and mypy (all must pass)"
 	@echo "make pytest     only the test suite (PYTEST_ARGS='-k cluster -x' to narrow it)"
 	@echo "make lint       ruff check . and ruff format --check ."
-	@echo "make typecheck  mypy django_ratelimits devtools"
+	@echo "make typecheck  mypy django_ratelimits devtools benchmarks"
 	@echo "make bench      every benchmark (engine, peers, request, servers, accuracy): docs/benchmarks.md"
 	@echo "make venv       create $(VENV) with $(PYTHON) (PYTHON=python3.13 to choose another)"
 	@echo "make clean      remove $(VENV), caches, test logs and the demo's database and Redis dir"
@@ -48,7 +48,7 @@ test: venv
 	echo "==> pytest $(PYTEST_ARGS)"; $(BIN)/pytest $(PYTEST_ARGS) || status=1; \
 	echo "==> ruff check ."; $(BIN)/ruff check . || status=1; \
 	echo "==> ruff format --check ."; $(BIN)/ruff format --check . || status=1; \
-	echo "==> mypy django_ratelimits devtools"; $(BIN)/mypy django_ratelimits devtools || status=1; \
+	echo "==> mypy django_ratelimits devtools benchmarks"; $(BIN)/mypy django_ratelimits devtools benchmarks || status=1; \
 	echo "==> lint-imports"; $(BIN)/lint-imports || status=1; \
 	if [ $$status -ne 0 ]; then echo "make test: FAILED (see above)" >&2; fi; \
 	exit $$status
@@ -61,7 +61,7 @@ lint: venv
 	$(BIN)/ruff format --check .
 
 typecheck: venv
-	$(BIN)/mypy django_ratelimits devtools
+	$(BIN)/mypy django_ratelimits devtools benchmarks
 
 # ---------------------------------------------------------------- benchmarks
 

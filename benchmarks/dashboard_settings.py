@@ -15,5 +15,5 @@ ALLOWED_HOSTS = ["testserver", "127.0.0.1", "localhost"]
 ROOT_URLCONF = "demo_project.urls"
 DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
-LOGGING: dict[str, object] = {"version": 1, "disable_existing_loggers": False}
+LOGGING = {"version": 1, "disable_existing_loggers": False}
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

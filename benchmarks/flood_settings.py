@@ -8,7 +8,7 @@ import os
 from benchmarks.settings import *  # noqa: F403
 from benchmarks.settings import DJANGO_RATELIMITS as BASE
 
-DJANGO_RATELIMITS: dict[str, object] = {
+DJANGO_RATELIMITS = {
     **BASE,
     "DENIAL_CACHE": int(os.environ.get("RATELIMITS_BENCH_DENIAL_CACHE", "10000")),
 }

@@ -211,6 +211,11 @@ def concurrency_rows(counted: Counted, engine: Engine, identities: int) -> list[
     ]
 
 
+def checking(engine: Engine, requests: list[list[Check]]) -> Callable[[int], object]:
+    """What :meth:`Counted.measure` calls: ``engine`` checks the i-th request."""
+    return lambda i: engine.check(requests[i])
+
+
 def io_only_row(counted: Counted, engine: Engine, identities: int) -> tuple[str, int]:
     """The GCRA 1 x 1 check's command, sent to a function that does its I/O only."""
     requests = request_checks(Algorithm.GCRA, ONE_RATE, identities, False, "io")
@@ -262,26 +267,26 @@ def rows(binary: str, quick: bool = False) -> list[tuple[str, int]]:
                         algorithm, rates, identities, two, f"{algorithm.code}{two}"
                     )
                     name = f"{algorithm.value}, {'2 x 3 + metadata' if two else '1 x 1'}"
-                    out.append((name, counted.measure(lambda i, r=requests: engine.check(r[i]))))
+                    out.append((name, counted.measure(checking(engine, requests))))
             for algorithm in algorithms:
                 # 1/h: the warm-up (first check of each identity) spends it; the rest deny.
                 requests = request_checks(algorithm, "1/h", identities, False, f"d{algorithm.code}")
                 out.append(
                     (
                         f"{algorithm.value}, 1 x 1, denied",
-                        counted.measure(lambda i, r=requests: engine.check(r[i])),
+                        counted.measure(checking(engine, requests)),
                     )
                 )
             out.append(denied_again_row(counted, engine, identities))
             for name, requests in recording_rows(identities) + ban_rows(identities):
-                out.append((name, counted.measure(lambda i, r=requests: engine.check(r[i]))))
+                out.append((name, counted.measure(checking(engine, requests))))
             out += concurrency_rows(counted, engine, identities)
             on_time = Engine(counted.client, keys=KeySpace(prefix="cgt"))  # no test clock
             requests = request_checks(Algorithm.GCRA, "1000000/s", identities, False, "time")
             out.append(
                 (
                     "gcra, 1 x 1, on Redis' TIME (no test clock)",
-                    counted.measure(lambda i, r=requests: on_time.check(r[i])),
+                    counted.measure(checking(on_time, requests)),
                 )
             )
             return out

@@ -219,9 +219,11 @@ def _handlers() -> tuple[site.WSGICall, site.WSGICall]:
     from django.core.handlers.wsgi import WSGIHandler
     from django.test.utils import override_settings
 
+    from benchmarks.settings import RATE_LIMIT_MIDDLEWARE  # loaded: Django's settings
+
     bare = WSGIHandler()
     at = settings.MIDDLEWARE.index("benchmarks.site.BenchUser") + 1
-    stack = [*settings.MIDDLEWARE[:at], settings.RATE_LIMIT_MIDDLEWARE, *settings.MIDDLEWARE[at:]]
+    stack = [*settings.MIDDLEWARE[:at], RATE_LIMIT_MIDDLEWARE, *settings.MIDDLEWARE[at:]]
     with override_settings(MIDDLEWARE=stack):
         limited = WSGIHandler()
     return site.wsgi_caller(bare), site.wsgi_caller(limited)

@@ -40,7 +40,7 @@ CACHES = {
         "OPTIONS": {"CLIENT_CLASS": "django_redis.client.DefaultClient"},
     }
 }
-DJANGO_RATELIMITS: dict[str, object] = {"REDIS": REDIS_URL, "POLICY_REFRESH": 3600}
+DJANGO_RATELIMITS = {"REDIS": REDIS_URL, "POLICY_REFRESH": 3600}
 RATELIMIT_USE_CACHE = "default"  # django-ratelimit's cache: the same Redis
 
 _AUTH = "django.contrib.auth.middleware.AuthenticationMiddleware"

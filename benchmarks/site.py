@@ -53,7 +53,7 @@ def setup(server: RedisServer, workdir: Path) -> None:
     from benchmarks.kit import CountingConnection
 
     django.setup()
-    cache = settings.CACHES["default"]
+    cache: dict[str, Any] = settings.CACHES["default"]
     options = {
         **cache["OPTIONS"],
         "CONNECTION_POOL_KWARGS": {"connection_class": CountingConnection},

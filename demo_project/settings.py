@@ -80,7 +80,7 @@ CACHES = {
     }
 }
 
-DJANGO_RATELIMITS = {
+DJANGO_RATELIMITS: dict[str, object] = {
     "REDIS": "default",  # the alias in CACHES whose Redis connection the limiter uses
 }
 
@@ -92,7 +92,7 @@ USE_I18N = True
 STATIC_URL = "/static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-LOGGING = {
+LOGGING: dict[str, object] = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
