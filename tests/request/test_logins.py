@@ -416,7 +416,6 @@ def test_admin_saves_a_failed_login_policy_and_previews_it(admin_client: Client)
     assert "key" in refused_form.context["adminform"].form.errors
 
 
-
 # --------------------------------------------------------------------------- forgetting
 
 
