@@ -85,16 +85,40 @@ def label(identity: Identity) -> str:
     return printable(f"{identity.kind}:{identity.value}")
 
 
+def _index(tag: str, shadow: bool = False) -> str:
+    """The offender index of the shard whose tag is ``tag``, scored by last denial; with
+    ``shadow``, the shadow ledger's, by last would-be denial. By count: this and "n"."""
+    return f"{tag}:{'so' if shadow else 'o'}x"
+
+
 @dataclass(frozen=True)
 class IdentityKeys:
-    """Every key name of one identity, from one digest of it."""
+    """Every key name of one identity, from one digest of it: its ident and its shard's
+    tag (two fields, so that working them out for an identity not seen lately is cheap:
+    the other names are built when asked for, off the check's path)."""
 
     ident: str
     tag: str  # ``prefix:{sN}``: the start of every key of this identity
-    index: str  # the offender index of the identity's shard, by last denial
-    count_index: str  # the same, by denial count
-    shadow_index: str  # the shadow index of the shard, by last would-be denial
-    shadow_count_index: str  # the same, by would-be denial count
+
+    @property
+    def index(self) -> str:
+        """The offender index of the identity's shard, by last denial."""
+        return _index(self.tag)
+
+    @property
+    def count_index(self) -> str:
+        """The same, by denial count."""
+        return _index(self.tag) + "n"
+
+    @property
+    def shadow_index(self) -> str:
+        """The shadow index of the shard, by last would-be denial."""
+        return _index(self.tag, shadow=True)
+
+    @property
+    def shadow_count_index(self) -> str:
+        """The same, by would-be denial count."""
+        return _index(self.tag, shadow=True) + "n"
 
     @property
     def state(self) -> str:
@@ -155,16 +179,7 @@ class IdentityKeys:
 @functools.lru_cache(maxsize=4096)
 def _identity_keys(space: KeySpace, who: str) -> IdentityKeys:
     digest = hashlib.blake2b(who.encode("ascii"), digest_size=4, key=space.secret).digest()
-    shard = int.from_bytes(digest, "big") % space.shards
-    tag = f"{space.prefix}:{{s{shard}}}"
-    return IdentityKeys(
-        who,
-        tag,
-        space.index(shard),
-        space.count_index(shard),
-        space.index(shard, shadow=True),
-        space.count_index(shard, shadow=True),
-    )
+    return IdentityKeys(who, space.tag(int.from_bytes(digest, "big") % space.shards))
 
 
 @dataclass(frozen=True)
@@ -195,10 +210,14 @@ class KeySpace:
         """The keys of an identity known by its ``ident`` (an offender index member)."""
         return _identity_keys(self, who)
 
+    def tag(self, shard: int) -> str:
+        """The hash tag of shard ``shard``: the start of every key in it."""
+        return f"{self.prefix}:{{s{shard}}}"
+
     def index(self, shard: int, *, shadow: bool = False) -> str:
         """The offender index of shard ``shard``, scored by last denial (ms); with
         ``shadow``, the shadow ledger's, by last would-be denial."""
-        return f"{self.prefix}:{{s{shard}}}:{'so' if shadow else 'o'}x"
+        return _index(self.tag(shard), shadow)
 
     def count_index(self, shard: int, *, shadow: bool = False) -> str:
         """The offender index of shard ``shard`` (or its shadow one), scored by count."""
@@ -207,4 +226,4 @@ class KeySpace:
     def override_index(self, shard: int) -> str:
         """The overrides of shard ``shard`` (blocks and allow-listings), scored by
         when each ends (ms); staff's writes keep it, trimmed by time."""
-        return f"{self.prefix}:{{s{shard}}}:xs"
+        return f"{self.tag(shard)}:xs"
