@@ -188,6 +188,8 @@ def site_redis(
 
     import tests.urls  # noqa: F401  (its @ratelimit defaults are declared on import)
     from django_ratelimits.breaker import breaker
+    from django_ratelimits.deny_cache import cache_for
+    from django_ratelimits.engine import get_engine
     from django_ratelimits.policies import get_registry
 
     target: object = request.getfixturevalue("redis_standalone").url
@@ -203,6 +205,11 @@ def site_redis(
         get_registry().refresh()
         yield redis_client
         breaker.success()
+        # Refusals the worker's cache of denials counted are recorded while this
+        # Redis still runs, not at exit against a server the harness has stopped.
+        cache = cache_for(get_engine())
+        if cache is not None:
+            cache.flush()
 
 
 @pytest.fixture
