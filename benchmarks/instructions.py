@@ -242,9 +242,8 @@ def denied_again_row(counted: Counted, engine: Engine, identities: int) -> tuple
     requests = request_checks(Algorithm.GCRA, "1/h", identities, False, "again")
     for i in range(identities):  # spends each identity's rate; the warm-up denies first
         engine.check(requests[i])
-    return (
-        "gcra, 1 x 1, denied again within the second",
-        counted.measure(lambda i: engine.check(requests[i])),
+    return "gcra, 1 x 1, denied again within the second", counted.measure(
+        checking(engine, requests)
     )
 
 

@@ -46,12 +46,13 @@ local function add_ban(set, policy, ban)
 end
 
 -- Blocks the identity until `until_us` as staff's block does (override.lua),
--- with a note naming the ban's policy and level.
-local function impose(state_key, label, ban, level, until_us, now_us)
+-- with a note naming the ban's policy and level; `horizon` is the state HASH's
+-- (read with the limits). Returns the horizon the block leaves.
+local function impose(state_key, label, ban, level, until_us, now_us, horizon)
   json_encode = json_encode or cjson.encode
   local note = json_encode({label = label, by = 'ban', at = fmt(now_us), ban = level,
     policy = ban.policy})
-  set_override(state_key, 'b:' .. fmt(until_us), until_us, note, now_us)
+  return set_override(state_key, 'b:' .. fmt(until_us), until_us, note, now_us, horizon)
 end
 
 -- Counts a denial of an identity's group towards the bans of the `denied`
@@ -80,7 +81,7 @@ local function note_ban(state_key, label, set, values, denied, now_us)
         local until_us = now_us + min(ban.length * 2 ^ (min(level, 60) - 1), ban.most)
         forget = until_us + ban.most
         keep, times = forget, {}
-        impose(state_key, label, ban, level, until_us, now_us)
+        horizon = impose(state_key, label, ban, level, until_us, now_us, horizon)
       end
       local value = sformat('%d:%d:%s', level, forget, tconcat(times, ','))
       local keep_ms = ceil(max(keep, forget) / 1000)

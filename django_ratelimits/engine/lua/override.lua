@@ -3,7 +3,7 @@
 -- who set it and when ("P:{sN}:xn:<ident>", JSON: overrides.Note), which lives
 -- as long, and the ident in its shard's override index ("P:{sN}:xs", scored by
 -- when it ends, ms), from which staff list them without scanning keys. Staff's
--- blocks and allow-listings (controls.py, through OVERRIDE_ENTRY below) and a
+-- blocks and allow-listings (controls.py, through script.OVERRIDE) and a
 -- policy's ban (ban.lua) are all written here.
 
 -- The index outlives the longest override it may hold (controls.MAX_OVERRIDE: a
@@ -12,12 +12,16 @@ local OVERRIDE_INDEX_TTL_MS = (365 + 1) * 86400000
 
 -- Sets the override of the identity whose state HASH is `state_key` to `marker`
 -- until `until_us` (`now_us` now), noted `note`. The HASH lives at least until
--- then: its TTL is extended, never shortened, as its horizon (HORIZON) says.
-local function set_override(state_key, marker, until_us, note, now_us)
+-- then: its TTL is extended, never shortened, as its horizon (HORIZON, ms) says;
+-- `horizon` is that field's value when the caller has read it (nil: read here).
+-- Returns the horizon it leaves.
+local function set_override(state_key, marker, until_us, note, now_us, horizon)
   local tag, ident = who_of(state_key)
   local until_ms = floor(until_us / 1000)
   local ttl = fmt(ceil((until_us - now_us) / 1000) + TTL_EXTRA_MS)
-  if (tonumber(rcall('HGET', state_key, HORIZON)) or 0) < until_ms then
+  horizon = horizon or tonumber(rcall('HGET', state_key, HORIZON)) or 0
+  if horizon < until_ms then
+    horizon = until_ms
     rcall('HSET', state_key, OVERRIDE, marker, HORIZON, fmt(until_ms))
     rcall('PEXPIRE', state_key, ttl)
   else
@@ -28,4 +32,5 @@ local function set_override(state_key, marker, until_us, note, now_us)
   rcall('ZREMRANGEBYSCORE', index, '-inf', fmt(floor(now_us / 1000)))
   rcall('ZADD', index, fmt(until_ms), ident)
   rcall('PEXPIRE', index, fmt(OVERRIDE_INDEX_TTL_MS))
+  return horizon
 end
