@@ -71,7 +71,7 @@ class _Gated:
 class _Call:
     """One script call: the groups of identities that share one slot."""
 
-    route: str  # a key of the slot, to find its node on a cluster
+    route: bytes  # a key of the slot, to find its node on a cluster
     keys: list[str | bytes] = field(default_factory=list)
     args: list[str | bytes | int] = field(default_factory=list)
     parts: list[Pairs | _Gated] = field(default_factory=list)
@@ -334,24 +334,16 @@ class Engine:
         # The script reads Redis' TIME, but on a test clock, whose time comes first.
         leading: list[Any] = [] if self.clock is None else [self.clock.now_us()]
         calls: dict[int, _Call] = {}
-
-        def call_of(keys: IdentityKeys) -> _Call:
-            slot = self._slot(keys.state)
-            call = calls.get(slot)
-            if call is None:
-                call = calls[slot] = _Call(keys.state)
-            return call
-
         for chk in checks:
             keys = self.keys.of(chk.identity)
             gate = chk.gate
             if gate is None:
-                call = call_of(keys)
+                call = self._call_of(calls, keys)
                 call.parts.append(self._group(call, keys, chk))
                 continue
             client = self.keys.of(gate.client)
-            call = call_of(client)
-            together = self._slot(client.state) == self._slot(keys.state)
+            call = self._call_of(calls, client)
+            together = self._slot(client.encoded_state) == self._slot(keys.encoded_state)
             budget = gate.budget
             call.keys.append(client.gate(chk.identity.kind, budget))
             call.args += [b"g", budget.limit, budget.window_us, keys.member, 2 if together else 1]
@@ -406,7 +398,15 @@ class Engine:
         call.args += [framed, info]
         return [(identity, limit) for limit in limits]
 
-    def _slot(self, key: str) -> int:
+    def _call_of(self, calls: dict[int, _Call], keys: IdentityKeys) -> _Call:
+        """The call of ``calls`` for the slot of ``keys``, added if it is the first."""
+        slot = 0 if self._cluster is None else self._slot(keys.encoded_state)
+        call = calls.get(slot)
+        if call is None:
+            call = calls[slot] = _Call(keys.encoded_state)
+        return call
+
+    def _slot(self, key: str | bytes) -> int:
         if self._cluster is not None:
             return int(self._cluster.keyslot(key))
         return 0
@@ -421,7 +421,7 @@ class Engine:
         except _REDIS_ERRORS as exc:
             raise BackendError(f"rate-limit check failed: {exc}") from exc
 
-    def _route(self, key: str) -> dict[str, Any]:
+    def _route(self, key: str | bytes) -> dict[str, Any]:
         """On a cluster, name the node that serves ``key``'s slot, so redis-py
         does not ask the server which keys a command has (COMMAND GETKEYS:
         one more round trip per command)."""
@@ -501,7 +501,7 @@ class Engine:
         route: dict[str, Any] = {}
         if isinstance(client, AsyncRedisCluster):
             await client.initialize()  # loads the slot map once; a no-op after that
-            route["target_nodes"] = client.get_node_from_key(call.route)
+            route["target_nodes"] = client.get_node_from_key(call.route.decode())
         attempts = self._attempts(call)
         commands = next(attempts)
         while True:

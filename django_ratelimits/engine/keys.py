@@ -36,12 +36,17 @@ import base64
 import functools
 import hashlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from django_ratelimits.engine.limits import Identity, Limit
 from django_ratelimits.rates import Rate
 
 _SAFE_PART = re.compile(r"[A-Za-z0-9._:@/+=-]{1,64}")
+# Identities whose key names each key space keeps, and the longest value kept by itself.
+KEYS_CACHED = 4096
+_CACHED_VALUE_MAX = 64
 _LABEL_MAX = 200
 # The state HASH's field that says until when (ms, on the engine's clock) the key's
 # TTL lasts: written by the check script (HORIZON in lua/check.lua), never a limit's
@@ -93,12 +98,21 @@ def _index(tag: str, shadow: bool = False) -> str:
 
 @dataclass(frozen=True)
 class IdentityKeys:
-    """Every key name of one identity, from one digest of it: its ident and its shard's
-    tag (two fields, so that working them out for an identity not seen lately is cheap:
-    the other names are built when asked for, off the check's path)."""
+    """Every key name of one identity, from one digest of it: its ident, its shard's
+    tag and the state key a check names (so that working them out for an identity not
+    seen lately is cheap: the other names are built when asked for, off the check's
+    path)."""
 
     ident: str
     tag: str  # ``prefix:{sN}``: the start of every key of this identity
+    # :attr:`state`, the one key every check of the identity names, encoded once (key
+    # names are cached with the identity, see ``KeySpace.of``). The script names the
+    # others from it, its tag and its ident, when it writes them (``who_of`` in
+    # lua/prelude.lua).
+    encoded_state: bytes = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "encoded_state", self.state.encode())
 
     @property
     def index(self) -> str:
@@ -148,14 +162,6 @@ class IdentityKeys:
         return f"{self.tag}:xs"
 
     @functools.cached_property
-    def encoded_state(self) -> bytes:
-        """:attr:`state`, the one key every check of the identity names, encoded once
-        (key names are cached with the identity, see ``of_ident``). The script names
-        the others from it, its tag and its ident, when it writes them (``who_of`` in
-        lua/check.lua)."""
-        return self.state.encode()
-
-    @functools.cached_property
     def member(self) -> bytes:
         """The identity in a client's identity budget: 12 characters of its digest,
         so a budget of n members holds about 12n bytes however long the values."""
@@ -174,14 +180,6 @@ class IdentityKeys:
         return f"{self.tag}:log:{key_part(limit.policy)}:{limit.rate}:{self.ident}"
 
 
-# Busy identities come back request after request: their names are worked out
-# once. An ident is at most ~80 characters, so the cache stays small.
-@functools.lru_cache(maxsize=4096)
-def _identity_keys(space: KeySpace, who: str) -> IdentityKeys:
-    digest = hashlib.blake2b(who.encode("ascii"), digest_size=4, key=space.secret).digest()
-    return IdentityKeys(who, space.tag(int.from_bytes(digest, "big") % space.shards))
-
-
 @dataclass(frozen=True)
 class KeySpace:
     """Names every key the engine writes for one prefix, shard count and secret.
@@ -196,23 +194,49 @@ class KeySpace:
     prefix: str = "rl"
     shards: int = 64
     secret: bytes = field(default=b"", repr=False)
+    _tags: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    _placing: Any = field(init=False, repr=False, compare=False)  # hashlib's blake2b
+    _seen: Callable[[str, str], IdentityKeys] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # A brace would move the hash tag (so the slot) of every key, and check.lua
         # finds an identity's tag as its state key's start up to the first "}".
         if "{" in self.prefix or "}" in self.prefix:
             raise ValueError(f"a key prefix cannot hold '{{' or '}}', not {self.prefix!r}")
+        # Worked out once per key space: the shards' tags, the keyed hash that places
+        # identities (copied per identity, cheaper than keying a new one), and the
+        # names of the identities seen lately (see ``of``).
+        tags = tuple(f"{self.prefix}:{{s{n}}}" for n in range(self.shards))
+        placing = hashlib.blake2b(digest_size=4, key=self.secret)
+        seen = functools.lru_cache(maxsize=KEYS_CACHED)(self._named)
+        object.__setattr__(self, "_tags", tags)
+        object.__setattr__(self, "_placing", placing)
+        object.__setattr__(self, "_seen", seen)
 
     def of(self, identity: Identity) -> IdentityKeys:
-        return self.of_ident(ident(identity))
+        """The keys of ``identity``. Busy identities come back request after request:
+        their names are worked out once, and found again by kind and value (an ident
+        is at most ~80 characters; a longer value is found by its ident, which digests
+        it, so that the cache never holds long values)."""
+        if len(identity.value) > _CACHED_VALUE_MAX:
+            return self._seen("", ident(identity))
+        return self._seen(identity.kind, identity.value)
 
     def of_ident(self, who: str) -> IdentityKeys:
         """The keys of an identity known by its ``ident`` (an offender index member)."""
-        return _identity_keys(self, who)
+        return self._seen("", who)
+
+    def _named(self, kind: str, value: str) -> IdentityKeys:
+        """The keys of the identity ``kind``/``value``; with no kind, ``value`` is its ident."""
+        who = f"{kind}:{key_part(value)}" if kind else value
+        placing = self._placing.copy()
+        placing.update(who.encode("ascii"))
+        shard = int.from_bytes(placing.digest(), "big") % self.shards
+        return IdentityKeys(who, self._tags[shard])
 
     def tag(self, shard: int) -> str:
         """The hash tag of shard ``shard``: the start of every key in it."""
-        return f"{self.prefix}:{{s{shard}}}"
+        return self._tags[shard]
 
     def index(self, shard: int, *, shadow: bool = False) -> str:
         """The offender index of shard ``shard``, scored by last denial (ms); with

@@ -204,13 +204,13 @@ class Limit:
         framed = b"%d*%d:%s" % (len(self.encoded_spec), cost, self.encoded_spec)
         return framed if self.ban is None else framed + self.ban.encoded
 
-    @property
+    @cached_property
     def is_log(self) -> bool:
         """Whether the state is a key of its own (the sliding log's or the
         concurrency limit's ZSET) rather than a field of the state HASH."""
         return self.algorithm is Algorithm.SLIDING_LOG or self.is_concurrency
 
-    @property
+    @cached_property
     def is_concurrency(self) -> bool:
         """Whether the limit counts requests in flight (slots held until released)."""
         return self.algorithm is Algorithm.CONCURRENCY

@@ -3,6 +3,8 @@ and what one request costs in round trips."""
 
 from __future__ import annotations
 
+import hashlib
+import tracemalloc
 from typing import Any
 
 import pytest
@@ -19,7 +21,7 @@ from django_ratelimits.engine import (
     KeySpace,
     Limit,
 )
-from django_ratelimits.engine.keys import ident, label, printable
+from django_ratelimits.engine.keys import KEYS_CACHED, ident, label, printable
 from django_ratelimits.rates import parse_rates
 from django_ratelimits.testing import FakeClock
 from tests.engine_helpers import EPOCH_US, all_keys, check_calls, fresh_engine
@@ -97,6 +99,44 @@ def test_shards_spread_identities() -> None:
     space = KeySpace(shards=64)
     used = {space.of(Identity("ip", f"10.0.{n // 256}.{n % 256}")).index for n in range(2000)}
     assert len(used) == 64
+
+
+def test_an_identity_has_the_same_names_by_value_and_by_ident() -> None:
+    # A check finds an identity's names by its kind and value, staff's code by its ident
+    # (an offender index member): both must name the same keys, digested values too.
+    space = KeySpace(prefix="same", secret=b"s" * 32)
+    for value in HOSTILE:
+        identity = Identity("user", value)
+        assert space.of(identity) == space.of_ident(ident(identity))
+
+
+@pytest.mark.parametrize("secret", [b"", b"s" * 32])
+def test_an_identitys_shard_is_the_keyed_hash_of_its_ident(secret: bytes) -> None:
+    # Where an identity lives must not change between releases: a worker of the next
+    # release would otherwise read fresh state for every identity during a deployment.
+    space = KeySpace(prefix="placed", secret=secret)
+    for n in range(200):
+        who = ident(Identity("ip", f"10.1.0.{n}"))
+        digest = hashlib.blake2b(who.encode(), digest_size=4, key=secret).digest()
+        shard = int.from_bytes(digest, "big") % 64
+        assert space.of(Identity("ip", f"10.1.0.{n}")).tag == f"placed:{{s{shard}}}"
+
+
+def test_rotating_identities_cannot_grow_the_cache_of_key_names() -> None:
+    # An attacker who sends a new identity per request, with values of 5,000 characters,
+    # costs each worker at most KEYS_CACHED entries, none of which holds the value.
+    space = KeySpace(prefix="rotated")
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for n in range(KEYS_CACHED + 1_000):
+            space.of(Identity("header", f"{n}-" + "x" * 5_000))
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert space._seen.cache_info().currsize == KEYS_CACHED  # type: ignore[attr-defined]
+    # Keeping the values would take over 20 MB; the names take about 500 bytes each.
+    assert grown < KEYS_CACHED * 1_000
 
 
 SHADOW = [Limit("watch", rate, Algorithm.FIXED_WINDOW) for rate in parse_rates("1/m")]
