@@ -107,19 +107,35 @@ _Client = tuple[RateLimitSettings, IPAddress | None, str, Identity]
 def _client(request: HttpRequest) -> _Client:
     """The settings, the client's address, its group and the identity it is counted
     as, worked out once per request (every policy, gate, exemption and metadata
-    entry of a request asks), and again only if the settings change."""
+    entry of a request asks), and again only if the settings change. Without
+    trusted proxies the client is the peer: what its ``REMOTE_ADDR`` gives is kept
+    for the next requests of the same peer (at most :data:`_PEERS_KEPT` peers)."""
     config = get_settings()
     cached: _Client | None = getattr(request, _CACHE, None)
     if cached is not None and cached[0] is config:
         return cached
-    address = _client_address(request, config)
-    grouped = UNKNOWN if address is None else group(address, config.ipv4_prefix, config.ipv6_prefix)
-    cached = (config, address, grouped, Identity("ip", counted_ip(grouped, config)))
+    peer = request.META.get("REMOTE_ADDR")
+    kept = not config.trusted_proxies and isinstance(peer, str) and len(peer) <= _MAX_ADDRESS_CHARS
+    cached = _by_peer.get(peer) if kept else None
+    if cached is None or cached[0] is not config:
+        address = _client_address(request, config)
+        grouped = (
+            UNKNOWN if address is None else group(address, config.ipv4_prefix, config.ipv6_prefix)
+        )
+        cached = (config, address, grouped, Identity("ip", counted_ip(grouped, config)))
+        if kept:
+            if len(_by_peer) >= _PEERS_KEPT:
+                _by_peer.clear()
+            _by_peer[peer] = cached
     setattr(request, _CACHE, cached)
     return cached
 
 
 _CACHE = "_ratelimits_client"
+# By REMOTE_ADDR, what a peer that is the client gives (the settings it was worked out
+# under first, so that a change of settings works it out again).
+_PEERS_KEPT: Final = 4096
+_by_peer: dict[object, _Client] = {}
 
 
 def _client_address(request: HttpRequest, config: RateLimitSettings) -> IPAddress | None:

@@ -73,7 +73,7 @@ class Hit:
 
 def user_behind(pk: object | None) -> str:
     """``user:<pk>`` for a signed-in user's primary key, :data:`ANONYMOUS` for ``None``."""
-    return ANONYMOUS if pk is None else behind(Identity("user", str(pk)))
+    return ANONYMOUS if pk is None else _named("user", str(pk))
 
 
 def username_behind(name: str) -> str:
@@ -83,12 +83,16 @@ def username_behind(name: str) -> str:
 
 def ip_behind(address: str) -> str:
     """``ip:<address>`` for the client address behind a request."""
-    return behind(Identity("ip", address))
+    return _named("ip", address)
 
 
 def behind(identity: Identity) -> str:
     """``identity`` as a hit entry names it behind another one (``user:42``, ``ip:...``)."""
-    return f"{identity.kind}:{identity.value.replace('|', '/')}"
+    return _named(identity.kind, identity.value)
+
+
+def _named(kind: str, value: str) -> str:
+    return f"{kind}:{value.replace('|', '/')}"
 
 
 def entry_head(who: str, method: str | None, path: str, address: str = "") -> str:

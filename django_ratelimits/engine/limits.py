@@ -16,6 +16,10 @@ MAX_BURST = 1_000_000
 MAX_BAN_AFTER = 100  # denials a ban may wait for: the check script keeps their times
 MAX_BAN_SECONDS = 30 * 86_400  # the longest ban window, ban and ban cap
 _KIND_RE = re.compile(r"[a-z][a-z0-9_]{0,15}")
+# Kinds found valid, so that an identity of a kind seen before is not matched again
+# (at most _KINDS_KEPT of them: code names kinds, clients do not).
+_valid_kinds: set[str] = set()
+_KINDS_KEPT = 64
 
 
 class Algorithm(StrEnum):
@@ -138,10 +142,14 @@ class Identity:
     value: str
 
     def __post_init__(self) -> None:
+        if self.kind in _valid_kinds:
+            return
         if not _KIND_RE.fullmatch(self.kind):
             raise ValueError(
                 f"identity kind {self.kind!r} must be 1-16 lowercase letters, digits or _"
             )
+        if len(_valid_kinds) < _KINDS_KEPT:
+            _valid_kinds.add(self.kind)
 
 
 @dataclass(frozen=True)
@@ -172,6 +180,15 @@ class Limit:
                     f"{problem}: a burst of {self.burst} for {self.algorithm} at {self.rate} "
                     f"(only the token bucket and GCRA have one, 1 to {MAX_BURST})"
                 )
+
+    def __hash__(self) -> int:
+        # Limits key the caches of the request path (the RateLimit-Policy field, the
+        # cache of denials): hashed once, not field by field on every lookup.
+        return self._hash
+
+    @cached_property
+    def _hash(self) -> int:
+        return hash((self.policy, self.rate, self.algorithm, self.burst, self.ban))
 
     @property
     def capacity(self) -> int:

@@ -327,6 +327,34 @@ def test_settings_are_read_on_every_call() -> None:
     assert client_ip(req) == PEER
 
 
+def test_a_peer_seen_before_is_worked_out_again_under_new_settings() -> None:
+    # What a peer gives is kept for its next requests: a change of settings (a prefix,
+    # a trusted proxy, hashing) must still apply to the next request from it.
+    assert client_ip(request("203.0.113.7")) == "203.0.113.7"
+    with configured(ipv4_prefix=24):
+        assert client_ip(request("203.0.113.7")) == "203.0.113.0/24"
+    with configured(hash_ips=True):
+        counted = identity_module.ip_identity(request("203.0.113.7")).value
+        assert counted.startswith(identity_module.HASHED)
+    assert identity_module.ip_identity(request("203.0.113.7")).value == "203.0.113.7"
+    assert client_ip(request(x_forwarded_for="1.2.3.4")) == PEER
+    with configured(trusted_proxies=PROXIES):
+        assert client_ip(request(x_forwarded_for="1.2.3.4")) == "1.2.3.4"
+        # Behind a trusted proxy each request names its own client: never the last one's.
+        assert client_ip(request(x_forwarded_for="5.6.7.8")) == "5.6.7.8"
+
+
+def test_rotating_peers_cannot_grow_what_is_kept_of_them() -> None:
+    # An IPv6 client can send from a new address on every request.
+    for n in range(identity_module._PEERS_KEPT + 100):
+        network = ipaddress.ip_network(f"2001:db8:{n:x}::/64").compressed
+        assert client_ip(request(f"2001:db8:{n:x}::1")) == network
+    assert len(identity_module._by_peer) <= identity_module._PEERS_KEPT
+    # A REMOTE_ADDR too long to be an address is never kept.
+    assert client_ip(request("1" * 500)) == UNKNOWN
+    assert "1" * 500 not in identity_module._by_peer
+
+
 # --------------------------------------------------------------------------- hostile input
 
 
