@@ -541,8 +541,9 @@ def _plan(
     groups: dict[tuple[Identity, bool, Gate | None], list[Limit]] = {}
     # What each limit of a group charges, for the groups where one charges more than 1.
     costs: dict[tuple[Identity, bool, Gate | None], list[int]] = {}
-    # What each identity's policies record: the most any of them asks for. The
-    # engine makes one hit entry of the identity's checks (enforced and shadow).
+    # What each identity's policies record: the most any of them asks for (an identity
+    # none of whose policies records hits is not in it). The engine makes one hit
+    # entry of the identity's checks (enforced and shadow).
     recording: dict[Identity, Recording] = {}
     for policy in applied:
         cost = cost_of(request, policy)
@@ -563,7 +564,7 @@ def _plan(
             known = recording.get(identity, Recording.NONE)
             if policy.record_metadata.rank > known.rank:
                 recording[identity] = policy.record_metadata
-    heads = {i: _metadata(request, i, behind) for i, r in recording.items() if r != Recording.NONE}
+    heads = _heads(request, recording, behind) if recording else {}  # only those that record
     checks = [
         Check(
             i,
@@ -602,15 +603,22 @@ def _exempt(request: HttpRequest, policy: PolicySpec) -> bool:
     return False
 
 
-def _metadata(request: HttpRequest, identity: Identity, behind: str | None) -> str:
-    """The head of a hit entry (engine/hits.py): ``behind`` (else the user) behind an
-    IP, the IP behind anything else; with the address when the IP is counted under its
-    hash (HASH_IPS)."""
+def _heads(
+    request: HttpRequest, recorded: Iterable[Identity], behind: str | None
+) -> dict[Identity, str]:
+    """The head of each ``recorded`` identity's hit entry (engine/hits.py): ``behind``
+    (else the user) behind an IP, the IP behind anything else; with the address when
+    the IP is counted under its hash (HASH_IPS)."""
     ip, address = ip_identity(request).value, client_ip(request)
     kept = address if address != ip else ""
-    if identity.kind != "ip":
-        return entry_head(ip_behind(ip), request.method, request.path, kept)
-    if behind is None:
-        user = getattr(request, "user", None)
-        behind = user_behind(user.pk if user is not None and user.is_authenticated else None)
-    return entry_head(behind, request.method, request.path, kept)
+    method, path = request.method, request.path
+    heads = {}
+    for identity in recorded:
+        if identity.kind != "ip":
+            heads[identity] = entry_head(ip_behind(ip), method, path, kept)
+            continue
+        if behind is None:
+            user = getattr(request, "user", None)
+            behind = user_behind(user.pk if user is not None and user.is_authenticated else None)
+        heads[identity] = entry_head(behind, method, path, kept)
+    return heads
