@@ -55,6 +55,7 @@ from benchmarks.kit import (
     ping,
     request_checks,
     run_round,
+    within,
 )
 from devtools.redis_harness import RedisServer, temporary_workdir
 from django_ratelimits.engine import (
@@ -241,15 +242,14 @@ def issue_12(report: Report) -> list[tuple[str, str, str, str]]:
     ones = [s for s in report.scenarios if s.algorithm is not None and s.name.endswith(" 1 x 1")]
     gcra = next(s for s in ones if s.algorithm is Algorithm.GCRA)
     least = min(ones, key=lambda s: s.client_cpu_us)
-    # Judged as printed: a run that shows 1.30x is not told it missed 1.3x by 0.0004.
-    ratio = round(gcra.client_cpu_us / ping_cpu, 2)
+    ratio = gcra.client_cpu_us / ping_cpu
     return [
         (
             "client CPU of the engine call, 1 x 1 (GCRA) ÷ PING's",
             f"{ratio:.2f}x ({gcra.client_cpu_us:.1f} against {ping_cpu:.1f} µs; least:"
             f" {least.name.split(',')[0]} {least.client_cpu_us / ping_cpu:.2f}x)",
             f"≤ {TARGET_CLIENT_CPU}x",
-            met(ratio <= TARGET_CLIENT_CPU),
+            met(within(ratio, TARGET_CLIENT_CPU)),
         )
     ]
 

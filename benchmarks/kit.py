@@ -185,6 +185,12 @@ def met(ok: bool) -> str:
     return "met" if ok else "**missed**"
 
 
+def within(ratio: float, target: float) -> bool:
+    """Whether ``ratio`` ≤ ``target``, judged as the pages print ratios (two decimals):
+    a run that shows 1.00x is not told it missed 1.0x by 0.004."""
+    return round(ratio, 2) <= target
+
+
 Enter = Callable[[Scenario], AbstractContextManager[object]]
 
 

@@ -36,7 +36,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 from benchmarks import blocklist, engine, flood, peers, request, server, site
-from benchmarks.kit import cpu, met
+from benchmarks.kit import cpu, met, within
 from devtools import accuracy
 from devtools.redis_harness import RedisServer, temporary_workdir
 
@@ -152,7 +152,7 @@ def targets(result: Run) -> list[tuple[str, str, str]]:
                 f"{default.algorithm and default.algorithm.value} {default.median_us / floor:.2f}x"
                 f" (best: {best.name.split(',')[0]} {best.median_us / floor:.2f}x);"
                 f" round trips {', '.join(f'{t:g}' for t in sorted(trips))}",
-                met(best.median_us / floor <= engine.TARGET_RATIO and trips == {1}),
+                met(within(best.median_us / floor, engine.TARGET_RATIO) and trips == {1}),
             )
         )
         rows.append(

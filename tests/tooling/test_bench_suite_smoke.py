@@ -86,6 +86,21 @@ def test_issue_12_has_a_figure_and_a_verdict_per_row(report: str) -> None:
         assert "x" in measured or "%" in measured, figure
         assert verdict in ("met", "**missed**", "-"), figure
         assert (target == "none set") == (verdict == "-"), figure
+        # The verdict is the printed figure's against the target's: a page never shows
+        # "1.00x" beside "missed" against 1.0x (the figure is judged as printed).
+        printed, bound = _judged(measured, target)
+        assert verdict == ("met" if printed <= bound else "**missed**"), (figure, measured)
+
+
+def _judged(measured: str, target: str) -> tuple[float, float]:
+    """The figure a row is judged on, as printed, and its target's bound: "1.25x (...)"
+    against "≤ 1.3x", "41% (...)" against "≤ 20%", "time 1.04x, ..." against "time ≤ 1.0x"."""
+    what, _, bound = target.rpartition("≤ ")
+    start = measured.index(what.strip()) + len(what.strip()) if what.strip() else 0
+    number = re.match(r"\s*([0-9.]+)([x%])", measured[start:])
+    assert number is not None, measured
+    assert bound.endswith(number[2]), (measured, target)
+    return float(number[1]), float(bound[:-1])
 
 
 def test_the_server_served_and_limited_only_with_a_limiter(report: str) -> None:
