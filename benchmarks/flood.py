@@ -209,7 +209,7 @@ def targets(report: Report) -> list[tuple[str, str, str]]:
         (
             f"flood: calls to Redis per denied request ≤ {TARGET_CALLS}",
             f"{on.per_denied:.3f} ({on.calls} for {on.denied:,})",
-            met(round(on.per_denied, 3) <= TARGET_CALLS)  # as printed,
+            met(round(on.per_denied, 3) <= TARGET_CALLS),  # judged as printed
         )
     ]
 
