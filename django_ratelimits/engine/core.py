@@ -459,8 +459,13 @@ class Engine:
         return [self._command(call)]
 
     def _eval(self, call: _Call) -> Any:
-        route, attempts = self._route(call.route), self._attempts(call)
-        commands = next(attempts)
+        route = self._route(call.route)
+        try:  # the code is loaded but after a restart or a flush: sent once, as is
+            return self._send(self._command(call), route)
+        except ResponseError as exc:
+            attempts = self._attempts(call)
+            next(attempts)
+            commands = attempts.send(exc)
         while True:
             try:
                 return [self._send(c, route) for c in commands][-1]

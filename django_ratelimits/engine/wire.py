@@ -34,10 +34,8 @@ def pack(args: Sequence[str | bytes | int]) -> bytes:
     """``args`` as one RESP array of bulk strings: what Redis reads as a command."""
     out = [b"*%d\r\n" % len(args)]
     for arg in args:
-        if isinstance(arg, str):
-            arg = arg.encode()
-        elif isinstance(arg, int):
-            arg = b"%d" % arg
+        if not isinstance(arg, bytes):  # most of a check's arguments are bytes already
+            arg = arg.encode() if isinstance(arg, str) else b"%d" % arg
         out.append(b"$%d\r\n%s\r\n" % (len(arg), arg))
     return b"".join(out)
 
