@@ -45,26 +45,36 @@ RedisClient: TypeAlias = redis.Redis | RedisCluster
 DJANGO_REDIS_BACKEND: Final = "django_redis.cache.RedisCache"
 
 _clients: dict[RateLimitSettings, RedisClient] = {}
+# The settings object asked for last, and its client: every request asks for the same
+# one, found without hashing the settings' thirty fields.
+_last: tuple[RateLimitSettings, RedisClient] | None = None
 _lock = threading.Lock()
 
 
 def get_redis(config: RateLimitSettings) -> RedisClient:
     """The client for ``config``: the same object on every call with equal settings."""
+    global _last
+    last = _last
+    if last is not None and last[0] is config:
+        return last[1]
     client = _clients.get(config)
     if client is None:
         with _lock:
             client = _clients.get(config)
             if client is None:
                 client = _clients[config] = _connect(config)
+    _last = (config, client)
     return client
 
 
 @receiver(setting_changed)
 def _forget_clients(*, setting: str, **kwargs: object) -> None:
     """Drop cached clients when the settings they were made from change."""
+    global _last
     if setting in (SETTING_NAME, "CACHES"):
         with _lock:
             _clients.clear()
+            _last = None
 
 
 class UnusableRedis(BackendError, ImproperlyConfigured):
