@@ -460,7 +460,7 @@ class Engine:
 
     def _eval(self, call: _Call) -> Any:
         route = self._route(call.route)
-        try:  # the code is loaded but after a restart or a flush: sent once, as is
+        try:  # the check as is: what loads its code follows an error saying it is not loaded
             return self._send(self._command(call), route)
         except ResponseError as exc:
             attempts = self._attempts(call)
