@@ -379,7 +379,7 @@ class Planned:
         self, decision: Decision, cache: DenialCache | None, sent: Sending | None
     ) -> Verdict:
         verdict = self.decided(decision)
-        if cache is not None and sent is not None:
+        if cache is not None and sent is not None and not decision.allowed:
             enforced = frozenset(p.name for p in self.applied if not p.shadow)
             cache.learn(decision, enforced, sent)
         return verdict
@@ -430,6 +430,8 @@ class Planned:
         )
         if self.observer is not None:
             metrics.record_decision(self.observer, self.applied, decision, cached=cached)
+        if decision.allowed:  # nothing denied (a block denies): nothing to log or signal
+            return verdict
         announced: set[str] = set()
         logged: set[Identity] = set()
         for result in decision.results:
