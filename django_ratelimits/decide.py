@@ -121,6 +121,10 @@ class Verdict:
         """The limits ``policy`` was checked against for this request."""
         return next((lim for name, lim in self.effective if name == policy.name), policy.limits)
 
+    def policy(self, name: str) -> PolicySpec:
+        """The applied policy named ``name`` (a result's ``limit.policy``)."""
+        return self._by_name[name]
+
     @cached_property
     def _by_name(self) -> dict[str, PolicySpec]:
         return {p.name: p for p in self.policies}

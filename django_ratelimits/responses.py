@@ -36,7 +36,10 @@ from django_ratelimits.offenders.text import words
 _JSON_TYPES = ("application/json", "application/problem+json")
 
 
+@functools.lru_cache(maxsize=1024)
 def _item(limit: Limit, multi: bool) -> str:
+    """The name of ``limit``'s item in the fields (one of several rates of its policy,
+    when ``multi``): the same on every request, so quoted once."""
     name = f"{limit.policy}-{limit.rate.period}s" if multi else limit.policy
     return '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
@@ -46,7 +49,7 @@ def rate_limit_headers(verdict: Verdict) -> dict[str, str]:
     headline = verdict.headline()
     if headline is None:
         return {}
-    policy = next(p for p in verdict.policies if p.name == headline.limit.policy)
+    policy = verdict.policy(headline.limit.policy)
     wait = headline.reset_after_us if headline.allowed else headline.retry_after_us
     current = (
         f"{_item(headline.limit, len(verdict.limits_of(policy)) > 1)};"
