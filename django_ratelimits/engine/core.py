@@ -435,16 +435,14 @@ class Engine:
         how = ("FCALL", script.FUNCTION) if self._functions else ("EVALSHA", script.SHA)
         return (*how, len(call.keys), *call.keys, *call.args)
 
-    def _attempts(self, call: _Call) -> Generator[list[tuple[Any, ...]], ResponseError, None]:
-        """The commands to send for ``call``, in turn, the last one's reply being the
-        check's: first the check itself; after a :func:`_not_loaded` error sent back
-        in, what loads the code first; any other error (or too many) is raised."""
-        commands = [self._command(call)]
-        for attempt in range(_ATTEMPTS):
-            error = yield commands
-            if attempt == _ATTEMPTS - 1 or not _not_loaded(error):
-                raise error
-            commands = self._recover(call, error)
+    def _after(self, call: _Call, error: ResponseError, attempt: int) -> list[tuple[Any, ...]]:
+        """What to send next when sending ``call`` the ``attempt``-th time (from 0)
+        was answered ``error``: after a :func:`_not_loaded` error, what loads the code,
+        then the check (the last reply being the check's); any other error, or one
+        after the last attempt, is raised."""
+        if attempt == _ATTEMPTS - 1 or not _not_loaded(error):
+            raise error
+        return self._recover(call, error)
 
     def _recover(self, call: _Call, error: Exception) -> list[tuple[Any, ...]]:
         if isinstance(error, NoScriptError):
@@ -459,18 +457,12 @@ class Engine:
         return [self._command(call)]
 
     def _eval(self, call: _Call) -> Any:
-        route = self._route(call.route)
-        try:  # the check as is: what loads its code follows an error saying it is not loaded
-            return self._send(self._command(call), route)
-        except ResponseError as exc:
-            attempts = self._attempts(call)
-            next(attempts)
-            commands = attempts.send(exc)
+        route, commands, attempt = self._route(call.route), [self._command(call)], 0
         while True:
             try:
                 return [self._send(c, route) for c in commands][-1]
             except ResponseError as exc:
-                commands = attempts.send(exc)
+                commands, attempt = self._after(call, exc, attempt), attempt + 1
 
     def _send(self, command: tuple[Any, ...], route: dict[str, Any]) -> Any:
         if self._direct:
@@ -507,13 +499,12 @@ class Engine:
         if isinstance(client, AsyncRedisCluster):
             await client.initialize()  # loads the slot map once; a no-op after that
             route["target_nodes"] = client.get_node_from_key(call.route.decode())
-        attempts = self._attempts(call)
-        commands = next(attempts)
+        commands, attempt = [self._command(call)], 0
         while True:
             try:
                 return [await self._asend(client, c, route) for c in commands][-1]
             except ResponseError as exc:
-                commands = attempts.send(exc)
+                commands, attempt = self._after(call, exc, attempt), attempt + 1
 
     @staticmethod
     async def _asend(client: AsyncClient, command: tuple[Any, ...], route: dict[str, Any]) -> Any:

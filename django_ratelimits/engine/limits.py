@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from functools import cached_property
 
@@ -187,8 +187,8 @@ class Limit:
         return self._hash
 
     @cached_property
-    def _hash(self) -> int:
-        return hash((self.policy, self.rate, self.algorithm, self.burst, self.ban))
+    def _hash(self) -> int:  # what dataclass's own __hash__ hashes: the compared fields
+        return hash(tuple(getattr(self, f.name) for f in fields(self) if f.compare))
 
     @property
     def capacity(self) -> int:
