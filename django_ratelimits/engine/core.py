@@ -124,7 +124,7 @@ class Engine:
         # Known once: isinstance() against redis-py's cluster class is slow (a protocol
         # in its bases), and the engine asks on every call.
         self._cluster = client if isinstance(client, RedisCluster) else None
-        self._direct = wire.sends_directly(client)  # see engine/wire.py
+        self._line = wire.line(client)  # see engine/wire.py
         self.keys = keys or KeySpace()
         self.metadata_max_entries = metadata_max_entries
         self._functions = True  # FCALL until Redis says it has no functions (Redis 6)
@@ -465,8 +465,8 @@ class Engine:
                 commands, attempt = self._after(call, exc, attempt), attempt + 1
 
     def _send(self, command: tuple[Any, ...], route: dict[str, Any]) -> Any:
-        if self._direct:
-            return wire.send(self.client, wire.pack(command))  # type: ignore[arg-type]
+        if self._line is not None:
+            return self._line.send(wire.pack(command))
         return self.client.execute_command(*command, **route)
 
     def _eval_many(self, calls: list[_Call]) -> list[Any]:

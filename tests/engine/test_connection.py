@@ -115,6 +115,30 @@ def test_an_alias_keeps_the_timeouts_of_its_cache(redis_standalone: HarnessServe
     assert (kwargs["socket_timeout"], kwargs["socket_connect_timeout"]) == (0.5, 0.75)
 
 
+def test_the_engine_s_own_connections_keep_the_settings_of_the_cache(
+    redis_standalone: HarnessServer,
+) -> None:
+    # The check's command goes over connections of the engine's own (engine/wire.py),
+    # made like the pool's: the same database and timeouts.
+    location = redis_standalone.url.replace("/0", "/7")
+    cache = django_redis_cache(location, SOCKET_TIMEOUT=0.5, SOCKET_CONNECT_TIMEOUT=0.75)
+    with override_settings(CACHES={"default": cache}):
+        client = redis_for()
+    engine = Engine(client, keys=KeySpace(prefix=f"own{uuid.uuid4().hex[:8]}"))
+    assert isinstance(engine._line, wire.Own)
+    checks = [Check(Identity("ip", "192.0.2.7"), [Limit("api", parse_rates("2/h")[0])])]
+    assert [engine.check(checks).allowed for _ in range(3)] == [True, True, False]
+    [kept] = engine._line._idle
+    connection: Any = kept.connection
+    assert (connection.db, connection.socket_timeout, connection.socket_connect_timeout) == (
+        7,
+        0.5,
+        0.75,
+    )
+    with redis_standalone.client(db=7) as direct:
+        assert direct.exists(engine.keys.of(checks[0].identity).state)
+
+
 def test_no_django_redis_cache_is_a_configuration_error() -> None:
     with (
         override_settings(CACHES={"default": LOCMEM}),
@@ -353,10 +377,10 @@ def test_sentinel_alias(
             with redis_standalone.client() as direct:  # it went to the monitored primary
                 assert direct.get(key) == b"via-sentinel"
                 direct.delete(key)
-            # A check takes the engine's direct way (engine/wire.py) through the
+            # A check takes the engine's short way (engine/wire.py) through the
             # Sentinel pool, to the primary, like any command.
             engine = Engine(client, keys=KeySpace(prefix=f"sentinel{uuid.uuid4().hex[:8]}"))
-            assert wire.sends_directly(client)
+            assert isinstance(engine._line, wire.Pooled)
             limits = [Limit("api", rate) for rate in parse_rates("2/h")]
             checks = [Check(Identity("ip", "192.0.2.9"), limits)]
             assert [engine.check(checks).allowed for _ in range(3)] == [True, True, False]
