@@ -11,10 +11,11 @@ one bulk string read raw, so :func:`pack` packs the command and a :func:`line` w
 it and reads the reply:
 
 * :class:`Own` for a client of a plain ``ConnectionPool`` (the engine's own clients,
-  and django-redis' default): connections of the engine's own, made with the pool's
-  class and settings and kept between checks;
-* :class:`Pooled` for a standalone client of any other pool (a blocking pool's bound,
-  a sentinel pool's master): a connection checked out of that pool per command.
+  and django-redis' default): connections checked out of the pool once and kept by
+  the engine between checks;
+* :class:`Pooled` for a standalone client of any other pool (a blocking pool, whose
+  waiters need connections back; a sentinel pool, which follows the master): a
+  connection checked out of that pool per command.
 
 What ``execute_command`` guarantees still holds: the connection's retry policy
 applies (the engine's own clients have none: a check sent twice could be counted
@@ -34,6 +35,7 @@ import inspect
 import os
 import select
 import socket
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -157,32 +159,36 @@ class _Kept:
 
 
 class Own:
-    """Connections of the engine's own to the Redis of ``pool`` (a plain pool), made
-    with its class and settings, kept between commands.
+    """Connections checked out of ``pool`` (a plain pool) once, and kept between
+    commands instead of going back to it.
 
-    The idle ones wait in a list: ``pop`` and ``append`` are atomic, so two threads
-    never share one, and there are never more than the most commands sent at once.
-    A connection goes back to the list only once the reply to its command has been
-    read whole (a reply, or an error reply); after anything else (a timeout, a
-    dropped socket, an exception raised into the thread) it is disconnected first.
-    A forked process starts with none: a connection made before the fork is the
-    parent's.
+    The pool made them and counts them as in use, so its ``max_connections`` still
+    bounds every connection of the client. The idle ones wait in a list: ``pop`` and
+    ``append`` are atomic, so two threads never share one, and there are never more
+    than the most commands sent at once. A connection goes back to the list only
+    once the reply to its command has been read whole (a reply, or an error reply);
+    after anything else (a timeout, a dropped socket, an exception raised into the
+    thread) it is disconnected first. A forked process starts with none: a
+    connection made before the fork is the parent's. Once the ``Own`` is gone (its
+    engine replaced), its idle connections go back to the pool.
     """
 
     def __init__(self, pool: ConnectionPool) -> None:
-        self._make = functools.partial(pool.connection_class, **pool.connection_kwargs)
+        self._pool = pool
         self._idle: list[_Kept] = []
         self._pid = os.getpid()
+        weakref.finalize(self, _give_back, pool, self._idle)
 
     def send(self, packed: bytes) -> Any:
         """The raw reply to the command ``packed``."""
-        if self._pid != os.getpid():
-            self._idle, self._pid = [], os.getpid()
         idle = self._idle
+        if self._pid != os.getpid():
+            idle.clear()
+            self._pid = os.getpid()
         try:
             kept = idle.pop()
         except IndexError:
-            kept = _Kept(self._make())
+            kept = _Kept(self._pool.get_connection(*_naming(type(self._pool))))
         read = False
         try:
             reply = _sent(kept.ready(), packed)
@@ -195,6 +201,12 @@ class Own:
             if not read:
                 kept.connection.disconnect()
             idle.append(kept)
+
+
+def _give_back(pool: ConnectionPool, idle: list[_Kept]) -> None:
+    for kept in idle:
+        pool.release(kept.connection)  # type: ignore[arg-type]
+    idle.clear()
 
 
 async def asend(client: redis.asyncio.Redis, packed: bytes) -> Any:

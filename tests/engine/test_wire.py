@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import select
 import threading
 from collections.abc import Callable, Iterator
@@ -53,7 +54,7 @@ def test_a_plain_pool_s_client_gets_connections_of_the_engine_s_own(
     server: RedisServer, redis_cluster: RedisClusterHarness
 ) -> None:
     assert isinstance(wire.line(redis.Redis.from_url(server.url)), wire.Own)
-    # A blocking pool's bound is the user's: its connections are checked out of it.
+    # Waiters on a blocking pool need its connections back.
     blocking = redis.Redis(connection_pool=redis.BlockingConnectionPool.from_url(server.url))
     assert isinstance(wire.line(blocking), wire.Pooled)
     single = redis.Redis.from_url(server.url, single_connection_client=True)
@@ -99,7 +100,22 @@ def test_own_keeps_one_connection_for_commands_sent_one_after_another(
     ids = {line.send(wire.pack(("CLIENT", "ID"))) for _ in range(5)}
     assert len(ids) == 1
     assert len(line._idle) == 1
-    assert client.connection_pool._created_connections == 0  # the pool is not touched
+    # The pool made it and counts it as in use: its max_connections bounds it.
+    pool = client.connection_pool
+    assert (pool._created_connections, len(pool._in_use_connections)) == (1, 1)
+
+
+def test_own_gives_its_connections_back_to_the_pool_when_it_is_gone(
+    server: RedisServer,
+) -> None:
+    client = redis.Redis.from_url(server.url)
+    line = wire.Own(client.connection_pool)
+    line.send(wire.pack(("PING",)))
+    del line  # its engine replaced (settings changed): the pool's connections come back
+    gc.collect()
+    pool = client.connection_pool
+    assert (len(pool._in_use_connections), len(pool._available_connections)) == (0, 1)
+    assert client.ping()
 
 
 def test_an_error_reply_raises_and_leaves_the_connection_usable(
@@ -150,6 +166,7 @@ class Interruptible(Connection):
 def test_own_drops_a_connection_whose_reply_was_never_read(server: RedisServer) -> None:
     client = redis.Redis.from_url(server.url, connection_class=Interruptible)
     line = wire.Own(client.connection_pool)
+    line.send(wire.pack(("PING",)))  # connected: the handshake's replies are read
     Interruptible.interrupt = True
     with pytest.raises(Interrupted):
         line.send(wire.pack(("BLPOP", "later", 0)))  # answered only once "later" has an item
