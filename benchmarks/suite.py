@@ -279,11 +279,12 @@ def where_the_time_goes(result: Run) -> str:
         )
         if req.engine is not None:
             check_us = req.engine.median_us
+            meets = within(check_us / ping_us, request.TARGET_OVERHEAD)
             lines.append(
                 f"  The engine call it makes, timed alone in the same rounds, is"
                 f" {check_us:.0f} µs ({check_us / ping_us:.2f}x PING, one round trip"
-                " included): the engine is most of the overhead, and alone it is above the"
-                f" {request.TARGET_OVERHEAD}x target."
+                f" included), {check_us / overhead:.0%} of the overhead; alone it is"
+                f" {'within' if meets else 'above'} the {request.TARGET_OVERHEAD}x target."
             )
         if req.engine is not None and req.python is not None:
             python_us = req.overhead(req.python)
