@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+import weakref
 from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field, replace
 from itertools import repeat
@@ -14,7 +15,7 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 from redis.exceptions import NoScriptError, RedisClusterException, RedisError, ResponseError
 
-from django_ratelimits.engine import script, wire
+from django_ratelimits.engine import awire, script, wire
 from django_ratelimits.engine.aconnection import AsyncClient
 from django_ratelimits.engine.concurrency import RELEASE, RELEASE_SHA, Held, request_id
 from django_ratelimits.engine.decision import Decision, LimitResult
@@ -125,6 +126,10 @@ class Engine:
         # in its bases), and the engine asks on every call.
         self._cluster = client if isinstance(client, RedisCluster) else None
         self._line = wire.line(client)  # see engine/wire.py
+        # The line of each asyncio client this engine has sent to (engine/awire.py),
+        # forgotten with the client (one per event loop).
+        self._alines: weakref.WeakKeyDictionary[AsyncClient, awire.AOwn | awire.APooled | None]
+        self._alines = weakref.WeakKeyDictionary()
         self.keys = keys or KeySpace()
         self.metadata_max_entries = metadata_max_entries
         self._functions = True  # FCALL until Redis says it has no functions (Redis 6)
@@ -506,10 +511,15 @@ class Engine:
             except ResponseError as exc:
                 commands, attempt = self._after(call, exc, attempt), attempt + 1
 
-    @staticmethod
-    async def _asend(client: AsyncClient, command: tuple[Any, ...], route: dict[str, Any]) -> Any:
-        if wire.sends_directly(client):
-            return await wire.asend(client, wire.pack(command))  # type: ignore[arg-type]
+    async def _asend(
+        self, client: AsyncClient, command: tuple[Any, ...], route: dict[str, Any]
+    ) -> Any:
+        try:
+            line = self._alines[client]
+        except KeyError:  # the first call on this client (one per event loop)
+            line = self._alines[client] = awire.aline(client)
+        if line is not None:
+            return await line.send(wire.pack(command))
         return await client.execute_command(*command, **route)
 
 

@@ -24,8 +24,8 @@ twice); a socket error drops the connection; an error reply raises
 
 A cluster (routed per slot), a single-connection client (serialised on its lock)
 and a pool with client-side caching (which answers some reads itself) have no line:
-they keep ``execute_command``. So does an asyncio client, which :func:`asend` sends
-to through its pool.
+they keep ``execute_command``. An asyncio client has its own
+(:mod:`~django_ratelimits.engine.awire`).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from redis import ConnectionPool, Redis
 from redis.connection import AbstractConnection
 from redis.exceptions import ResponseError
 
-__all__ = ["Own", "Pooled", "asend", "line", "pack", "sends_directly"]
+__all__ = ["Own", "Pooled", "line", "naming", "pack", "sends_directly"]
 
 
 def pack(args: Sequence[str | bytes | int]) -> bytes:
@@ -58,7 +58,7 @@ def pack(args: Sequence[str | bytes | int]) -> bytes:
 
 
 def sends_directly(client: object) -> bool:
-    """Whether :func:`send` (or, for an asyncio client, :func:`asend`) may talk to
+    """Whether a line (:func:`line`, or for an asyncio client ``awire.aline``) may talk to
     ``client``'s pool (see the module's text). Cluster clients are neither class."""
     if not isinstance(client, Redis | redis.asyncio.Redis):
         return False
@@ -71,7 +71,7 @@ def sends_directly(client: object) -> bool:
 
 
 @functools.cache
-def _naming(pool_class: type[Any]) -> tuple[str, ...]:
+def naming(pool_class: type[Any]) -> tuple[str, ...]:
     """What ``get_connection`` of a pool of ``pool_class`` is called with: nothing, or a
     command name where it is required (redis-py 5.0; 5.3 deprecated it and warns)."""
     parameter = inspect.signature(pool_class.get_connection).parameters.get("command_name")
@@ -111,7 +111,7 @@ class Pooled:
     def send(self, packed: bytes) -> Any:
         """The raw reply to the command ``packed``."""
         pool = self.client.connection_pool
-        connection = pool.get_connection(*_naming(type(pool)))
+        connection = pool.get_connection(*naming(type(pool)))
         try:
             return _sent(connection, packed)
         finally:
@@ -188,7 +188,7 @@ class Own:
         try:
             kept = idle.pop()
         except IndexError:
-            kept = _Kept(self._pool.get_connection(*_naming(type(self._pool))))
+            kept = _Kept(self._pool.get_connection(*naming(type(self._pool))))
         read = False
         try:
             reply = _sent(kept.ready(), packed)
@@ -207,21 +207,3 @@ def _give_back(pool: ConnectionPool, idle: list[_Kept]) -> None:
     for kept in idle:
         pool.release(kept.connection)  # type: ignore[arg-type]
     idle.clear()
-
-
-async def asend(client: redis.asyncio.Redis, packed: bytes) -> Any:
-    """:func:`send` for an asyncio client."""
-    pool = client.connection_pool
-    connection = await pool.get_connection(*_naming(type(pool)))
-
-    async def attempt() -> Any:
-        await connection.send_packed_command([packed], check_health=True)
-        return await connection.read_response()
-
-    async def failed(error: Exception, *_: Any) -> None:
-        await connection.disconnect()
-
-    try:
-        return await connection.retry.call_with_retry(attempt, failed)
-    finally:
-        await pool.release(connection)

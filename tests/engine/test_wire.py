@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import select
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
-from unittest import mock
 
 import pytest
 import redis
-import redis.asyncio
-from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
-from redis.asyncio.connection import Connection as AsyncConnection
-from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
 from redis.connection import Connection
@@ -272,101 +266,3 @@ def test_an_engine_checks_the_same_either_way(server: RedisServer) -> None:
         checks = [Check(Identity("ip", "192.0.2.1"), limits)]
         verdicts.append([engine.check(checks).allowed for _ in range(4)])
     assert verdicts == [[True, True, True, False]] * 3
-
-
-# --------------------------------------------------------------------------- asyncio
-
-
-def test_an_asyncio_client_sends_directly_and_a_cluster_does_not(
-    server: RedisServer, redis_cluster: RedisClusterHarness
-) -> None:
-    assert wire.sends_directly(redis.asyncio.Redis.from_url(server.url))
-    # Its one connection is made on first use, and guarded by a lock: not ours to bypass.
-    assert not wire.sends_directly(
-        redis.asyncio.Redis.from_url(server.url, single_connection_client=True)
-    )
-    host, port = redis_cluster.nodes[0]
-    assert not wire.sends_directly(AsyncRedisCluster(host=host, port=port))
-
-
-def test_asend_answers_raises_and_gives_the_connection_back(server: RedisServer) -> None:
-    async def run() -> None:
-        client = redis.asyncio.Redis.from_url(server.url)
-        assert await wire.asend(client, wire.pack(("SET", "k", 7))) == b"OK"
-        assert await wire.asend(client, wire.pack(("GET", "k"))) == b"7"
-        with pytest.raises(redis.exceptions.NoScriptError):
-            await wire.asend(client, wire.pack(("EVALSHA", "0" * 40, 0)))
-        assert await wire.asend(client, wire.pack(("PING",))) == b"PONG"
-        pool = client.connection_pool
-        assert len(pool._in_use_connections) == 0
-        await client.aclose()
-
-    asyncio.run(run())
-
-
-class ACounted(AsyncConnection):
-    """:class:`Counted` for asyncio connections."""
-
-    writes = 0
-
-    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
-        chunks = [command] if isinstance(command, bytes) else command
-        if any(b"BLPOP" in chunk for chunk in chunks):
-            ACounted.writes += 1
-        await super().send_packed_command(command, check_health)
-
-
-@pytest.mark.parametrize("retries", [0, 1])
-def test_asend_keeps_the_client_s_retry_policy(server: RedisServer, retries: int) -> None:
-    async def run() -> int:
-        client = redis.asyncio.Redis.from_url(
-            server.url,
-            socket_timeout=0.3,
-            retry=AsyncRetry(NoBackoff(), retries),
-            connection_class=ACounted,
-        )
-        ACounted.writes = 0
-        try:
-            with pytest.raises(redis.TimeoutError):
-                await wire.asend(client, wire.pack(("BLPOP", "nothing-ever", 0)))
-            attempts = ACounted.writes
-            assert await wire.asend(client, wire.pack(("PING",))) == b"PONG"
-        finally:
-            await client.aclose()
-        return attempts
-
-    assert asyncio.run(run()) == 1 + retries
-
-
-def test_acheck_decides_the_same_either_way(server: RedisServer) -> None:
-    limits = [Limit("api", rate) for rate in parse_rates("3/h")]
-    checks = [Check(Identity("ip", "192.0.2.2"), limits)]
-
-    async def run(direct: bool) -> list[bool]:
-        aclient = redis.asyncio.Redis.from_url(server.url)
-        engine = Engine(
-            redis.Redis.from_url(server.url),
-            keys=KeySpace(prefix=f"aw{direct}"),
-            async_client=lambda: aclient,
-        )
-        sent: list[bytes] = []
-        real = wire.asend
-
-        async def spy(client: Any, packed: bytes) -> Any:
-            sent.append(packed)
-            return await real(client, packed)
-
-        with (
-            mock.patch.object(wire, "asend", spy if direct else _never),
-            mock.patch.object(wire, "sends_directly", lambda client: direct),
-        ):
-            verdicts = [(await engine.acheck(checks)).allowed for _ in range(4)]
-        await aclient.aclose()
-        assert bool(sent) is direct
-        return verdicts
-
-    assert asyncio.run(run(True)) == asyncio.run(run(False)) == [True, True, True, False]
-
-
-async def _never(*_: Any) -> Any:
-    raise AssertionError("asend used by a client that must not send directly")

@@ -1,0 +1,261 @@
+"""The check's short way to Redis for asyncio clients (engine/awire.py) keeps what
+execute_command promises, as the sync one does (test_wire.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+from unittest import mock
+
+import pytest
+import redis
+import redis.asyncio
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.asyncio.connection import Connection as AsyncConnection
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import NoBackoff
+
+from devtools.redis_harness import RedisClusterHarness, RedisServer
+from django_ratelimits.engine import Check, Engine, Identity, KeySpace, Limit, awire, wire
+from django_ratelimits.rates import parse_rates
+
+
+@pytest.fixture
+def server(redis_standalone: RedisServer) -> Iterator[RedisServer]:
+    if not redis_standalone.is_running():
+        redis_standalone.start()
+    with redis_standalone.client() as conn:
+        conn.flushall()
+    yield redis_standalone
+
+
+Way = Callable[[redis.asyncio.Redis], awire.AOwn | awire.APooled]
+WAYS: dict[str, Way] = {
+    "own": lambda client: awire.AOwn(client.connection_pool),
+    "pooled": awire.APooled,
+}
+
+
+@pytest.fixture(params=sorted(WAYS))
+def way(request: pytest.FixtureRequest) -> Way:
+    return WAYS[request.param]
+
+
+def run(test: Callable[[], Awaitable[Any]]) -> Any:
+    return asyncio.run(test())  # type: ignore[arg-type]
+
+
+def test_a_plain_asyncio_pool_s_client_gets_connections_kept_by_the_engine(
+    server: RedisServer, redis_cluster: RedisClusterHarness
+) -> None:
+    assert isinstance(awire.aline(redis.asyncio.Redis.from_url(server.url)), awire.AOwn)
+    blocking = redis.asyncio.Redis(
+        connection_pool=redis.asyncio.BlockingConnectionPool.from_url(server.url)
+    )
+    assert isinstance(awire.aline(blocking), awire.APooled)
+    # Its one connection is made on first use, and guarded by a lock: not ours to bypass.
+    single = redis.asyncio.Redis.from_url(server.url, single_connection_client=True)
+    assert awire.aline(single) is None
+    host, port = redis_cluster.nodes[0]
+    assert awire.aline(AsyncRedisCluster(host=host, port=port)) is None
+    assert awire.aline(redis.Redis.from_url(server.url)) is None  # a sync client
+
+
+def test_answers_raises_and_keeps_the_connection_usable(server: RedisServer, way: Way) -> None:
+    async def test() -> None:
+        client = redis.asyncio.Redis.from_url(server.url)
+        line = way(client)
+        assert await line.send(wire.pack(("SET", "k", 7))) == b"OK"
+        assert await line.send(wire.pack(("GET", "k"))) == b"7"
+        before = await line.send(wire.pack(("CLIENT", "ID")))
+        with pytest.raises(redis.exceptions.NoScriptError):
+            await line.send(wire.pack(("EVALSHA", "0" * 40, 0)))
+        assert await line.send(wire.pack(("PING",))) == b"PONG"
+        assert await line.send(wire.pack(("CLIENT", "ID"))) == before  # not connected anew
+        await client.aclose()
+
+    run(test)
+
+
+def test_pooled_gives_the_connection_back_and_own_keeps_it_counted(server: RedisServer) -> None:
+    async def test() -> None:
+        client = redis.asyncio.Redis.from_url(server.url)
+        pool = client.connection_pool
+        await awire.APooled(client).send(wire.pack(("PING",)))
+        assert len(pool._in_use_connections) == 0
+        own = awire.AOwn(pool)
+        ids = {await own.send(wire.pack(("CLIENT", "ID"))) for _ in range(5)}
+        assert len(ids) == 1
+        # Taken from the pool once, still counted in use: max_connections bounds it.
+        assert len(pool._in_use_connections) == 1
+        await client.aclose()
+
+    run(test)
+
+
+def test_own_reconnects_a_connection_redis_closed_while_idle(server: RedisServer) -> None:
+    async def test() -> None:
+        client = redis.asyncio.Redis.from_url(server.url)
+        own = awire.AOwn(client.connection_pool)
+        first = await own.send(wire.pack(("CLIENT", "ID")))
+        with server.client() as staff:
+            assert staff.client_kill_filter(_id=first) == 1
+        [kept] = own._idle
+        for _ in range(3000):  # until the event loop has read the close, at any speed
+            if kept._reader is not None and kept._reader.at_eof():
+                break
+            await asyncio.sleep(0.01)
+        assert await own.send(wire.pack(("INCR", "once"))) == 1  # sent once, answered
+        assert await own.send(wire.pack(("CLIENT", "ID"))) != first
+        assert await client.get("once") == b"1"
+        await client.aclose()
+
+    run(test)
+
+
+def test_own_drops_a_connection_whose_task_was_cancelled_waiting(server: RedisServer) -> None:
+    async def test() -> None:
+        client = redis.asyncio.Redis.from_url(server.url)
+        own = awire.AOwn(client.connection_pool)
+        await own.send(wire.pack(("PING",)))
+        waiting = asyncio.ensure_future(own.send(wire.pack(("BLPOP", "later", 0))))
+        while own._idle:  # until the BLPOP has its connection
+            await asyncio.sleep(0.01)
+        with server.client() as other:
+            while not any(c.get("cmd") == "blpop" for c in other.client_list()):
+                await asyncio.sleep(0.01)  # until Redis holds the BLPOP, at any speed
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            other.rpush("later", "late")  # the BLPOP's answer, if its connection lived on
+        assert await own.send(wire.pack(("ECHO", "mine"))) == b"mine"
+        await client.aclose()
+
+    run(test)
+
+
+class Interrupted(BaseException):
+    """Raised into a task between its command and the reply, outside redis-py's code."""
+
+
+class AInterruptible(AsyncConnection):
+    """Raises :class:`Interrupted` instead of reading the reply, once asked to."""
+
+    interrupt = False
+
+    async def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        if AInterruptible.interrupt:
+            AInterruptible.interrupt = False
+            raise Interrupted
+        return await super().read_response(*args, **kwargs)
+
+
+def test_own_drops_a_connection_whose_reply_was_never_read(server: RedisServer) -> None:
+    async def test() -> None:
+        client = redis.asyncio.Redis.from_url(server.url, connection_class=AInterruptible)
+        own = awire.AOwn(client.connection_pool)
+        await own.send(wire.pack(("PING",)))  # connected: the handshake's replies are read
+        AInterruptible.interrupt = True
+        with pytest.raises(Interrupted):
+            await own.send(wire.pack(("BLPOP", "later", 0)))  # answered once "later" has one
+        with server.client() as other:
+            other.rpush("later", "late")  # the BLPOP's answer, if its connection lived on
+        assert await own.send(wire.pack(("ECHO", "mine"))) == b"mine"
+        await client.aclose()
+
+    run(test)
+
+
+def test_own_never_lends_one_connection_to_two_tasks(server: RedisServer) -> None:
+    async def test() -> None:
+        client = redis.asyncio.Redis.from_url(server.url)
+        own = awire.AOwn(client.connection_pool)
+
+        async def echo(n: int) -> tuple[bytes, Any]:
+            mine = str(n).encode()
+            return mine, await own.send(wire.pack(("ECHO", mine)))
+
+        assert all(mine == reply for mine, reply in await asyncio.gather(*map(echo, range(50))))
+        assert 1 <= len(own._idle) <= 50  # never more than were in use at once
+        await client.aclose()
+
+    run(test)
+
+
+class ACounted(AsyncConnection):
+    """Counts the BLPOPs it writes: the attempts of one send."""
+
+    writes = 0
+
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        chunks = [command] if isinstance(command, bytes) else command
+        if any(b"BLPOP" in chunk for chunk in chunks):
+            ACounted.writes += 1
+        await super().send_packed_command(command, check_health)
+
+
+@pytest.mark.parametrize("retries", [0, 1])
+def test_the_client_s_retry_policy_applies(server: RedisServer, retries: int, way: Way) -> None:
+    async def test() -> int:
+        client = redis.asyncio.Redis.from_url(
+            server.url,
+            socket_timeout=0.3,
+            retry=AsyncRetry(NoBackoff(), retries),
+            connection_class=ACounted,
+        )
+        line = way(client)
+        ACounted.writes = 0
+        try:
+            with pytest.raises(redis.TimeoutError):
+                await line.send(wire.pack(("BLPOP", "hung", 0)))  # times out at any speed
+            attempts = ACounted.writes
+            with server.client() as other:
+                other.rpush("hung", *["late"] * attempts)  # the timed-out BLPOPs' answers
+            # The hung connection was dropped: its BLPOP's late answer is read by nobody.
+            assert await line.send(wire.pack(("PING",))) == b"PONG"
+        finally:
+            await client.aclose()
+        return attempts
+
+    assert run(test) == 1 + retries
+
+
+def test_acheck_decides_the_same_every_way(server: RedisServer) -> None:
+    limits = [Limit("api", rate) for rate in parse_rates("3/h")]
+    checks = [Check(Identity("ip", "192.0.2.2"), limits)]
+
+    async def test(way: str | None) -> list[bool]:
+        aclient = redis.asyncio.Redis.from_url(server.url)
+        engine = Engine(
+            redis.Redis.from_url(server.url),
+            keys=KeySpace(prefix=f"aw{way}"),
+            async_client=lambda: aclient,
+        )
+        with mock.patch.object(awire, "aline", lambda client: WAYS[way](client) if way else None):
+            verdicts = [(await engine.acheck(checks)).allowed for _ in range(4)]
+        line = engine._alines[aclient]
+        assert line is None if way is None else isinstance(line, type(WAYS[way](aclient)))
+        await aclient.aclose()
+        return verdicts
+
+    assert [asyncio.run(test(way)) for way in ("own", "pooled", None)] == [
+        [True, True, True, False]
+    ] * 3
+
+
+def test_an_engine_gives_each_asyncio_client_its_own_line(server: RedisServer) -> None:
+    engine = Engine(redis.Redis.from_url(server.url), keys=KeySpace(prefix="awl"))
+    checks = [Check(Identity("ip", "192.0.2.3"), [Limit("api", parse_rates("5/h")[0])])]
+
+    async def test() -> awire.AOwn | awire.APooled | None:
+        aclient = redis.asyncio.Redis.from_url(server.url)  # one per event loop, as in use
+        engine._async_client = lambda: aclient
+        assert (await engine.acheck(checks)).allowed
+        line = engine._alines[aclient]
+        await aclient.aclose()
+        return line
+
+    first, second = run(test), run(test)
+    assert isinstance(first, awire.AOwn) and isinstance(second, awire.AOwn)
+    assert first is not second  # asyncio connections belong to their loop
