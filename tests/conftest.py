@@ -107,16 +107,22 @@ def _flush(conn: redis.Redis) -> None:
     conn.script_flush()
 
 
+@pytest.fixture
+def clean_standalone(redis_standalone: RedisServer) -> RedisServer:
+    """The standalone server, running (a fault test may have stopped it) and flushed."""
+    if not redis_standalone.is_running():
+        redis_standalone.start()
+    with redis_standalone.client() as conn:
+        _flush(conn)
+    return redis_standalone
+
+
 @pytest.fixture(params=["standalone", "cluster"])
 def redis_client(request: pytest.FixtureRequest) -> Iterator[redis.Redis | RedisCluster]:
     """A clean client, once per topology (ids ``standalone`` and ``cluster``)."""
     client: redis.Redis | RedisCluster
     if request.param == "standalone":
-        server: RedisServer = request.getfixturevalue("redis_standalone")
-        if not server.is_running():  # a fault test stopped it and did not restart it
-            server.start()
-        with server.client() as conn:
-            _flush(conn)
+        server: RedisServer = request.getfixturevalue("clean_standalone")
         client = server.client()
     else:
         cluster: RedisClusterHarness = request.getfixturevalue("redis_cluster")

@@ -21,7 +21,6 @@ from typing import Any
 
 import redis.asyncio
 from redis.asyncio.connection import AbstractConnection
-from redis.exceptions import ResponseError
 
 from django_ratelimits.engine.wire import naming, sends_directly
 
@@ -74,9 +73,9 @@ class AOwn:
     tasks never share one (a task pops it from the idle list, and puts it back once
     its reply is read); there are never more than the commands sent at once. An idle
     connection Redis closed (the event loop has read its end) is connected anew
-    before the command is written. A connection whose reply was not read whole (a
-    timeout, a dropped socket, the task cancelled while it waited) is disconnected
-    before it goes back, so no command ever reads another's reply. Closing the
+    before the command is written. After anything but a reply (an error reply, a
+    timeout, a dropped socket, the task cancelled while it waited) the connection is
+    disconnected before it goes back, so no command ever reads another's reply. Closing the
     client (``aclose()``) closes them with the pool's others.
     """
 
@@ -91,19 +90,14 @@ class AOwn:
             connection = idle.pop()
         except IndexError:
             connection = await self._pool.get_connection(*naming(type(self._pool)))
-        read = False
         try:
             reader = connection._reader
-            if reader is None or reader.at_eof():
+            if reader is None or reader.at_eof():  # closed, by us or by Redis: anew
                 await connection.disconnect()
                 await connection.connect()
-            reply = await _sent(connection, packed)
-            read = True
-            return reply
-        except ResponseError:
-            read = True  # an error reply, read whole
+            return await _sent(connection, packed)
+        except BaseException:
+            await connection.disconnect(nowait=True)  # its reply may not have been read whole
             raise
         finally:
-            if not read:
-                await connection.disconnect(nowait=True)
             idle.append(connection)

@@ -42,7 +42,6 @@ from typing import Any
 import redis.asyncio
 from redis import ConnectionPool, Redis
 from redis.connection import AbstractConnection
-from redis.exceptions import ResponseError
 
 __all__ = ["Own", "Pooled", "line", "naming", "pack", "sends_directly"]
 
@@ -165,10 +164,10 @@ class Own:
     The pool made them and counts them as in use, so its ``max_connections`` still
     bounds every connection of the client. The idle ones wait in a list: ``pop`` and
     ``append`` are atomic, so two threads never share one, and there are never more
-    than the most commands sent at once. A connection goes back to the list only
-    once the reply to its command has been read whole (a reply, or an error reply);
-    after anything else (a timeout, a dropped socket, an exception raised into the
-    thread) it is disconnected first. A forked process starts with none: a
+    than the most commands sent at once. A connection goes back to the list as it is
+    only once the reply to its command has been read; after anything else (an error
+    reply, a timeout, a dropped socket, an exception raised into the thread) it is
+    disconnected first, and connects anew when it is next used. A forked process starts with none: a
     connection made before the fork is the parent's. Once the ``Own`` is gone (its
     engine replaced), its idle connections go back to the pool.
     """
@@ -189,17 +188,12 @@ class Own:
             kept = idle.pop()
         except IndexError:
             kept = _Kept(self._pool.get_connection(*naming(type(self._pool))))
-        read = False
         try:
-            reply = _sent(kept.ready(), packed)
-            read = True
-            return reply
-        except ResponseError:
-            read = True  # an error reply, read whole
+            return _sent(kept.ready(), packed)
+        except BaseException:
+            kept.connection.disconnect()  # its reply may not have been read whole
             raise
         finally:
-            if not read:
-                kept.connection.disconnect()
             idle.append(kept)
 
 
