@@ -21,6 +21,7 @@ from typing import Any
 
 import redis.asyncio
 from redis.asyncio.connection import AbstractConnection
+from redis.exceptions import ResponseError
 
 from django_ratelimits.engine.wire import naming, sends_directly
 
@@ -73,7 +74,7 @@ class AOwn:
     tasks never share one (a task pops it from the idle list, and puts it back once
     its reply is read); there are never more than the commands sent at once. An idle
     connection Redis closed (the event loop has read its end) is connected anew
-    before the command is written. After anything but a reply (an error reply, a
+    before the command is written. After anything but a reply or an error reply (a
     timeout, a dropped socket, the task cancelled while it waited) the connection is
     disconnected before it goes back, so no command ever reads another's reply. Closing the
     client (``aclose()``) closes them with the pool's others.
@@ -96,8 +97,9 @@ class AOwn:
                 await connection.disconnect()
                 await connection.connect()
             return await _sent(connection, packed)
-        except BaseException:
-            await connection.disconnect(nowait=True)  # its reply may not have been read whole
+        except BaseException as error:
+            if not isinstance(error, ResponseError):  # an error reply is read whole
+                await connection.disconnect(nowait=True)
             raise
         finally:
             idle.append(connection)

@@ -42,6 +42,7 @@ from typing import Any
 import redis.asyncio
 from redis import ConnectionPool, Redis
 from redis.connection import AbstractConnection
+from redis.exceptions import ResponseError
 
 __all__ = ["Own", "Pooled", "line", "naming", "pack", "sends_directly"]
 
@@ -165,11 +166,13 @@ class Own:
     bounds every connection of the client. The idle ones wait in a list: ``pop`` and
     ``append`` are atomic, so two threads never share one, and there are never more
     than the most commands sent at once. A connection goes back to the list as it is
-    only once the reply to its command has been read; after anything else (an error
-    reply, a timeout, a dropped socket, an exception raised into the thread) it is
-    disconnected first, and connects anew when it is next used. A forked process starts with none: a
-    connection made before the fork is the parent's. Once the ``Own`` is gone (its
-    engine replaced), its idle connections go back to the pool.
+    once its reply, or an error reply, has been read; after anything else (a timeout,
+    a dropped socket, an exception raised into the thread) it is disconnected first,
+    and connects anew when it is next used. (Dropping it after an error reply too
+    churned connections while a full Redis under ``noeviction`` refused every write,
+    and some checks then passed: tests/load/test_flood.py.) A forked process starts
+    with none: a connection made before the fork is the parent's. Once the ``Own`` is
+    gone (its engine replaced), its idle connections go back to the pool.
     """
 
     def __init__(self, pool: ConnectionPool) -> None:
@@ -190,8 +193,9 @@ class Own:
             kept = _Kept(self._pool.get_connection(*naming(type(self._pool))))
         try:
             return _sent(kept.ready(), packed)
-        except BaseException:
-            kept.connection.disconnect()  # its reply may not have been read whole
+        except BaseException as error:
+            if not isinstance(error, ResponseError):  # an error reply is read whole
+                kept.connection.disconnect()  # anything else may leave a reply unread
             raise
         finally:
             idle.append(kept)

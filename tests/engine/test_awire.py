@@ -55,15 +55,17 @@ def test_a_plain_asyncio_pool_s_client_gets_connections_kept_by_the_engine(
 
 
 @each_way
-def test_answers_raises_and_answers_the_next_command(server: RedisServer, way: Way) -> None:
+def test_answers_raises_and_keeps_the_connection_usable(server: RedisServer, way: Way) -> None:
     async def test() -> None:
         client = redis.asyncio.Redis.from_url(server.url)
         line = way(client)
         assert await line.send(wire.pack(("SET", "k", 7))) == b"OK"
         assert await line.send(wire.pack(("GET", "k"))) == b"7"
+        before = await line.send(wire.pack(("CLIENT", "ID")))
         with pytest.raises(redis.exceptions.NoScriptError):
             await line.send(wire.pack(("EVALSHA", "0" * 40, 0)))
         assert await line.send(wire.pack(("PING",))) == b"PONG"
+        assert await line.send(wire.pack(("CLIENT", "ID"))) == before  # kept after an error
         await client.aclose()
 
     run(test)

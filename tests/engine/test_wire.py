@@ -106,15 +106,19 @@ def test_own_gives_its_connections_back_to_the_pool_when_it_is_gone(
     assert client.ping()
 
 
-def test_an_error_reply_raises_and_the_next_command_is_answered(
+def test_an_error_reply_raises_and_leaves_the_connection_usable(
     server: RedisServer, way: Any
 ) -> None:
     line = way(redis.Redis.from_url(server.url))
+    before = line.send(wire.pack(("CLIENT", "ID")))
     with pytest.raises(redis.exceptions.NoScriptError):
         line.send(wire.pack(("EVALSHA", "0" * 40, 0)))
     with pytest.raises(redis.ResponseError, match="wrong number of arguments"):
         line.send(wire.pack(("GET",)))
     assert line.send(wire.pack(("PING",))) == b"PONG"
+    # An error reply was read whole: the connection is kept, not made anew (a Redis
+    # that refuses every write must not also see its clients reconnect).
+    assert line.send(wire.pack(("CLIENT", "ID"))) == before
 
 
 def _until_readable(kept: Any) -> None:
