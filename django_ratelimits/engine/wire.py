@@ -11,11 +11,13 @@ one bulk string read raw, so :func:`pack` packs the command and a :func:`line` w
 it and reads the reply:
 
 * :class:`Own` for a client of a plain ``ConnectionPool`` (the engine's own clients,
-  and django-redis' default): connections checked out of the pool once and kept by
-  the engine between checks;
+  and django-redis' default): connections of the engine's own, made like the pool's
+  and kept between checks;
 * :class:`Pooled` for a standalone client of any other pool (a blocking pool, whose
-  waiters need connections back; a sentinel pool, which follows the master): a
-  connection checked out of that pool per command.
+  waiters need connections back; a sentinel pool, which follows the master), or of
+  a pool whose credential provider may rotate credentials (redis-py re-authenticates
+  a connection when it goes back to its pool): a connection checked out of that
+  pool per command.
 
 What ``execute_command`` guarantees still holds: the connection's retry policy
 applies (the engine's own clients have none: a check sent twice could be counted
@@ -35,7 +37,7 @@ import inspect
 import os
 import select
 import socket
-import weakref
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -84,9 +86,12 @@ def line(client: object) -> Own | Pooled | None:
     """How the engine sends a check's command to ``client`` (see the module's text)."""
     if not isinstance(client, Redis) or not sends_directly(client):
         return None
-    if type(client.connection_pool) is ConnectionPool:
-        return Own(client.connection_pool)
-    return Pooled(client)
+    pool = client.connection_pool
+    # A credential provider may rotate credentials: redis-py re-authenticates its
+    # connections when they go back to the pool, which kept ones never do.
+    if type(pool) is ConnectionPool and pool.connection_kwargs.get("credential_provider") is None:
+        return Own(pool)
+    return Pooled(pool)
 
 
 def _sent(connection: AbstractConnection, packed: bytes) -> Any:
@@ -103,14 +108,14 @@ def _sent(connection: AbstractConnection, packed: bytes) -> Any:
 
 
 class Pooled:
-    """Each command on a connection checked out of ``client``'s pool and back in."""
+    """Each command on a connection checked out of ``pool`` and back in."""
 
-    def __init__(self, client: Redis) -> None:
-        self.client = client
+    def __init__(self, pool: ConnectionPool) -> None:
+        self.pool = pool
 
     def send(self, packed: bytes) -> Any:
         """The raw reply to the command ``packed``."""
-        pool = self.client.connection_pool
+        pool = self.pool
         connection = pool.get_connection(*naming(type(pool)))
         try:
             return _sent(connection, packed)
@@ -159,38 +164,44 @@ class _Kept:
 
 
 class Own:
-    """Connections checked out of ``pool`` (a plain pool) once, and kept between
-    commands instead of going back to it.
+    """Connections of the engine's own to the Redis of ``pool`` (a plain pool), made
+    with the pool's class and settings and kept between commands.
 
-    The pool made them and counts them as in use, so its ``max_connections`` still
-    bounds every connection of the client. The idle ones wait in a list: ``pop`` and
-    ``append`` are atomic, so two threads never share one, and there are never more
-    than the most commands sent at once. A connection goes back to the list as it is
-    once its reply, or an error reply, has been read; after anything else (a timeout,
-    a dropped socket, an exception raised into the thread) it is disconnected first,
-    and connects anew when it is next used. (Dropping it after an error reply too
-    churned connections while a full Redis under ``noeviction`` refused every write,
-    and some checks then passed: tests/load/test_flood.py.) A forked process starts
-    with none: a connection made before the fork is the parent's. Once the ``Own`` is
-    gone (its engine replaced), its idle connections go back to the pool.
+    They are not the pool's: whoever else uses the pool (a django-redis cache) finds
+    its ``max_connections`` as free as before. The engine makes at most that many of
+    its own, and sends through the pool while it holds them all.
+
+    The idle ones wait in a list: ``pop`` and ``append`` are atomic, so two threads
+    never share one, and there are never more than the most commands sent at once.
+    A connection goes back to the list as it is once its reply, or an error reply,
+    has been read; after anything else (a timeout, a dropped socket, an exception
+    raised into the thread) it is disconnected first, and connects anew when next
+    used. (Dropping it after an error reply too churned connections while a full
+    Redis under ``noeviction`` refused every write, and some checks then passed:
+    tests/load/test_flood.py.) A forked process starts with none of them: a
+    connection made before the fork is the parent's.
     """
 
     def __init__(self, pool: ConnectionPool) -> None:
         self._pool = pool
+        self._make = functools.partial(pool.connection_class, **pool.connection_kwargs)
         self._idle: list[_Kept] = []
+        self._made = 0  # connections made and kept, idle or in use
         self._pid = os.getpid()
-        weakref.finalize(self, _give_back, pool, self._idle)
+        self._lock = threading.Lock()  # for making one, and after a fork
 
     def send(self, packed: bytes) -> Any:
         """The raw reply to the command ``packed``."""
-        idle = self._idle
         if self._pid != os.getpid():
-            idle.clear()
-            self._pid = os.getpid()
+            self._forked()
+        idle = self._idle
         try:
             kept = idle.pop()
         except IndexError:
-            kept = _Kept(self._pool.get_connection(*naming(type(self._pool))))
+            made = self._made_one()
+            if made is None:  # as many as the pool may hold, all in use
+                return Pooled(self._pool).send(packed)
+            kept = made
         try:
             return _sent(kept.ready(), packed)
         except BaseException as error:
@@ -200,8 +211,14 @@ class Own:
         finally:
             idle.append(kept)
 
+    def _made_one(self) -> _Kept | None:
+        with self._lock:
+            if self._made >= self._pool.max_connections:
+                return None
+            self._made += 1
+        return _Kept(self._make())
 
-def _give_back(pool: ConnectionPool, idle: list[_Kept]) -> None:
-    for kept in idle:
-        pool.release(kept.connection)  # type: ignore[arg-type]
-    idle.clear()
+    def _forked(self) -> None:
+        with self._lock:
+            if self._pid != os.getpid():
+                self._idle, self._made, self._pid = [], 0, os.getpid()

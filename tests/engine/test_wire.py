@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import gc
+import os
 import select
 import threading
 from collections.abc import Callable
@@ -57,7 +57,7 @@ def test_a_plain_pool_s_client_gets_connections_of_the_engine_s_own(
 Way = Callable[[redis.Redis], wire.Own | wire.Pooled]
 WAYS: dict[str, Way] = {
     "own": lambda client: wire.Own(client.connection_pool),
-    "pooled": wire.Pooled,
+    "pooled": lambda client: wire.Pooled(client.connection_pool),
 }
 
 
@@ -74,7 +74,7 @@ def test_the_reply_is_raw(server: RedisServer, way: Any) -> None:
 
 def test_pooled_gives_the_connection_back_to_the_pool(server: RedisServer) -> None:
     client = redis.Redis.from_url(server.url)
-    wire.Pooled(client).send(wire.pack(("PING",)))
+    wire.Pooled(client.connection_pool).send(wire.pack(("PING",)))
     pool = client.connection_pool
     assert len(pool._in_use_connections) == 0
     assert len(pool._available_connections) == 1
@@ -88,22 +88,39 @@ def test_own_keeps_one_connection_for_commands_sent_one_after_another(
     ids = {line.send(wire.pack(("CLIENT", "ID"))) for _ in range(5)}
     assert len(ids) == 1
     assert len(line._idle) == 1
-    # The pool made it and counts it as in use: its max_connections bounds it.
-    pool = client.connection_pool
-    assert (pool._created_connections, len(pool._in_use_connections)) == (1, 1)
+    assert client.connection_pool._created_connections == 0  # not the pool's
 
 
-def test_own_gives_its_connections_back_to_the_pool_when_it_is_gone(
-    server: RedisServer,
-) -> None:
-    client = redis.Redis.from_url(server.url)
+def test_own_leaves_a_bounded_pool_to_its_other_users(server: RedisServer) -> None:
+    # A django-redis cache sized to its threads: the engine's connections are not
+    # taken from it, so the cache never finds it full because of them.
+    client = redis.Redis.from_url(server.url, max_connections=1)
+    line = wire.Own(client.connection_pool)
+    assert line.send(wire.pack(("PING",))) == b"PONG"
+    assert client.set("cache", "still works")
+
+
+def test_own_makes_no_more_connections_than_the_pool_may_hold(server: RedisServer) -> None:
+    client = redis.Redis.from_url(server.url, max_connections=1)
     line = wire.Own(client.connection_pool)
     line.send(wire.pack(("PING",)))
-    del line  # its engine replaced (settings changed): the pool's connections come back
-    gc.collect()
-    pool = client.connection_pool
-    assert (len(pool._in_use_connections), len(pool._available_connections)) == (0, 1)
-    assert client.ping()
+    [in_use] = line._idle  # as if another thread were sending on it
+    line._idle.clear()
+    assert line.send(wire.pack(("ECHO", "through the pool"))) == b"through the pool"
+    assert (line._made, client.connection_pool._created_connections) == (1, 1)
+    assert line._idle == []  # the pool's connection went back to the pool
+    line._idle.append(in_use)
+
+
+def test_a_pool_whose_credentials_may_rotate_is_checked_out_per_command(
+    server: RedisServer,
+) -> None:
+    # redis-py re-authenticates a connection (streaming credentials) when it goes back.
+    provider = redis.UsernamePasswordCredentialProvider()
+    client = redis.Redis.from_url(server.url, credential_provider=provider)
+    line = wire.line(client)
+    assert isinstance(line, wire.Pooled)
+    assert line.send(wire.pack(("PING",))) == b"PONG"
 
 
 def test_an_error_reply_raises_and_leaves_the_connection_usable(
@@ -185,11 +202,22 @@ def test_own_reconnects_a_connection_redis_closed_while_idle(server: RedisServer
 
 
 def test_own_makes_no_use_of_connections_made_before_a_fork(server: RedisServer) -> None:
+    # gunicorn --preload: a worker must never write to its parent's socket.
     line = wire.Own(redis.Redis.from_url(server.url).connection_pool)
     parents = line.send(wire.pack(("CLIENT", "ID")))
-    line._pid = -1  # as a forked child finds it: the connections are its parent's
-    assert line.send(wire.pack(("CLIENT", "ID"))) != parents
-    assert len(line._idle) == 1
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # the child: its own connection, its answer through the pipe
+        try:
+            os.write(write, str(line.send(wire.pack(("CLIENT", "ID")))).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as answer:
+        childs = int(answer.read() or "0")
+    os.waitpid(child, 0)
+    assert childs not in (0, parents)
+    assert line.send(wire.pack(("CLIENT", "ID"))) == parents  # the parent's is intact
 
 
 def test_own_never_lends_one_connection_to_two_threads(server: RedisServer) -> None:
