@@ -118,9 +118,7 @@ def test_a_pool_whose_credentials_may_rotate_is_checked_out_per_command(
     # redis-py re-authenticates a connection (streaming credentials) when it goes back.
     provider = redis.UsernamePasswordCredentialProvider()
     client = redis.Redis.from_url(server.url, credential_provider=provider)
-    line = wire.line(client)
-    assert isinstance(line, wire.Pooled)
-    assert line.send(wire.pack(("PING",))) == b"PONG"
+    assert isinstance(wire.line(client), wire.Pooled)
 
 
 def test_an_error_reply_raises_and_leaves_the_connection_usable(
