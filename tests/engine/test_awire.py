@@ -4,6 +4,8 @@ execute_command promises, as the sync one does (test_wire.py)."""
 from __future__ import annotations
 
 import asyncio
+import socket
+import struct
 from collections.abc import Awaitable, Callable
 from typing import Any
 from unittest import mock
@@ -103,6 +105,53 @@ def test_own_reconnects_a_connection_redis_closed_while_idle(server: RedisServer
         assert await own.send(wire.pack(("CLIENT", "ID"))) != first
         assert await client.get("once") == b"1"
         await client.aclose()
+
+    run(test)
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+    except ConnectionError:
+        pass
+    writer.close()
+
+
+def test_own_reconnects_a_connection_reset_while_idle(server: RedisServer) -> None:
+    # A connection reset (a proxy or a load balancer dropping it) leaves the reader
+    # an exception, not an end: it too is connected anew before the next command.
+    async def test() -> None:
+        sides: list[asyncio.StreamWriter] = []
+        pipes: list[asyncio.Task[None]] = []  # kept, so that they are not collected
+
+        async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            up_reader, up_writer = await asyncio.open_connection(server.host, server.port)
+            sides.append(writer)
+            pipes.append(asyncio.create_task(_pipe(reader, up_writer)))
+            pipes.append(asyncio.create_task(_pipe(up_reader, writer)))
+
+        proxy = await asyncio.start_server(relay, "127.0.0.1", 0)
+        client = redis.asyncio.Redis(  # as the engine's own: no retries to hide a failure
+            host="127.0.0.1",
+            port=proxy.sockets[0].getsockname()[1],
+            retry=AsyncRetry(NoBackoff(), 0),
+        )
+        own = awire.AOwn(client.connection_pool)
+        assert await own.send(wire.pack(("PING",))) == b"PONG"
+        side = sides[0].get_extra_info("socket")
+        side.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sides[0].transport.abort()  # with no linger: a reset
+        [kept] = own._idle
+        for _ in range(3000):  # until the event loop has read the reset, at any speed
+            if kept._reader is None or kept._reader.exception() is not None:
+                break
+            await asyncio.sleep(0.01)
+        assert kept._reader is not None and isinstance(kept._reader.exception(), OSError)
+        assert await own.send(wire.pack(("ECHO", "after"))) == b"after"
+        await client.aclose()
+        proxy.close()
 
     run(test)
 
