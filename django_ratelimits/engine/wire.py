@@ -141,8 +141,8 @@ class _Kept:
 
     def __init__(self, connection: AbstractConnection) -> None:
         self.connection = connection
-        self.sock: socket.socket | None = None
-        self.readable: Callable[[], object] = bool
+        self.sock: socket.socket | None = None  # the socket ``readable`` watches
+        self.readable: Callable[[], object] = bool  # set with ``sock``, before any use
 
     def ready(self) -> AbstractConnection:
         """The connection, connected and with nothing left to read.
@@ -153,11 +153,11 @@ class _Kept:
         when it hands a connection out."""
         connection = self.connection
         sock = connection._sock
-        if sock is not None and sock is self.sock and not self.readable():
-            return connection
-        if sock is not None and sock is self.sock:
+        if sock is not None and sock is self.sock:  # connected, and watched
+            if not self.readable():
+                return connection
             connection.disconnect()
-        connection.connect()
+        connection.connect()  # a no-op on a connection connected on its own (a retry)
         self.sock = connection._sock
         self.readable = _watch(self.sock)  # type: ignore[arg-type]
         return connection
@@ -183,7 +183,7 @@ class Own:
     """
 
     def __init__(self, pool: ConnectionPool) -> None:
-        self._pool = pool
+        self._pooled = Pooled(pool)  # while the engine holds as many as the pool may
         self._make = functools.partial(pool.connection_class, **pool.connection_kwargs)
         self._idle: list[_Kept] = []
         self._made = 0  # connections made and kept, idle or in use
@@ -200,7 +200,7 @@ class Own:
         except IndexError:
             made = self._made_one()
             if made is None:  # as many as the pool may hold, all in use
-                return Pooled(self._pool).send(packed)
+                return self._pooled.send(packed)
             kept = made
         try:
             return _sent(kept.ready(), packed)
@@ -213,7 +213,7 @@ class Own:
 
     def _made_one(self) -> _Kept | None:
         with self._lock:
-            if self._made >= self._pool.max_connections:
+            if self._made >= self._pooled.pool.max_connections:
                 return None
             self._made += 1
         return _Kept(self._make())

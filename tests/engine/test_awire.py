@@ -40,6 +40,23 @@ def run(test: Callable[[], Awaitable[Any]]) -> Any:
     return asyncio.run(test())  # type: ignore[arg-type]
 
 
+OwnTest = Callable[[redis.asyncio.Redis, awire.AOwn], Awaitable[None]]
+
+
+def with_own(server: RedisServer, test: OwnTest, **options: Any) -> None:
+    """Runs ``test`` with a new asyncio client of ``server`` (closed after) and an
+    :class:`~django_ratelimits.engine.awire.AOwn` of its pool."""
+
+    async def go() -> None:
+        client = redis.asyncio.Redis.from_url(server.url, **options)
+        try:
+            await test(client, awire.AOwn(client.connection_pool))
+        finally:
+            await client.aclose()
+
+    asyncio.run(go())
+
+
 def test_a_plain_asyncio_pool_s_client_gets_connections_kept_by_the_engine(
     server: RedisServer, redis_cluster: RedisClusterHarness
 ) -> None:
@@ -90,9 +107,7 @@ def test_pooled_gives_the_connection_back_and_own_keeps_it_counted(server: Redis
 
 
 def test_own_reconnects_a_connection_redis_closed_while_idle(server: RedisServer) -> None:
-    async def test() -> None:
-        client = redis.asyncio.Redis.from_url(server.url)
-        own = awire.AOwn(client.connection_pool)
+    async def test(client: redis.asyncio.Redis, own: awire.AOwn) -> None:
         first = await own.send(wire.pack(("CLIENT", "ID")))
         with server.client() as staff:
             assert staff.client_kill_filter(_id=first) == 1
@@ -104,9 +119,8 @@ def test_own_reconnects_a_connection_redis_closed_while_idle(server: RedisServer
         assert await own.send(wire.pack(("INCR", "once"))) == 1  # sent once, answered
         assert await own.send(wire.pack(("CLIENT", "ID"))) != first
         assert await client.get("once") == b"1"
-        await client.aclose()
 
-    run(test)
+    with_own(server, test)
 
 
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -157,9 +171,7 @@ def test_own_reconnects_a_connection_reset_while_idle(server: RedisServer) -> No
 
 
 def test_own_drops_a_connection_whose_task_was_cancelled_waiting(server: RedisServer) -> None:
-    async def test() -> None:
-        client = redis.asyncio.Redis.from_url(server.url)
-        own = awire.AOwn(client.connection_pool)
+    async def test(client: redis.asyncio.Redis, own: awire.AOwn) -> None:
         await own.send(wire.pack(("PING",)))
         waiting = asyncio.ensure_future(own.send(wire.pack(("BLPOP", "later", 0))))
         while own._idle:  # until the BLPOP has its connection
@@ -172,9 +184,8 @@ def test_own_drops_a_connection_whose_task_was_cancelled_waiting(server: RedisSe
                 await waiting
             other.rpush("later", "late")  # the BLPOP's answer, if its connection lived on
         assert await own.send(wire.pack(("ECHO", "mine"))) == b"mine"
-        await client.aclose()
 
-    run(test)
+    with_own(server, test)
 
 
 class Interrupted(BaseException):
@@ -194,9 +205,7 @@ class AInterruptible(AsyncConnection):
 
 
 def test_own_drops_a_connection_whose_reply_was_never_read(server: RedisServer) -> None:
-    async def test() -> None:
-        client = redis.asyncio.Redis.from_url(server.url, connection_class=AInterruptible)
-        own = awire.AOwn(client.connection_pool)
+    async def test(client: redis.asyncio.Redis, own: awire.AOwn) -> None:
         await own.send(wire.pack(("PING",)))  # connected: the handshake's replies are read
         AInterruptible.interrupt = True
         with pytest.raises(Interrupted):
@@ -204,15 +213,12 @@ def test_own_drops_a_connection_whose_reply_was_never_read(server: RedisServer) 
         with server.client() as other:
             other.rpush("later", "late")  # the BLPOP's answer, if its connection lived on
         assert await own.send(wire.pack(("ECHO", "mine"))) == b"mine"
-        await client.aclose()
 
-    run(test)
+    with_own(server, test, connection_class=AInterruptible)
 
 
 def test_own_never_lends_one_connection_to_two_tasks(server: RedisServer) -> None:
-    async def test() -> None:
-        client = redis.asyncio.Redis.from_url(server.url)
-        own = awire.AOwn(client.connection_pool)
+    async def test(client: redis.asyncio.Redis, own: awire.AOwn) -> None:
 
         async def echo(n: int) -> tuple[bytes, Any]:
             mine = str(n).encode()
@@ -220,9 +226,8 @@ def test_own_never_lends_one_connection_to_two_tasks(server: RedisServer) -> Non
 
         assert all(mine == reply for mine, reply in await asyncio.gather(*map(echo, range(50))))
         assert 1 <= len(own._idle) <= 50  # never more than were in use at once
-        await client.aclose()
 
-    run(test)
+    with_own(server, test)
 
 
 class ACounted(AsyncConnection):
