@@ -5,7 +5,11 @@ every row is one decision on the allowed path (10/s, each call on its own
 client address, as in the engine benchmark):
 
 * django-ratelimit's ``is_ratelimited`` (django-redis cache) against
-  ``django_ratelimits.compat.is_ratelimited``, its drop-in;
+  ``django_ratelimits.compat.is_ratelimited``, its drop-in; and the same pair for
+  one busy address (:data:`BUSY_RATE`, never reached), the case of a client that
+  sends more than one request per window: django-ratelimit's ``add`` then finds
+  its key and it counts with an ``EVAL``, two round trips where its first request
+  of a window made one;
 * DRF's ``AnonRateThrottle`` (django-redis cache) against ``PolicyThrottle``
   with a sliding-log policy (DRF's throttle keeps a log of timestamps too);
 * the ``limits`` library's fixed window, moving window and sliding window
@@ -42,6 +46,12 @@ from benchmarks.rediscpu import Cost, Meter
 from devtools.redis_harness import RedisServer
 
 LIMIT = 10
+# Issue 12's peer rows, by the start of their names.
+DJANGO_RATELIMIT = "django-ratelimit `is_ratelimited` (fixed window)"
+# The busy rows' rate: one address sends every call of its row, and never reaches it.
+BUSY_RATE = "1000000/h"
+BUSY = "one busy address"
+DJANGO_RATELIMIT_BUSY = f"django-ratelimit `is_ratelimited`, {BUSY}"
 # Issue 12: this package's Redis CPU per 1-limit decision over django-ratelimit's.
 TARGET_REDIS_CPU = 1.0
 UNITS = {"s": "second", "h": "hour"}
@@ -54,6 +64,7 @@ class Row:
     name: str
     make: Make
     ours: bool
+    busy: bool = False  # every call from one address, at BUSY_RATE
     scenario: Scenario = field(init=False)
     check: list[bool] = field(default_factory=list)
 
@@ -165,8 +176,10 @@ def _engine(client: redis.Redis, algorithm_name: str) -> Make:
 def rows(client: redis.Redis) -> list[Row]:
     """The peers, each followed by this package's answer to the same job."""
     return [
-        Row("django-ratelimit `is_ratelimited` (fixed window)", _django_ratelimit, False),
+        Row(DJANGO_RATELIMIT, _django_ratelimit, False),
         Row("django_ratelimits.compat `is_ratelimited`", _compat, True),
+        Row(f"{DJANGO_RATELIMIT_BUSY} (`SET NX`, then `EVAL`)", _django_ratelimit, False, True),
+        Row(f"django_ratelimits.compat `is_ratelimited`, {BUSY}", _compat, True, True),
         Row("DRF `AnonRateThrottle` (log of timestamps)", _drf, False),
         Row("django_ratelimits `PolicyThrottle` (sliding log)", _policy_throttle, True),
         Row("limits fixed window `hit`", _limits(client, "FixedWindowRateLimiter"), False),
@@ -208,7 +221,10 @@ def run(server: RedisServer, quick: bool = False) -> Report:
     floor = ping(client)
     peers = rows(client)
     for tag, row in enumerate(peers, start=1):
-        call = _rotating(row.make(f"{LIMIT}/s"), tag, per_round)
+        if row.busy:
+            call = _rotating(row.make(BUSY_RATE), tag, 1)
+        else:
+            call = _rotating(row.make(f"{LIMIT}/s"), tag, per_round)
         row.scenario = Scenario(row.name, call)
         once = row.make(f"{LIMIT}/h")
         row.check = [once(f"192.0.2.{tag}") for _ in range(LIMIT + 1)]
@@ -218,24 +234,27 @@ def run(server: RedisServer, quick: bool = False) -> Report:
 
 
 # Issue 12's comparisons: (peer row, what it is).
-DJANGO_RATELIMIT = "django-ratelimit"
 LIMITS = ("limits fixed window", "limits moving window", "limits sliding window counter")
 TARGET_VS_LIMITS = 1.0  # the engine's check no slower than `limits`' hit
 
 
 def issue_12(report: Report) -> list[tuple[str, str, str, str]]:
     """(figure, this run, target, met or missed) of issue 12's peer rows."""
-    time, cpu = report.ratios(DJANGO_RATELIMIT)
-    theirs, ours = (report.costs[row.name] for row in report.pair(DJANGO_RATELIMIT))
-    rows = [
-        (
-            "Redis CPU per decision, 1 limit: `django_ratelimits.compat` ÷ django-ratelimit",
-            f"{cpu:.2f}x ({ours.cpu_per_call:.1f} against {theirs.cpu_per_call:.1f} µs;"
-            f" time {time:.2f}x)",
-            f"≤ {TARGET_REDIS_CPU}x",
-            met(within(cpu, TARGET_REDIS_CPU)),
+    rows = []
+    cases = ((DJANGO_RATELIMIT, "a new address each call"), (DJANGO_RATELIMIT_BUSY, BUSY))
+    for peer, case in cases:
+        time, cpu = report.ratios(peer)
+        theirs, ours = (report.costs[row.name] for row in report.pair(peer))
+        rows.append(
+            (
+                "Redis CPU per decision, 1 limit: `django_ratelimits.compat` ÷ django-ratelimit,"
+                f" {case}",
+                f"{cpu:.2f}x ({ours.cpu_per_call:.1f} against {theirs.cpu_per_call:.1f} µs;"
+                f" time {time:.2f}x)",
+                f"≤ {TARGET_REDIS_CPU}x",
+                met(within(cpu, TARGET_REDIS_CPU)),
+            )
         )
-    ]
     for peer in LIMITS:
         time, cpu = report.ratios(peer)
         algorithm = report.pair(peer)[1].name.split()[1]
@@ -254,8 +273,10 @@ def render(report: Report) -> str:
     lines = [
         "## Peers on the same Redis",
         "",
-        f"One decision, allowed, at {LIMIT}/s; {report.rounds} interleaved rounds of"
-        f" {report.per_round:,} calls per row, with their own PING row. *Redis CPU*: the"
+        f"One decision, allowed, at {LIMIT}/s, each call from an address of its own (the"
+        f" *{BUSY}* rows: every call from one address, at {BUSY_RATE}); {report.rounds}"
+        f" interleaved rounds of {report.per_round:,} calls per row, with their own PING row."
+        " *Redis CPU*: the"
         " server's CPU time (`INFO cpu`, user + system: commands, Lua, protocol and socket"
         " system calls) per decision; *in commands*: the part inside commands (`INFO"
         " commandstats`). *ours ÷ peer*: on this package's row, its median and its Redis"

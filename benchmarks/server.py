@@ -43,7 +43,6 @@ from benchmarks.kit import Scenario, counting_client, interleave, met, ping, wit
 from devtools.redis_harness import RedisServer, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
-SERVER_RATES = "100000/s, 1000000/m, 1000000/h"
 POLICIES = 10
 THREADS = 4
 MAX_REQUESTS = 200_000
@@ -209,7 +208,7 @@ def serving(argv: list[str], env: dict[str, str], port: int, log: Path) -> Itera
 
 def run(server: RedisServer, workdir: Path, quick: bool = False) -> Report:
     """Needs Django set up in this process (:func:`benchmarks.site.setup`), for the policies."""
-    site.store_policies(site.policy_rows(POLICIES, SERVER_RATES))
+    site.store_policies(site.policy_rows(POLICIES, site.LOAD_RATES))
     seconds = 1.0 if quick else 5.0
     floor = ping(counting_client(server))
     interleave([floor], 1, 1000, server.client(decode_responses=True))

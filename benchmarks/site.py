@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from devtools.redis_harness import RedisServer
 
 SEED_000_RATES = "10/s, 120/m, 240/h"
+# The same three rates, never reached: for load from one client (a server, a busy client).
+LOAD_RATES = "100000/s, 1000000/m, 1000000/h"
 LIMITED = 5  # per minute and address, on /limited/: shows a server really limits
 
 

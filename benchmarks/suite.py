@@ -317,7 +317,7 @@ def where_the_time_goes(result: Run) -> str:
                 " (compare the p99 column), not the policies."
             )
         )
-        decorator = req.overhead(req.scenario("django-ratelimit"))
+        decorator = req.overhead(req.scenario(request.DECORATOR_ROW))
         lines.append(
             f"  django-ratelimit's decorator adds {decorator:.0f} µs for one limit"
             f" ({decorator / ping_us:.2f}x PING): its 10-policy, 6-limit middleware costs"
@@ -325,7 +325,7 @@ def where_the_time_goes(result: Run) -> str:
         )
         trip = req.overhead(req.scenario(request.ROUND_TRIP_ROW))
         bound = trip / decorator
-        trips = req.scenario("django-ratelimit").round_trips
+        trips = req.scenario(request.DECORATOR_ROW).round_trips
         lines.append(
             f"  One PING per request and nothing else (on the engine's client) adds"
             f" {trip:.0f} µs, {trip / ping_us:.2f}x the PING timed alone: a round trip costs"
@@ -348,7 +348,9 @@ def where_the_time_goes(result: Run) -> str:
         )
     if result.peers is not None:
         by_name = {
-            row.name.split(" `")[0].split(" (")[0]: row.scenario for row in result.peers.rows
+            row.name.split(" `")[0].split(" (")[0]: row.scenario
+            for row in result.peers.rows
+            if not row.busy
         }
         floor = result.peers.floor.median_us
         dr, compat = by_name["django-ratelimit"], by_name["django_ratelimits.compat"]
@@ -389,6 +391,17 @@ def where_the_time_goes(result: Run) -> str:
             " whatever the command (the PING row); past that, django-ratelimit's commands are"
             " a `SET NX` and, once the key exists, a short `EVAL`, where the engine's script"
             " runs Lua around its commands."
+        )
+        busy, busy_ours = result.peers.pair(peers.DJANGO_RATELIMIT_BUSY)
+        theirs, ours = costs[busy.name], costs[busy_ours.name]
+        lines.append(
+            f"  From {peers.BUSY} (a client's later requests in its window), django-ratelimit"
+            f" makes {busy.scenario.round_trips:.3g} round trips per decision, its `add`"
+            " finding the key and an `EVAL` counting: Redis CPU"
+            f" {theirs.cpu_per_call:.0f} µs against its drop-in's {ours.cpu_per_call:.0f} µs"
+            f" ({ours.cpu_per_call / theirs.cpu_per_call:.2f}x), time"
+            f" {busy.scenario.median_us / floor:.2f}x PING against"
+            f" {busy_ours.scenario.median_us / floor:.2f}x."
         )
     if result.server is not None:
         report = result.server

@@ -39,7 +39,7 @@ def test_the_report_has_every_part(report: str) -> None:
 
 def test_every_peer_decides_in_redis_and_limits_at_its_limit(report: str) -> None:
     rows = section(report, "Peers on the same Redis")
-    assert len(rows) == 11  # PING, then five peers each with this package's answer
+    assert len(rows) == 13  # PING, then six peers each with this package's answer
     for row in rows:
         assert row[5] == "0", row  # denied: the allowed path was timed
         assert float(row[4]) >= 1, row  # round trips: each decision asked Redis
@@ -48,6 +48,9 @@ def test_every_peer_decides_in_redis_and_limits_at_its_limit(report: str) -> Non
         assert row[-1] == "yes", row  # 10 of 11 decisions at 10/h allowed, the 11th refused
         if row[0].startswith("django_ratelimits"):
             assert row[4] == "1", row
+    # From one busy address django-ratelimit's `add` finds its key, and an `EVAL` counts.
+    busy = next(row for row in rows if row[0].startswith("django-ratelimit") and "busy" in row[0])
+    assert float(busy[4]) > 1.5, busy
 
 
 def test_the_request_rows_ask_redis_once_and_the_limits_bite(report: str) -> None:
@@ -61,6 +64,11 @@ def test_the_request_rows_ask_redis_once_and_the_limits_bite(report: str) -> Non
     assert any(name.endswith("HASH_IPS: one HMAC per request") for name in names)
     assert any(name.endswith("cost 5") for name in names)  # docs/cost.md
     assert "RateLimitMiddleware, 10 policies, 10,000 identity overrides" in names
+    # One busy client: django-ratelimit's later requests in a window make two round trips.
+    busy = {row[0]: row for row in rows if "one busy client" in row[0]}
+    assert len(busy) == 3, busy
+    decorator = next(row for name, row in busy.items() if name.startswith("django-ratelimit"))
+    assert float(decorator[4]) > 1.5, decorator
     # The floor of one round trip per request, beside django-ratelimit's overhead.
     assert "one PING per request, no limiter (one round trip and nothing else)" in names
     assert re.search(r"One PING per request and nothing else .* adds -?\d+ µs", report)
@@ -80,8 +88,10 @@ def test_the_request_rows_ask_redis_once_and_the_limits_bite(report: str) -> Non
 
 def test_issue_12_has_a_figure_and_a_verdict_per_row(report: str) -> None:
     rows = section(report, "Targets (issue 12)")
-    # django-ratelimit's Redis CPU, three against `limits`, three of requests, one of servers
-    assert len(rows) == 8
+    # django-ratelimit's Redis CPU and three of requests, each for a new client each window
+    # and for one busy client; three against `limits`, one of servers.
+    assert len(rows) == 12
+    assert sum("one busy" in figure for figure, *_ in rows) == 4
     for figure, measured, target, verdict in rows:
         assert "x" in measured or "%" in measured, figure
         assert verdict in ("met", "**missed**", "-"), figure
