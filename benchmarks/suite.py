@@ -408,14 +408,17 @@ def where_the_time_goes(result: Run) -> str:
         servers = dict.fromkeys(r.server for r in report.results)
         changes = ", ".join(
             f"{name} {-report.loss(name, server.MIDDLEWARE):+.0%}"
-            f" (django-ratelimit's decorator {-report.loss(name, server.DECORATOR):+.0%})"
+            f" (django-ratelimit's decorator {-report.loss(name, server.DECORATOR):+.0%};"
+            f" one address rotating users {-report.loss(name, server.ROTATING):+.0%})"
             for name in servers
         )
         lines.append(
             f"- **The servers**: requests/s with the middleware against without: {changes}."
             " Each request adds one script call on Redis and the limiter's Python; with"
             f" {os.cpu_count()} cores shared by the workers, Redis and the load generator,"
-            " that CPU comes straight out of throughput."
+            " that CPU comes straight out of throughput. A client rotating users past its"
+            " identity budget costs each of its requests the budget's ZSET read, trimmed and"
+            " counted, before the check counts it against its address."
         )
     return "\n".join(lines) + "\n"
 
