@@ -46,6 +46,9 @@ second: under valgrind its share per check would follow the machine's speed). Ro
   release together (two calls: the release is a script of its own).
 * GCRA 1 x 1 on Redis' ``TIME``, as in production (1,000,000/s, always allowed);
   compare with the test clock's row.
+* GCRA 1 x 1 of a client-chosen identity (a header's value) through its address's
+  identity budget (50/h), the identity known there: the budget's ``ZSCORE``, and
+  its place renewed only once an eighth of the period old (never in these rows).
 
 Not part of ``make bench`` (valgrind is not in every set-up, and it takes a
 minute); docs/benchmarks.md quotes a run of it.
@@ -71,11 +74,12 @@ from django_ratelimits.engine import (
     Ban,
     Check,
     Engine,
+    Gate,
     Identity,
     KeySpace,
     Limit,
 )
-from django_ratelimits.rates import parse_rates
+from django_ratelimits.rates import Rate, parse_rates
 
 STEP_US = 1000  # the test clock's advance per check
 # The floor of this design (see the module's doc): the GCRA 1 x 1 check's HMGET (the
@@ -211,6 +215,23 @@ def concurrency_rows(counted: Counted, engine: Engine, identities: int) -> list[
     ]
 
 
+def gated_rows(identities: int) -> list[tuple[str, list[list[Check]]]]:
+    """A GCRA check (1 x 1) of a header's value, through its address's identity budget."""
+    limits = [Limit("api", rate, Algorithm.GCRA) for rate in parse_rates(ONE_RATE)]
+    budget = Rate(50, 3600)
+    requests = [
+        [
+            Check(
+                Identity("header", f"key-{i}"),
+                limits,
+                gate=Gate(Identity("ip", f"gate-{i}"), budget),
+            )
+        ]
+        for i in range(identities)
+    ]
+    return [("gcra, 1 x 1, through an identity budget (a known identity)", requests)]
+
+
 def checking(engine: Engine, requests: list[list[Check]]) -> Callable[[int], object]:
     """What :meth:`Counted.measure` calls: ``engine`` checks the i-th request."""
     return lambda i: engine.check(requests[i])
@@ -277,7 +298,8 @@ def rows(binary: str, quick: bool = False) -> list[tuple[str, int]]:
                     )
                 )
             out.append(denied_again_row(counted, engine, identities))
-            for name, requests in recording_rows(identities) + ban_rows(identities):
+            extra = recording_rows(identities) + ban_rows(identities) + gated_rows(identities)
+            for name, requests in extra:
                 out.append((name, counted.measure(checking(engine, requests))))
             out += concurrency_rows(counted, engine, identities)
             on_time = Engine(counted.client, keys=KeySpace(prefix="cgt"))  # no test clock

@@ -212,6 +212,8 @@ class ReferenceEngine:
             if charge:
                 held = self.gates[key] = live
             passed = len(live) < gate.budget.limit
-        if passed and charge:
+        seen = held.get(member)
+        # A passing member's time is renewed once it is an eighth of the window old.
+        if passed and charge and (seen is None or (now - seen) * 8 >= gate.budget.window_us):
             held[member] = now
         return passed

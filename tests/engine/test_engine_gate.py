@@ -86,6 +86,31 @@ def test_a_place_in_the_budget_frees_a_period_after_its_value_was_last_seen(
     assert rotate(engine, 1, start=4) == [Identity("header", "rotated-4")]
 
 
+def test_a_place_is_renewed_once_its_time_is_an_eighth_of_the_period_old(
+    redis_client: Any,
+) -> None:
+    """A value's place is renewed by a request an eighth of the period after the time it
+    holds, and not sooner (a busy value writes its ZSET once an eighth of a period, not
+    on every request): it is given back a period after that time, so between 7/8 of a
+    period and a period after the value's last request (docs/client-ip.md)."""
+    clock = FakeClock(EPOCH_US)
+    engine = fresh_engine(redis_client, clock)
+    roomy = [Limit("api", rate) for rate in parse_rates("100/h")]
+
+    def who(value: str) -> Identity:
+        check = Check(Identity("header", value), roomy, gate=Gate(CLIENT, BUDGET))
+        return engine.check([check]).results[0].identity
+
+    assert [who(v) for v in "abc"] == [Identity("header", v) for v in "abc"]  # 3 of 3 places
+    clock.advance(BUDGET.period // 8 - 1)
+    assert who("a") == Identity("header", "a")  # too soon: a's time stays 0
+    clock.advance(1)
+    assert [who("b"), who("c")] == [Identity("header", "b"), Identity("header", "c")]  # renewed
+    clock.advance(BUDGET.period - BUDGET.period // 8 + 1)  # a period and a second after 0
+    assert who("d") == Identity("header", "d")  # a's place was given back
+    assert who("a") == CLIENT  # b, c and d hold the three places: a counts as its address
+
+
 def test_peek_answers_as_check_would_and_writes_no_budget(redis_client: Any) -> None:
     engine = fresh_engine(redis_client, FakeClock(EPOCH_US))
     rotate(engine, 3)

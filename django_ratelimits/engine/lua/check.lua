@@ -432,11 +432,14 @@ local function skip_group(ARGV, a, k)
 end
 
 -- A client's identity budget (a ZSET: member = an identity's digest, score =
--- when it last passed): whether `member` passes, i.e. it passed within the
--- window or fewer than `budget` others did. Charging, a passing member's time
--- is renewed and members older than the window are dropped first: the ZSET
--- never holds more than `budget` members, and lives one window after the last
--- identity passed.
+-- when it last took or renewed its place): whether `member` passes, i.e. its
+-- time is within the window or fewer than `budget` others' are. Charging, a
+-- new member's time is written, members older than the window dropped first,
+-- and a passing member's time renewed once it is an eighth of the window old
+-- (not on every request: a busy identity's ZADD and PEXPIRE are skipped, and
+-- its place is given back between 7/8 of a window and a window after its last
+-- request). The ZSET never holds more than `budget` members, and lives one
+-- window after the last time written.
 local function pass_gate(key, member, budget, window)
   local cutoff = now - window
   local seen = tonumber(rcall('ZSCORE', key, member))
@@ -451,7 +454,7 @@ local function pass_gate(key, member, budget, window)
     end
     passed = held < budget
   end
-  if passed and charge then
+  if passed and charge and (seen == nil or (now - seen) * 8 >= window) then
     rcall('ZADD', key, fmt(now), member)
     expire_in(key, window)
   end
