@@ -346,6 +346,19 @@ def where_the_time_goes(result: Run) -> str:
             f" django-ratelimit's decorator {decorator - trip:.0f} µs; with {request.HEADLINE}"
             f" policies and 2 x 3 limits, the middleware {overhead - trip:.0f} µs."
         )
+        steady = req.scenario(request.BUSY_DECORATOR_ROW)
+        busy_us = req.overhead(steady)
+        busy_one = req.overhead(req.scenario(request.BUSY_ONE_ROW))
+        busy_ten = req.overhead(req.scenario(request.BUSY_HEADLINE_ROW))
+        lines.append(
+            f"  From {request.BUSY} (a client's later requests in its window),"
+            f" django-ratelimit's decorator makes {steady.round_trips:.3g} round trips per"
+            f" request and adds {busy_us:.0f} µs; the middleware, one round trip whatever"
+            f" the client, adds {busy_one:.0f} µs with 1 policy of 1 limit"
+            f" ({busy_one / busy_us:.2f}x) and {busy_ten:.0f} µs with {request.HEADLINE}"
+            f" policies and 2 x 3 limits ({busy_ten / busy_us:.2f}x). One PING per request"
+            f" is {trip / busy_us:.2f}x that decorator's overhead."
+        )
     if result.peers is not None:
         by_name = {
             row.name.split(" `")[0].split(" (")[0]: row.scenario
