@@ -177,13 +177,17 @@ class ReferenceEngine:
 
     def run(self, checks: Iterable[Check], now: int, cost: int, *, charge: bool) -> list[Result]:
         out: list[Result] = []
+        checks = list(checks)
+        # What the checks without a gate count: a gate's fallback leaves those out.
+        counted = {(c.identity, limit.spec) for c in checks if c.gate is None for limit in c.limits}
         for chk in checks:
-            who = chk.identity
+            who, limits = chk.identity, chk.limits
             if chk.gate is not None and not self._passes(chk, chk.gate, now, charge=charge):
                 who = chk.gate.client
+                limits = tuple(limit for limit in limits if (who, limit.spec) not in counted)
             pending: list[tuple[tuple[str, str], Any]] = []
             all_allowed = True
-            for limit in chk.limits:
+            for limit in limits:
                 key = (self.keys.of(who).state, limit.spec)
                 allowed, remaining, retry, reset, new = MODELS[limit.algorithm](
                     self.state.get(key),

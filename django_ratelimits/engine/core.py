@@ -335,10 +335,19 @@ class Engine:
         A gated check goes where its client IP lives: the gate, then the IP's
         group (the fallback), then the identity's own group if it shares the
         slot, else the identity is left for a second round trip (see :class:`_Gated`).
+        The fallback leaves out the limits that a check of the IP without a gate
+        already counts in this request (a policy counting the address and the user:
+        a user over budget is counted against the address once, not twice).
         """
         # The script reads Redis' TIME, but on a test clock, whose time comes first.
         leading: list[Any] = [] if self.clock is None else [self.clock.now_us()]
         calls: dict[int, _Call] = {}
+        counted = {
+            (chk.identity, limit.encoded_spec)
+            for chk in checks
+            if chk.gate is None
+            for limit in chk.limits
+        }
         for chk in checks:
             keys = self.keys.of(chk.identity)
             gate = chk.gate
@@ -352,7 +361,7 @@ class Engine:
             budget = gate.budget
             call.keys.append(client.gate(chk.identity.kind, budget))
             call.args += [b"g", budget.limit, budget.window_us, keys.member, 2 if together else 1]
-            fallback = self._group(call, client, chk, gate.client)
+            fallback = self._group(call, client, _uncounted(chk, gate.client, counted), gate.client)
             if together:
                 call.parts.append(_Gated(fallback, self._group(call, keys, chk), None))
             else:
@@ -526,3 +535,13 @@ class Engine:
 def _token(calls: list[_Call]) -> bytes | None:
     """The request's id the calls send, if they may take concurrency slots."""
     return next((call.token for call in calls if call.token is not None), None)
+
+
+def _uncounted(chk: Check, client: Identity, counted: set[tuple[Identity, bytes]]) -> Check:
+    """``chk`` without the limits that ``counted`` (client, spec) pairs name: what its
+    gate's fallback counts against ``client`` that no other check of the call does."""
+    kept = [n for n, limit in enumerate(chk.limits) if (client, limit.encoded_spec) not in counted]
+    if len(kept) == len(chk.limits):
+        return chk
+    costs = tuple(chk.costs[n] for n in kept) if chk.costs else ()
+    return replace(chk, limits=tuple(chk.limits[n] for n in kept), costs=costs)

@@ -111,6 +111,27 @@ def test_a_place_is_renewed_once_its_time_is_an_eighth_of_the_period_old(
     assert who("a") == CLIENT  # b, c and d hold the three places: a counts as its address
 
 
+def test_a_user_over_budget_is_counted_against_its_address_once(redis_client: Any) -> None:
+    """A policy counting the address and the user (two checks of the same limits): a
+    user past the address's budget is counted against the address, which this
+    request already counts, so once and not twice."""
+    engine = fresh_engine(redis_client, FakeClock(EPOCH_US))
+    limits = [Limit("api", rate) for rate in parse_rates("10/h")]
+    budget = Rate(2, 3600)
+    decisions = [
+        engine.check(
+            [
+                Check(CLIENT, limits),
+                Check(Identity("user", str(n)), limits, gate=Gate(CLIENT, budget)),
+            ]
+        )
+        for n in range(12)
+    ]
+    assert [d.allowed for d in decisions] == [True] * 10 + [False] * 2
+    over = decisions[2]  # the third user: past the budget
+    assert [(r.identity, r.remaining) for r in over.results] == [(CLIENT, 7)]
+
+
 def test_peek_answers_as_check_would_and_writes_no_budget(redis_client: Any) -> None:
     engine = fresh_engine(redis_client, FakeClock(EPOCH_US))
     rotate(engine, 3)

@@ -100,11 +100,15 @@ def test_large_rates_and_long_windows_match_the_model(
     _replay(redis_client, limits, start, ops)
 
 
+# The address's own check beside a gated one: none, another policy's, the gated check's
+# first limit, or all of its limits (a policy counting the address and the user: over
+# budget, the user is counted against the address once).
+OWN = (None, "other", "first", "same")
 gated_steps = st.lists(
     st.one_of(
         st.tuples(st.just("advance"), st.integers(0, 3_000_000)),
-        st.tuples(st.just("check"), st.integers(1, 3), st.integers(0, 5), st.booleans()),
-        st.tuples(st.just("peek"), st.integers(0, 3), st.integers(0, 5), st.booleans()),
+        st.tuples(st.just("check"), st.integers(1, 3), st.integers(0, 5), st.sampled_from(OWN)),
+        st.tuples(st.just("peek"), st.integers(0, 3), st.integers(0, 5), st.sampled_from(OWN)),
     ),
     min_size=1,
     max_size=60,
@@ -121,8 +125,9 @@ gated_steps = st.lists(
 def test_identity_budgets_match_the_model(
     redis_client: Any, limits: list[Limit], budget: Rate, start: int, ops: list[tuple[Any, ...]]
 ) -> None:
-    """Six header values from one address, with and without the address's own check:
-    the gate, the fallback to the address and every result agree with the model."""
+    """Six header values from one address, with and without the address's own check
+    (another policy's, or some or all of the same limits): the gate, the fallback to
+    the address and every result agree with the model."""
     clock = FakeClock(start)
     engine = fresh_engine(redis_client, clock)
     model = ReferenceEngine(engine.keys)
@@ -133,7 +138,13 @@ def test_identity_budgets_match_the_model(
             clock.advance(us=op[1])
             continue
         gated = Check(Identity("header", f"key-{op[2]}"), limits, gate=Gate(client, budget))
-        checks = [Check(client, [Limit("ip-policy", Rate(50, 1))]), gated] if op[3] else [gated]
+        own = {
+            None: [],
+            "other": [Check(client, [Limit("ip-policy", Rate(50, 1))])],
+            "first": [Check(client, limits[:1])],
+            "same": [Check(client, limits)],
+        }[op[3]]
+        checks = [*own, gated]
         cost = min(op[1], capacity)
         if op[0] == "check":
             got = outcomes(engine.check(checks, cost=cost))

@@ -190,6 +190,22 @@ def test_an_ipv4_mapped_address_is_the_ipv4_client(site_redis: Any) -> None:
     assert Client(REMOTE_ADDR="::ffff:203.0.113.9").get("/api/hello").status_code == 429
 
 
+def test_accounts_rotated_from_one_address_past_its_budget_count_once_each(
+    site_redis: Any,
+) -> None:
+    """Counting the address and the user, an address that signs in as a new account
+    per request gets its budget of accounts, then each request counts against the
+    address once (not once as the address and once more as the account over budget):
+    the address's quota, no more and no less."""
+    _policy(name="api", rates="6/h", path=r"^/api/", key="ip_and_user", identity_budget="2/h")
+    statuses = []
+    for n in range(8):
+        client = Client(REMOTE_ADDR="198.51.100.78")
+        client.force_login(User.objects.create_user(f"rotated-{n}", password="x"))
+        statuses.append(client.get("/api/hello").status_code)
+    assert statuses == [200] * 6 + [429] * 2
+
+
 def test_a_429_discloses_nothing_about_others_or_the_key_space(site_redis: Any) -> None:
     redis_setting = _redis_setting()
     with override_settings(DJANGO_RATELIMITS={"REDIS": redis_setting, "KEY_PREFIX": "k3ysp4ce"}):

@@ -364,6 +364,9 @@ end
 -- many numbers OUT holds.
 local function run_group(KEYS, ARGV, a, k, n)
   local set, info = limits_of(ARGV[a]), ARGV[a + 1]
+  if #set.limits == 0 then -- a gate's fallback whose limits the IP's own group counts
+    return a + 2, k + 1, n
+  end
   local state_key = KEYS[k]
   -- The horizon, the override and every limit held in the HASH: one HMGET.
   local values = rcall('HMGET', state_key, unpack(set.fields))
