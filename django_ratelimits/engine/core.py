@@ -359,9 +359,14 @@ class Engine:
             call = self._call_of(calls, client)
             together = self._slot(client.encoded_state) == self._slot(keys.encoded_state)
             budget = gate.budget
+            uncounted = _uncounted(chk, gate.client, counted)
+            # The groups that follow the gate (check.lua): shape 2 the fallback and the
+            # identity's, 1 the fallback alone; 3 and 0 the same with no fallback.
+            shape = (2 if together else 1) if uncounted.limits else (3 if together else 0)
             call.keys.append(client.gate(chk.identity.kind, budget))
-            call.args += [b"g", budget.limit, budget.window_us, keys.member, 2 if together else 1]
-            fallback = self._group(call, client, _uncounted(chk, gate.client, counted), gate.client)
+            header = b"%d|%d|%d" % (budget.limit, budget.window_us, shape)
+            call.args += [b"g", header, keys.member]
+            fallback = self._group(call, client, uncounted, gate.client) if uncounted.limits else []
             if together:
                 call.parts.append(_Gated(fallback, self._group(call, keys, chk), None))
             else:

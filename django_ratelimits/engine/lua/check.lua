@@ -364,9 +364,6 @@ end
 -- many numbers OUT holds.
 local function run_group(KEYS, ARGV, a, k, n)
   local set, info = limits_of(ARGV[a]), ARGV[a + 1]
-  if #set.limits == 0 then -- a gate's fallback whose limits the IP's own group counts
-    return a + 2, k + 1, n
-  end
   local state_key = KEYS[k]
   -- The horizon, the override and every limit held in the HASH: one HMGET.
   local values = rcall('HMGET', state_key, unpack(set.fields))
@@ -429,6 +426,19 @@ local function run_group(KEYS, ARGV, a, k, n)
   return a + 2, k + 1 + set.logs, n
 end
 
+-- A gate's header "<budget>|<window_us>|<shape>": {budget, window, whether a
+-- fallback group follows, whether the identity's own group follows}.
+local GATES = {size = 0, items = {}}
+local function gate_of(text)
+  local found = GATES.items[text]
+  if found == nil then
+    local budget, window, shape = smatch(text, '^(%d+)|(%d+)|([0-3])$')
+    found = remember(GATES, text, {budget + 0, window + 0, shape == '1' or shape == '2',
+      shape == '2' or shape == '3'})
+  end
+  return found
+end
+
 -- Where the group at ARGV[a], KEYS[k] ends, without deciding it.
 local function skip_group(ARGV, a, k)
   return a + 2, k + 1 + limits_of(ARGV[a]).logs
@@ -468,12 +478,14 @@ end
 -- on Redis 7 the same code is a function library that registers it.
 --
 -- The entries follow the settings: each is a group (run_group), or a gated
--- group: 'g', budget, window, member, then 2 or 1 groups. With 2, the client
--- IP's group (the fallback) and the identity's: the gate's verdict (1 or 0)
--- decides which one runs; the other is skipped, unread and unwritten. With 1,
--- only the fallback: it runs if the gate refuses; if the gate lets the
--- identity through, Python sends the identity's group in a second call (its
--- keys live in another slot of a cluster).
+-- group: 'g', "<budget>|<window_us>|<shape>", member, then the groups its shape
+-- names (gate_of). Shape 2: the client IP's group (the fallback), then the
+-- identity's: the gate's verdict (1 or 0) decides which one runs; the other is
+-- skipped, unread and unwritten. Shape 1: only the fallback: it runs if the gate
+-- refuses; if the gate lets the identity through, Python sends the identity's
+-- group in a second call (its keys live in another slot of a cluster). Shapes 3
+-- and 0 are 2 and 1 without the fallback: the call's own group of the IP already
+-- counts every limit it would, so a refused identity counts nowhere else.
 local function check(KEYS, ARGV)
   bind()
   local a = 2
@@ -503,18 +515,23 @@ local function check(KEYS, ARGV)
     if ARGV[a] ~= 'g' then
       a, k, n = run_group(KEYS, ARGV, a, k, n)
     else
-      local passed = pass_gate(KEYS[k], ARGV[a + 3], ARGV[a + 1] + 0, ARGV[a + 2] + 0)
-      local both = ARGV[a + 4] == '2'
+      local gate = gate_of(ARGV[a + 1])
+      local passed = pass_gate(KEYS[k], ARGV[a + 2], gate[1], gate[2])
+      local fallback, own = gate[3], gate[4]
       OUT[n + 1], n = passed and 1 or 0, n + 1
-      a, k = a + 5, k + 1
+      a, k = a + 3, k + 1
       if passed then
-        a, k = skip_group(ARGV, a, k)
-        if both then
+        if fallback then
+          a, k = skip_group(ARGV, a, k)
+        end
+        if own then
           a, k, n = run_group(KEYS, ARGV, a, k, n)
         end
       else
-        a, k, n = run_group(KEYS, ARGV, a, k, n)
-        if both then
+        if fallback then
+          a, k, n = run_group(KEYS, ARGV, a, k, n)
+        end
+        if own then
           a, k = skip_group(ARGV, a, k)
         end
       end
