@@ -273,18 +273,23 @@ local function push_hits()
     note_hit(hits, tag .. ':m:' .. ident, PENDING[p + 2], PENDING[p + 3], PENDING[p + 4],
       PENDING[p + 5])
   end
-  local lists = hits.lists
+  local lists, stamp = hits.lists, nil
   for l = 1, #lists do
     local key = lists[l]
     local hit = hits[key]
     if hit.every or hit.outcome ~= 'A' then
-      local names, named = {}, hit.names
-      for i = 1, #named do
-        names[i] = named[i] .. '=' .. named[named[i]]
+      local named, policies = hit.names, nil
+      if #named == 1 then -- the common case: no table to join
+        policies = named[1] .. '=' .. named[named[1]]
+      else
+        local names = {}
+        for i = 1, #named do
+          names[i] = named[i] .. '=' .. named[named[i]]
+        end
+        policies = tconcat(names, ',')
       end
-      local entry = sformat('%s|%d|%s|%s', hit.head, now_ms, hit.outcome,
-        tconcat(names, ','))
-      push_metadata(key, entry)
+      stamp = stamp or fmt(now_ms) -- one time for the call's entries
+      push_metadata(key, hit.head .. '|' .. stamp .. '|' .. hit.outcome .. '|' .. policies)
     end
   end
 end
