@@ -96,12 +96,14 @@ class Load:
     latencies_ns: list[int] = field(default_factory=list)
     statuses: Counter[int] = field(default_factory=Counter)
     errors: int = 0
+    rounds: list[float] = field(default_factory=list)  # requests/s of each load added
 
     @property
     def rps(self) -> float:
         return len(self.latencies_ns) / self.seconds
 
     def add(self, other: Load) -> None:
+        self.rounds.append(other.rps)
         self.seconds += other.seconds
         self.latencies_ns += other.latencies_ns
         self.statuses.update(other.statuses)
@@ -141,9 +143,16 @@ class Report:
     def result(self, server: str, limiter: str) -> Result:
         return next(r for r in self.results if (r.server, r.limiter) == (server, limiter))
 
+    def changes(self, server: str, limiter: str) -> list[float]:
+        """Each round's requests/s with ``limiter`` over the same round's without one,
+        less 1 (rounds take turns, so each compares loads a few seconds apart)."""
+        ours, bare = self.result(server, limiter).load, self.result(server, NONE).load
+        return [a / b - 1 for a, b in zip(ours.rounds, bare.rounds, strict=True)]
+
     def loss(self, server: str, limiter: str) -> float:
-        """The share of requests/s that ``limiter`` costs ``server``."""
-        return 1 - self.result(server, limiter).load.rps / self.result(server, NONE).load.rps
+        """The share of requests/s that ``limiter`` costs ``server``: the median of the
+        rounds' (:meth:`changes`)."""
+        return -statistics.median(self.changes(server, limiter))
 
 
 def _get(connection: http.client.HTTPConnection, path: str, user: int) -> int:
@@ -313,9 +322,10 @@ def render(report: Report) -> str:
         f"{THREADS} client threads in the benchmark's process, one connection each, on"
         f" loopback; {report.seconds:.0f} s per configuration after {WARM_SECONDS} s of"
         f" warm-up, in {ROUNDS} rounds that take turns (the server without the middleware and"
-        " the one with it run side by side, on two ports). *rps change* and *p50 added*:"
-        " against the same server's row with no limiter; *p50 added* is the median latency"
-        " with the row's limiter minus without,"
+        " the one with it run side by side, on two ports). *rps change*: the median, over"
+        " the rounds, of the row's requests/s over the same round's with no limiter (the"
+        " rounds' least and most in brackets); *p50 added*: against the same server's row"
+        " with no limiter, the median latency with the row's limiter minus without,"
         f" also as a multiple of the PING median ({ping_us:.0f} µs, measured just before)."
         " Under load that includes queueing: the servers, Redis and the load generator"
         f" share this machine's {os.cpu_count()} cores. *limits bite*: of 6 requests to"
@@ -342,7 +352,11 @@ def render(report: Report) -> str:
         change = added = ratio = ""
         if result.limiter != NONE:
             base = report.result(result.server, NONE).load
-            change = f"{load_.rps / base.rps - 1:+.0%}"
+            rounds = report.changes(result.server, result.limiter)
+            change = (
+                f"{-report.loss(result.server, result.limiter):+.0%}"
+                f" ({min(rounds):+.0%} to {max(rounds):+.0%})"
+            )
             extra_ms = load_.p50_ms - base.p50_ms
             added, ratio = f"{extra_ms:+.2f}", f"{extra_ms * 1000 / ping_us:.1f}"
         others = sum(n for status, n in load_.statuses.items() if status != 200) + load_.errors
