@@ -342,12 +342,7 @@ class Engine:
         # The script reads Redis' TIME, but on a test clock, whose time comes first.
         leading: list[Any] = [] if self.clock is None else [self.clock.now_us()]
         calls: dict[int, _Call] = {}
-        counted = {
-            (chk.identity, limit.encoded_spec)
-            for chk in checks
-            if chk.gate is None
-            for limit in chk.limits
-        }
+        counted: set[tuple[Identity, bytes]] | None = None  # made at the first gate
         for chk in checks:
             keys = self.keys.of(chk.identity)
             gate = chk.gate
@@ -359,6 +354,8 @@ class Engine:
             call = self._call_of(calls, client)
             together = self._slot(client.encoded_state) == self._slot(keys.encoded_state)
             budget = gate.budget
+            if counted is None:
+                counted = _counted(checks)
             uncounted = _uncounted(chk, gate.client, counted)
             # The groups that follow the gate (check.lua): shape 2 the fallback and the
             # identity's, 1 the fallback alone; 3 and 0 the same with no fallback.
@@ -540,6 +537,13 @@ class Engine:
 def _token(calls: list[_Call]) -> bytes | None:
     """The request's id the calls send, if they may take concurrency slots."""
     return next((call.token for call in calls if call.token is not None), None)
+
+
+def _counted(checks: list[Check]) -> set[tuple[Identity, bytes]]:
+    """The (identity, limit spec) pairs that the checks without a gate count."""
+    return {
+        (c.identity, limit.encoded_spec) for c in checks if c.gate is None for limit in c.limits
+    }
 
 
 def _uncounted(chk: Check, client: Identity, counted: set[tuple[Identity, bytes]]) -> Check:

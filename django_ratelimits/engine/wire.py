@@ -196,12 +196,11 @@ class Own:
             self._forked()
         idle = self._idle
         try:
-            kept = idle.pop()
+            kept: _Kept | None = idle.pop()
         except IndexError:
-            made = self._made_one()
-            if made is None:  # as many as the pool may hold, all in use
-                return self._pooled.send(packed)
-            kept = made
+            kept = self._made_one()
+        if kept is None:  # as many as the pool may hold, all in use
+            return self._pooled.send(packed)
         try:
             return _sent(kept.ready(), packed)
         except BaseException as error:
