@@ -46,6 +46,11 @@ second: under valgrind its share per check would follow the machine's speed). Ro
   release together (two calls: the release is a script of its own).
 * GCRA 1 x 1 on Redis' ``TIME``, as in production (1,000,000/s, always allowed);
   compare with the test clock's row.
+* a busy identity: 2 x 3 + metadata of one identity whose windows (1 s, 1 min, 1 h)
+  count a request in every bucket, as a client busy for an hour leaves them (the
+  sliding window then holds 11 pairs a window), for the sliding window, its counter
+  and GCRA; the other rows' identities, checked in turn 100 ms apart, hold one or a
+  few buckets.
 * GCRA 1 x 1 of a client-chosen identity (a header's value) through its address's
   identity budget (50/h), the identity known there: the budget's ``ZSCORE``, and
   its place renewed only once an eighth of the period old (never in these rows).
@@ -82,6 +87,7 @@ from django_ratelimits.engine import (
 from django_ratelimits.rates import Rate, parse_rates
 
 STEP_US = 1000  # the test clock's advance per check
+BUSY_RATES = "100000/s, 1000000/m, 1000000/h"  # never reached by the busy rows
 # The floor of this design (see the module's doc): the GCRA 1 x 1 check's HMGET (the
 # TTL horizon, the override, the limit's field: here named by the limits argument,
 # ARGV[3], as long as the spec) and HSET (the new value: the time argument), and a
@@ -268,6 +274,42 @@ def denied_again_row(counted: Counted, engine: Engine, identities: int) -> tuple
     )
 
 
+class Filling(Stepping):
+    """:class:`Stepping` whose advance per check can be set (``step``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.step = STEP_US
+
+    def now_us(self) -> int:
+        self.now += self.step
+        return self.now
+
+
+# (advance per check, checks): 11 buckets of each of BUSY_RATES' windows counted, the
+# hour's first, then the minute's, then the second's.
+BUSY_FILL = ((360_000_000, 11), (6_000_000, 11), (100_000, 11))
+
+
+def busy_rows(counted: Counted) -> list[tuple[str, int]]:
+    """2 x 3 + metadata of one identity whose three windows count a request in each of
+    their buckets (a busy client, at rates it never reaches), for each algorithm that
+    keeps a window in its identity's HASH: the state a busy identity's check reads."""
+    out = []
+    for algorithm in (Algorithm.SLIDING_WINDOW, Algorithm.SLIDING_WINDOW_COUNTER, Algorithm.GCRA):
+        clock = Filling()
+        engine = Engine(counted.client, keys=KeySpace(prefix=f"cgb{algorithm.code}"), clock=clock)
+        [request] = request_checks(algorithm, BUSY_RATES, 1, True, f"busy{algorithm.code}")
+        for step, checks in BUSY_FILL:
+            clock.step = step
+            for _ in range(checks):
+                engine.check(request)
+        clock.step = STEP_US
+        name = f"{algorithm.value}, 2 x 3 + metadata, one busy identity (every bucket counted)"
+        out.append((name, counted.measure(checking(engine, [request] * counted.identities))))
+    return out
+
+
 def rows(binary: str, quick: bool = False) -> list[tuple[str, int]]:
     """(check, instructions per call) rows; ``quick``: the floor and GCRA, few calls."""
     calls, identities = (QUICK, QUICK) if quick else (CALLS, IDENTITIES)
@@ -302,6 +344,8 @@ def rows(binary: str, quick: bool = False) -> list[tuple[str, int]]:
             for name, requests in extra:
                 out.append((name, counted.measure(checking(engine, requests))))
             out += concurrency_rows(counted, engine, identities)
+            if not quick:
+                out += busy_rows(counted)
             on_time = Engine(counted.client, keys=KeySpace(prefix="cgt"))  # no test clock
             requests = request_checks(Algorithm.GCRA, "1000000/s", identities, False, "time")
             out.append(

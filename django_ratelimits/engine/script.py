@@ -45,7 +45,7 @@ FUNCTION = f"django_ratelimits_check_{_DIGEST}"
 LIBRARY = (
     f"#!lua name=django_ratelimits_{_DIGEST}\n"
     + _CODE
-    + f"\nredis.register_function('{FUNCTION}', check)\n"
+    + f"\nKEPT = true\nredis.register_function('{FUNCTION}', check)\n"
 )
 
 OVERRIDE = (

@@ -397,7 +397,8 @@ local function run_group(KEYS, ARGV, a, k, n)
       lk = lk + 1
     else
       allowed, remaining, retry, reset, new, lives =
-        alg.peek(values[set.slots[i]] or nil, now, limit, window, capacity, lcost)
+        alg.peek(values[set.slots[i]] or nil, now, limit, window, capacity, lcost, state_key,
+          l[6])
       if allowed then
         WRITES[nw + 1], WRITES[nw + 2], nw = l[6], new, nw + 2
         live = max(live, lives)

@@ -7,8 +7,11 @@
 -- one HMGET reads and one HSET writes all of them. Every algorithm but the
 -- sliding log is a pure function of a field's value:
 --
---   ALG[code].peek(value, now, limit, window, capacity, cost)
+--   ALG[code].peek(value, now, limit, window, capacity, cost, state_key, field)
 --     -> allowed, remaining, retry_us, reset_us, new_value, live_us
+--
+-- (`state_key` and `field` name where the value is kept: the sliding window keeps its
+-- reading of a busy identity's value by them, sliding_window.lua.)
 --
 -- `value` is the field's string (nil when absent); remaining/retry/reset
 -- describe the state as it would be if the request were charged (allowed) or
@@ -48,6 +51,11 @@ local function bind()
   sbyte, sfind, sgsub, srep = string.byte, string.find, string.gsub, string.rep
   tconcat, tsort, rcall, spack = table.concat, table.sort, redis.call, struct.pack
 end
+-- Whether Redis keeps this code loaded between calls: true in the Redis 7 function
+-- library (engine/script.py sets it as the library is loaded), false in the script,
+-- whose body runs anew on every call. What the code keeps between calls only pays
+-- where it is kept.
+local KEPT = false
 -- The state HASH's field holding until when its TTL lasts (ms); never a spec,
 -- which always holds '|'.
 local HORIZON = 't'

@@ -12,22 +12,157 @@ local SW_BUCKETS = 10
 -- where Redis keeps the code loaded (see OUT in check.lua): no table per bucket.
 local SW_IDX, SW_CNT, SW_N
 
-function ALG.sw.peek(v, now, limit, window, capacity, cost)
+-- Readings kept between calls where Redis keeps the code loaded (KEPT). A busy
+-- identity's value holds up to 11 pairs, and reading them from the text costs a pattern
+-- match and two conversions each, on every request. So the script keeps, by state key
+-- and field, what it read of a busy identity's value of at least SW_KEEP_MIN live
+-- pairs, rising and counting more than 0 each (as the script writes them): a reading,
+-- its text, its pairs from slot `h` to slot `t` (3 slots a pair: index, count, and
+-- where the pair starts in the text plus `base`), their `total`, and `cut`, the oldest
+-- live bucket when pairs were last left out (a clock that goes back before it reads the
+-- text again). The last pair ends where the text ends.
+--
+-- A reading is used only while the value is its text (Lua interns every string: one
+-- pointer compared), or the text the reading's last charge proposed (`next`, with
+-- what it changes), which the call then wrote: any other value (written by hand, by
+-- another release of this script, or deleted and written anew) is read from its text
+-- again.
+--
+-- Busy means seen in two earlier calls (SW_SEEN: the time of the last call that saw
+-- the state key, negative from its second) among the last SW_KEEP_MAX to
+-- 2 x SW_KEEP_MAX state keys seen: an identity checked a few times makes no reading,
+-- nor does a crowd of identities that each come back after more than that (its reading
+-- would be dropped before its next use). Readings and sightings each live in two
+-- generations of at most SW_KEEP_MAX state keys: when the newer is full, it becomes the
+-- older, and the one it replaces is dropped; a state key found in the older moves to
+-- the newer.
+local SW_KEEP_MIN, SW_KEEP_MAX = 3, 200
+local SW_NEWER, SW_OLDER, SW_KEPT_N = {}, {}, 0
+local SW_SEEN, SW_SEEN_OLDER, SW_SEEN_N = {}, {}, 0
+
+-- Whether `key` is busy: seen in two calls before this one (at `now`), which sees it.
+local function sw_busy(key, now)
+  local seen = SW_SEEN[key]
+  if seen == nil then
+    seen = SW_SEEN_OLDER[key]
+    if SW_SEEN_N >= SW_KEEP_MAX then
+      SW_SEEN_OLDER, SW_SEEN, SW_SEEN_N = SW_SEEN, {}, 0
+    end
+    SW_SEEN_N = SW_SEEN_N + 1
+  end
+  if seen == nil or seen == now or seen == -now then
+    SW_SEEN[key] = seen or now
+    return false
+  end
+  SW_SEEN[key] = -now
+  return seen < 0
+end
+
+-- The readings of `key`'s fields, moved to the newer generation; nil if none.
+local function sw_kept(key)
+  local kept = SW_NEWER[key]
+  if kept == nil then
+    kept = SW_OLDER[key]
+    if kept == nil then
+      return nil
+    end
+    if SW_KEPT_N >= SW_KEEP_MAX then
+      SW_OLDER, SW_NEWER, SW_KEPT_N = SW_NEWER, {}, 0
+    end
+    SW_NEWER[key], SW_KEPT_N = kept, SW_KEPT_N + 1
+  end
+  return kept
+end
+
+-- The reading of the value `v` of `key`'s `field`, if one is kept and holds every
+-- pair live at `oldest`; else nil (and a reading that is not the value's is dropped).
+local function sw_reading(key, field, v, oldest)
+  local kept = sw_kept(key)
+  local r = kept and kept[field]
+  if not r then
+    return nil
+  end
+  if r.text ~= v then
+    if r.next ~= v then
+      kept[field] = nil
+      return nil
+    end
+    -- The call that proposed `next` wrote it: the charge is applied here.
+    local t = r.t
+    if r.append then
+      t = t + 3
+      r[t], r[t + 2], r.t = r.b, r.at, t
+    end
+    r[t + 1], r.total, r.base, r.text = r.count, r.total + r.cost, r.nbase, v
+  end
+  r.next = false
+  if oldest < r.cut then
+    kept[field] = nil
+    return nil
+  end
+  local h = r.h
+  if h > 31 then -- ten pairs left out: the pairs move to the front
+    local t = r.t
+    for o = h, t + 2 do
+      r[o - h + 1] = r[o]
+    end
+    r.h, r.t = 1, t - h + 1
+  end
+  return r
+end
+
+-- Keeps a reading of `v`, a value of `key`'s `field` whose live pairs at `oldest`
+-- total `total`, read again with where each pair starts.
+local function sw_keep(key, field, v, oldest, total)
+  -- Made whole at once (the constructor sizes the table: room for 11 pairs and every
+  -- field a charge sets), not grown field by field.
+  local r = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, h = 1, t = -2, total = total, base = 0, cut = oldest, text = v,
+    next = false, count = 0, append = false, b = 0, at = 0, cost = 0, nbase = 0}
+  local pos, t = 1, -2
+  while true do
+    local at, stop, si, sc = sfind(v, '(%d+) (%d+)', pos)
+    if at == nil then
+      break
+    end
+    pos = stop + 1
+    local idx = si + 0
+    if idx >= oldest then
+      t = t + 3
+      r[t], r[t + 1], r[t + 2] = idx, sc + 0, at
+    end
+  end
+  r.t = t
+  local kept = sw_kept(key)
+  if kept == nil then
+    kept = {}
+    if SW_KEPT_N >= SW_KEEP_MAX then
+      SW_OLDER, SW_NEWER, SW_KEPT_N = SW_NEWER, {}, 0
+    end
+    SW_NEWER[key], SW_KEPT_N = kept, SW_KEPT_N + 1
+  end
+  kept[field] = r
+  return r
+end
+
+function ALG.sw.peek(v, now, limit, window, capacity, cost, key, field)
   local step = window / SW_BUCKETS
   local b = floor(now / step)
   local oldest = b - SW_BUCKETS
   local total, newest = 0, nil
-  -- One pass over the text: the live buckets, their total, the newest that counts,
-  -- where the live pairs start (`from`) and where the last one starts and ends; and
-  -- whether the indexes rise throughout, as this script writes them (oldest first),
-  -- so that the live pairs are the text's tail.
+  -- The live buckets, their total, the newest that counts, where the live pairs start
+  -- (`from`) and where the last one starts and ends; and whether the indexes rise
+  -- throughout, as this script writes them (oldest first), so that the live pairs are
+  -- the text's tail: from a kept reading, or in one pass over the text.
   local from, last_at, last_end, previous, rising = nil, 0, 0, nil, true
   if SW_IDX == nil then
     SW_IDX, SW_CNT = {}, {}
   end
   SW_N = 0
-  if v then
-    local pos = 1
+  local r = KEPT and v and (SW_NEWER[key] or SW_OLDER[key]) -- (no call where none is kept)
+  r = r and r[field] and sw_reading(key, field, v, oldest)
+  if not r and v then
+    local pos, plain = 1, true
     while true do
       local at, stop, si, sc = sfind(v, '(%d+) (%d+)', pos)
       if at == nil then
@@ -43,11 +178,54 @@ function ALG.sw.peek(v, now, limit, window, capacity, cost)
         if c > 0 and (newest == nil or idx > newest) then
           newest = idx
         end
+        plain = plain and c > 0
         SW_N = SW_N + 1
         SW_IDX[SW_N], SW_CNT[SW_N] = idx, c
         from = from or at
         last_at, last_end = at, stop
       end
+    end
+    if KEPT and rising and plain and SW_N >= SW_KEEP_MIN and last_end == #v
+      and sw_busy(key, now) then
+      r = sw_keep(key, field, v, oldest, total)
+    end
+  end
+  if r then
+    -- The pairs that slid out are left out of the reading (the text keeps them until
+    -- the next write), then the common case, an allowed charge of live pairs.
+    local h, t, base = r.h, r.t, r.base
+    total = r.total
+    while h <= t and r[h] < oldest do
+      total = total - r[h + 1]
+      h = h + 3
+    end
+    r.h, r.total, r.cut = h, total, oldest
+    local last = r[t]
+    if h <= t and last <= b and total + cost <= limit then
+      newest = (cost > 0 and b > last) and b or last
+      from = r[h + 2] - base
+      local nbase = base + from - 1
+      local value
+      if last == b then
+        r.count, r.append = r[t + 1] + cost, false
+        value = ssub(v, from, r[t + 2] - base - 1) .. fmt(b) .. ' ' .. fmt(r.count)
+      else
+        r.b, r.count, r.append, r.at = b, cost, true, #v - from + 3 + nbase
+        value = ssub(v, from) .. ' ' .. fmt(b) .. ' ' .. fmt(cost)
+      end
+      r.next, r.cost, r.nbase = value, cost, nbase
+      return true, limit - total - cost, 0, (newest + SW_BUCKETS + 1) * step - now, value,
+        (b + SW_BUCKETS + 1) * step - now
+    end
+    -- Denied, nothing live, or the clock went back: the general way, below.
+    SW_N, rising = 0, true -- (what a pass over the text may have found is the same)
+    for o = h, t, 3 do
+      SW_N = SW_N + 1
+      SW_IDX[SW_N], SW_CNT[SW_N] = r[o], r[o + 1]
+    end
+    newest = SW_N > 0 and SW_IDX[SW_N] or nil
+    if SW_N > 0 then
+      from, last_at, last_end = r[h + 2] - base, r[t + 2] - base, #v
     end
   end
   local n, last = SW_N, SW_IDX[SW_N]
