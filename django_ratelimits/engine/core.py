@@ -359,11 +359,13 @@ class Engine:
             uncounted = _uncounted(chk, gate.client, counted)
             # The groups that follow the gate (check.lua): shape 2 the fallback and the
             # identity's, 1 the fallback alone; 3 and 0 the same with no fallback.
-            shape = (2 if together else 1) if uncounted.limits else (3 if together else 0)
+            shape = (2 if together else 1) if uncounted is not None else (3 if together else 0)
             call.keys.append(client.gate(chk.identity.kind, budget))
             header = b"%d|%d|%d" % (budget.limit, budget.window_us, shape)
             call.args += [b"g", header, keys.member]
-            fallback = self._group(call, client, uncounted, gate.client) if uncounted.limits else []
+            fallback = (
+                [] if uncounted is None else self._group(call, client, uncounted, gate.client)
+            )
             if together:
                 call.parts.append(_Gated(fallback, self._group(call, keys, chk), None))
             else:
@@ -546,10 +548,14 @@ def _counted(checks: list[Check]) -> set[tuple[Identity, bytes]]:
     }
 
 
-def _uncounted(chk: Check, client: Identity, counted: set[tuple[Identity, bytes]]) -> Check:
+def _uncounted(chk: Check, client: Identity, counted: set[tuple[Identity, bytes]]) -> Check | None:
     """``chk`` without the limits that ``counted`` (client, spec) pairs name: what its
-    gate's fallback counts against ``client`` that no other check of the call does."""
+    gate's fallback counts against ``client`` that no other check of the call does;
+    None if that is nothing (the common case of a policy counting the address and the
+    user: no check is made to be thrown away)."""
     kept = [n for n, limit in enumerate(chk.limits) if (client, limit.encoded_spec) not in counted]
+    if not kept:
+        return None
     if len(kept) == len(chk.limits):
         return chk
     costs = tuple(chk.costs[n] for n in kept) if chk.costs else ()
