@@ -384,3 +384,31 @@ def test_one_request_is_one_denial_however_many_groups_name_the_identity(
     offender = OffenderReader(engine).detail(ip).offender
     assert offender is not None
     assert (offender.denials, offender.by_policy) == (2, {"one": 2, "two": 2})
+
+
+def test_an_identity_counted_by_one_group_records_its_outcome_by_its_policies(
+    redis_client: Any,
+) -> None:
+    """A request's entry of an identity that one group counts (the common case, made
+    without merging groups): a shadow group's would-be denial is 'S', a block names
+    itself, and a group of two policies names both, each with its own outcome."""
+    clock = FakeClock(EPOCH_US)
+    engine = fresh_engine(redis_client, clock)
+    watched, blocked, both = (Identity("ip", f"203.0.113.{n}") for n in (90, 91, 92))
+    head = entry_head(user_behind(None), "GET", "/")
+    for _ in range(2):
+        engine.check([Check(watched, WATCH, head, shadow=True)])
+        clock.advance(0.001)
+    Controls(engine).block(blocked, 60)
+    engine.check([Check(blocked, API, head)])
+    for _ in range(2):
+        engine.check([Check(both, [*WATCH, *API], head, record_every=True)])
+        clock.advance(0.001)
+    reader = OffenderReader(engine)
+    (shadowed,) = reader.detail(watched).hits
+    assert shadowed.outcome == "S" and shadowed.policies == (("watch", "S"),)
+    (refused,) = reader.detail(blocked).hits
+    assert refused.outcome == "D" and refused.policies == ((overrides.BLOCKED_POLICY, "D"),)
+    second, first = reader.detail(both).hits
+    assert first.outcome == "A" and first.policies == (("watch", "A"), ("api", "A"))
+    assert second.outcome == "D" and second.policies == (("watch", "D"), ("api", "A"))

@@ -263,14 +263,74 @@ end
 -- Pushes the entries noted in this call that their recording asks for: every
 -- hit, or only those some policy denied or would have denied. An entry reads
 -- "<head>|<ms>|<outcome>|<policy>=<A, D or S>,..." (engine/hits.py).
+-- Parsed arguments kept between calls where Redis keeps the code loaded (a
+-- Redis 7 function library; on every call otherwise), by the argument's
+-- string: {size, items}, emptied once it holds CACHE_MAX of them.
+local CACHE_MAX = 1000
+local SETTINGS, SETS = {size = 0, items = {}}, {size = 0, items = {}}
+
+local function remember(cache, text, value)
+  if cache.size >= CACHE_MAX then
+    cache.items, cache.size = {}, 0
+  end
+  cache.items[text], cache.size = value, cache.size + 1
+  return value
+end
+
+-- The metadata list of the identity whose state HASH is `state_key`, kept by state key
+-- where Redis keeps the code loaded (see remember).
+local LISTS = {size = 0, items = {}}
+local function list_of(state_key)
+  local key = LISTS.items[state_key]
+  if key == nil then
+    local tag, ident = who_of(state_key)
+    key = remember(LISTS, state_key, tag .. ':m:' .. ident)
+  end
+  return key
+end
+
+-- The common case, made with no table: each recording group's entry goes to a list no
+-- other group of the call names (each identity counted by one group), and each group's
+-- limits are of one policy (`set.policy`): the entry names that policy with the group's
+-- outcome. False, doing nothing, if the call is not that case.
+local function push_own_hits()
+  for p = 0, pending - 1, PENDING_STRIDE do
+    if not PENDING[p + 3].policy then
+      return false
+    end
+    for q = 0, p - 1, PENDING_STRIDE do
+      if PENDING[q + 1] == PENDING[p + 1] then -- two groups of one identity
+        return false
+      end
+    end
+  end
+  local stamp = nil
+  for p = 0, pending - 1, PENDING_STRIDE do
+    local set, at = PENDING[p + 3], PENDING[p + 4]
+    local outcome = 'A'
+    for i = 1, #set.limits do
+      if OUT[at + 4 * i - 3] ~= 1 then
+        outcome = set.shadow and 'S' or 'D'
+        break
+      end
+    end
+    if set.every or outcome ~= 'A' then
+      local name = PENDING[p + 5] and '!blocked' or set.policy
+      stamp = stamp or fmt(now_ms) -- one time for the call's entries
+      push_metadata(list_of(PENDING[p + 1]), head_of(PENDING[p + 2]) .. '|' .. stamp .. '|'
+        .. outcome .. '|' .. name .. '=' .. outcome)
+    end
+  end
+  return true
+end
+
 local function push_hits()
-  if pending == 0 or (denials == nil and not pending_every) then
+  if pending == 0 or (denials == nil and not pending_every) or push_own_hits() then
     return
   end
   local hits = {lists = {}}
   for p = 0, pending - 1, PENDING_STRIDE do
-    local tag, ident = who_of(PENDING[p + 1])
-    note_hit(hits, tag .. ':m:' .. ident, PENDING[p + 2], PENDING[p + 3], PENDING[p + 4],
+    note_hit(hits, list_of(PENDING[p + 1]), PENDING[p + 2], PENDING[p + 3], PENDING[p + 4],
       PENDING[p + 5])
   end
   local lists, stamp = hits.lists, nil
@@ -294,19 +354,6 @@ local function push_hits()
   end
 end
 
--- Parsed arguments kept between calls where Redis keeps the code loaded (a
--- Redis 7 function library; on every call otherwise), by the argument's
--- string: {size, items}, emptied once it holds CACHE_MAX of them.
-local CACHE_MAX = 1000
-local SETTINGS, SETS = {size = 0, items = {}}, {size = 0, items = {}}
-
-local function remember(cache, text, value)
-  if cache.size >= CACHE_MAX then
-    cache.items, cache.size = {}, 0
-  end
-  cache.items[text], cache.size = value, cache.size + 1
-  return value
-end
 
 -- The call's settings: {charge, cost, metadata cap, metadata ttl, retention, index cap}.
 local function settings_of(text)
@@ -324,7 +371,8 @@ end
 -- logs = n, shadow, overrides, records, every} (its flags: a shadow group, one an
 -- override decides, whether it records hits, all of them). Each limit is
 -- {algorithm, limit, window, capacity, policy, spec, the policy's name as a hit
--- entry names it (no '|', ',' or '=')}; fields are
+-- entry names it (no '|', ',' or '=')}; `policy` that name if every limit is of one
+-- policy, else false; fields are
 -- what the group's HMGET reads, slots[i] where limit i's value is in its reply
 -- (sliding logs have none: their ZSETs, `logs` of them, are keys of the group).
 local function limits_of(text)
@@ -346,6 +394,11 @@ local function limits_of(text)
       smatch(spec, '^(%a+)|(%d+)|(%d+)|(%d+)|(.*)$')
     local named = sgsub(policy, '[|,=]', '_')
     local i = #set.limits + 1
+    if i == 1 then
+      set.policy = named
+    elseif set.policy ~= named then
+      set.policy = false
+    end
     set.limits[i] = {ALG[code], tonumber(limit), tonumber(window), tonumber(capacity),
       policy, spec, named, tonumber(own)}
     if ALG[code].zset then
