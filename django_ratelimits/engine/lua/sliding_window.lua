@@ -7,10 +7,11 @@
 ALG.sw = {}
 local SW_BUCKETS = 10
 
--- The live buckets of the value being read, in the text's order: indexes and counts,
--- SW_N of them. Tables made at the first sliding window's check and kept between calls
--- where Redis keeps the code loaded (see OUT in check.lua): no table per bucket.
-local SW_IDX, SW_CNT, SW_N
+-- The live buckets of the value being read, in the text's order: indexes, counts and
+-- where each pair starts in the text, SW_N of them. Tables made at the first sliding
+-- window's check and kept between calls where Redis keeps the code loaded (see OUT in
+-- check.lua): no table per bucket.
+local SW_IDX, SW_CNT, SW_AT, SW_N
 
 -- Readings kept between calls where Redis keeps the code loaded (KEPT). A busy
 -- identity's value holds up to 11 pairs, and reading them from the text costs a pattern
@@ -58,13 +59,17 @@ local function sw_busy(key, now)
   return seen < 0
 end
 
--- The readings of `key`'s fields, moved to the newer generation; nil if none.
-local function sw_kept(key)
+-- The readings of `key`'s fields, moved to the newer generation; if none, nil, or a
+-- new table if `make`.
+local function sw_kept(key, make)
   local kept = SW_NEWER[key]
   if kept == nil then
     kept = SW_OLDER[key]
     if kept == nil then
-      return nil
+      if not make then
+        return nil
+      end
+      kept = {}
     end
     if SW_KEPT_N >= SW_KEEP_MAX then
       SW_OLDER, SW_NEWER, SW_KEPT_N = SW_NEWER, {}, 0
@@ -77,7 +82,7 @@ end
 -- The reading of the value `v` of `key`'s `field`, if one is kept and holds every
 -- pair live at `oldest`; else nil (and a reading that is not the value's is dropped).
 local function sw_reading(key, field, v, oldest)
-  local kept = sw_kept(key)
+  local kept = sw_kept(key, false)
   local r = kept and kept[field]
   if not r then
     return nil
@@ -111,37 +116,19 @@ local function sw_reading(key, field, v, oldest)
   return r
 end
 
--- Keeps a reading of `v`, a value of `key`'s `field` whose live pairs at `oldest`
--- total `total`, read again with where each pair starts.
+-- Keeps a reading of `v`, a value of `key`'s `field` whose SW_N live pairs at `oldest`
+-- (SW_IDX, SW_CNT, and where each starts, SW_AT) total `total`.
 local function sw_keep(key, field, v, oldest, total)
   -- Made whole at once (the constructor sizes the table: room for 11 pairs and every
   -- field a charge sets), not grown field by field.
   local r = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    0, 0, 0, 0, 0, 0, h = 1, t = -2, total = total, base = 0, cut = oldest, text = v,
-    next = false, count = 0, append = false, b = 0, at = 0, cost = 0, nbase = 0}
-  local pos, t = 1, -2
-  while true do
-    local at, stop, si, sc = sfind(v, '(%d+) (%d+)', pos)
-    if at == nil then
-      break
-    end
-    pos = stop + 1
-    local idx = si + 0
-    if idx >= oldest then
-      t = t + 3
-      r[t], r[t + 1], r[t + 2] = idx, sc + 0, at
-    end
+    0, 0, 0, 0, 0, 0, h = 1, t = 3 * SW_N - 2, total = total, base = 0, cut = oldest,
+    text = v, next = false, count = 0, append = false, b = 0, at = 0, cost = 0, nbase = 0}
+  for i = 1, SW_N do
+    local o = 3 * i - 2
+    r[o], r[o + 1], r[o + 2] = SW_IDX[i], SW_CNT[i], SW_AT[i]
   end
-  r.t = t
-  local kept = sw_kept(key)
-  if kept == nil then
-    kept = {}
-    if SW_KEPT_N >= SW_KEEP_MAX then
-      SW_OLDER, SW_NEWER, SW_KEPT_N = SW_NEWER, {}, 0
-    end
-    SW_NEWER[key], SW_KEPT_N = kept, SW_KEPT_N + 1
-  end
-  kept[field] = r
+  sw_kept(key, true)[field] = r
   return r
 end
 
@@ -156,7 +143,7 @@ function ALG.sw.peek(v, now, limit, window, capacity, cost, key, field)
   -- the text's tail: from a kept reading, or in one pass over the text.
   local from, last_at, last_end, previous, rising = nil, 0, 0, nil, true
   if SW_IDX == nil then
-    SW_IDX, SW_CNT = {}, {}
+    SW_IDX, SW_CNT, SW_AT = {}, {}, {}
   end
   SW_N = 0
   local r = KEPT and v and (SW_NEWER[key] or SW_OLDER[key]) -- (no call where none is kept)
@@ -180,7 +167,7 @@ function ALG.sw.peek(v, now, limit, window, capacity, cost, key, field)
         end
         plain = plain and c > 0
         SW_N = SW_N + 1
-        SW_IDX[SW_N], SW_CNT[SW_N] = idx, c
+        SW_IDX[SW_N], SW_CNT[SW_N], SW_AT[SW_N] = idx, c, at
         from = from or at
         last_at, last_end = at, stop
       end
