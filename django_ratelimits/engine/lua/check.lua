@@ -277,16 +277,12 @@ local function remember(cache, text, value)
   return value
 end
 
--- The metadata list of the identity whose state HASH is `state_key`, kept by state key
--- where Redis keeps the code loaded (see remember).
-local LISTS = {size = 0, items = {}}
+-- The metadata list of the identity whose state HASH is `state_key`. (Not kept
+-- between calls: a table of a thousand names costs every call of the library more in
+-- Lua's garbage collector than the names it saves.)
 local function list_of(state_key)
-  local key = LISTS.items[state_key]
-  if key == nil then
-    local tag, ident = who_of(state_key)
-    key = remember(LISTS, state_key, tag .. ':m:' .. ident)
-  end
-  return key
+  local tag, ident = who_of(state_key)
+  return tag .. ':m:' .. ident
 end
 
 -- The common case, made with no table: each recording group's entry goes to a list no
