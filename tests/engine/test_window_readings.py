@@ -163,3 +163,28 @@ def test_buckets_a_look_left_out_count_again_when_the_clock_goes_back(
     got = [outcomes(kept.check(checks)) for _ in range(2)]
     assert got == [outcomes(read.check(checks)) for _ in range(2)]
     assert [results[0][1] for results in got] == [True, False]
+
+
+def test_a_look_proposes_no_empty_bucket_that_a_hand_written_value_would_then_match(
+    redis_client: Any,
+) -> None:
+    """A peek of cost 0 in a new bucket computes the text with that bucket at 0. Written
+    by hand, that text has a bucket that counts nothing, which the reading must not take
+    for the newest: both engines give the same reset."""
+    clock = Clock(EPOCH_US - EPOCH_US % 1_000_000)
+    kept = fresh_engine(redis_client, clock)
+    read = fresh_engine(redis_client, clock)
+    read._functions = False
+    limits = [Limit("p", Rate(20, 1), Algorithm.SLIDING_WINDOW)]
+    checks = [Check(IDENTITIES[0], limits)]
+    for _ in range(5):  # a reading is kept
+        assert outcomes(kept.check(checks)) == outcomes(read.check(checks))
+        clock.now += 100_000
+    assert outcomes(kept.peek(checks, cost=0)) == outcomes(read.peek(checks, cost=0))
+    bucket = clock.now // 100_000
+    for engine in (kept, read):
+        key = engine.keys.of(IDENTITIES[0]).state
+        text = redis_client.hget(key, limits[0].spec).decode()
+        redis_client.hset(key, limits[0].spec, f"{text} {bucket} 0")
+    clock.now += 100_000
+    assert outcomes(kept.peek(checks, cost=0)) == outcomes(read.peek(checks, cost=0))

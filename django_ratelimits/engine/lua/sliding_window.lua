@@ -200,7 +200,9 @@ function ALG.sw.peek(v, now, limit, window, capacity, cost, key, field)
         r.b, r.count, r.append, r.at = b, cost, true, #v - from + 3 + nbase
         value = ssub(v, from) .. ' ' .. fmt(b) .. ' ' .. fmt(cost)
       end
-      r.next, r.cost, r.nbase = value, cost, nbase
+      -- A charge of 0 (a look) writes nothing, and a bucket of 0 would not be what a
+      -- reading holds: no proposal, so that the same text written by hand is read anew.
+      r.next, r.cost, r.nbase = cost > 0 and value, cost, nbase
       return true, limit - total - cost, 0, (newest + SW_BUCKETS + 1) * step - now, value,
         (b + SW_BUCKETS + 1) * step - now
     end
