@@ -113,13 +113,15 @@ def _total(dump: Path) -> int:
 
 
 class Stepping:
-    """A test clock that advances ``STEP_US`` each time the engine reads it (once per check)."""
+    """A test clock that advances ``step`` (``STEP_US`` unless set) each time the engine
+    reads it (once per check)."""
 
     def __init__(self) -> None:
         self.now = 1_800_000_000_000_000
+        self.step = STEP_US
 
     def now_us(self) -> int:
-        self.now += STEP_US
+        self.now += self.step
         return self.now
 
 
@@ -274,18 +276,6 @@ def denied_again_row(counted: Counted, engine: Engine, identities: int) -> tuple
     )
 
 
-class Filling(Stepping):
-    """:class:`Stepping` whose advance per check can be set (``step``)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.step = STEP_US
-
-    def now_us(self) -> int:
-        self.now += self.step
-        return self.now
-
-
 # (advance per check, checks): 11 buckets of each of BUSY_RATES' windows counted, the
 # hour's first, then the minute's, then the second's.
 BUSY_FILL = ((360_000_000, 11), (6_000_000, 11), (100_000, 11))
@@ -297,7 +287,7 @@ def busy_rows(counted: Counted) -> list[tuple[str, int]]:
     keeps a window in its identity's HASH: the state a busy identity's check reads."""
     out = []
     for algorithm in (Algorithm.SLIDING_WINDOW, Algorithm.SLIDING_WINDOW_COUNTER, Algorithm.GCRA):
-        clock = Filling()
+        clock = Stepping()
         engine = Engine(counted.client, keys=KeySpace(prefix=f"cgb{algorithm.code}"), clock=clock)
         [request] = request_checks(algorithm, BUSY_RATES, 1, True, f"busy{algorithm.code}")
         for step, checks in BUSY_FILL:

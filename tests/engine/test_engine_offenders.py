@@ -412,3 +412,17 @@ def test_an_identity_counted_by_one_group_records_its_outcome_by_its_policies(
     second, first = reader.detail(both).hits
     assert first.outcome == "A" and first.policies == (("watch", "A"), ("api", "A"))
     assert second.outcome == "D" and second.policies == (("watch", "D"), ("api", "A"))
+
+
+def test_a_policy_whose_later_rate_denies_is_denied_in_the_hit(redis_client: Any) -> None:
+    """A policy's outcome in an entry is the worst of its rates', in whatever order they
+    come, beside another policy of the same group that allowed."""
+    engine = fresh_engine(redis_client, FakeClock(EPOCH_US))
+    ip = Identity("ip", "203.0.113.93")
+    two = [Limit("two", rate, Algorithm.FIXED_WINDOW) for rate in parse_rates("100/m, 1/h")]
+    head = entry_head(user_behind(None), "GET", "/")
+    for _ in range(2):
+        engine.check([Check(ip, [*two, *API], head, record_every=True)])
+    second, first = OffenderReader(engine).detail(ip).hits
+    assert first.policies == (("two", "A"), ("api", "A"))
+    assert second.outcome == "D" and second.policies == (("two", "D"), ("api", "A"))

@@ -66,6 +66,18 @@ steps = st.lists(
 )
 
 
+def _engines(client: Any, start: int) -> tuple[Clock, Engine, Engine]:
+    """A clock at ``start``, and two engines on it: one calls the Redis 7 function
+    (readings kept), the other the script (every value read from its text)."""
+    clock = Clock(start)
+    kept, read = fresh_engine(client, clock), fresh_engine(client, clock)
+    read._functions = False
+    return clock, kept, read
+
+
+SECOND = EPOCH_US - EPOCH_US % 1_000_000  # the start of a second
+
+
 def _state(client: Any, engine: Engine) -> list[dict[bytes, bytes]]:
     return [client.hgetall(engine.keys.of(identity).state) for identity in IDENTITIES]
 
@@ -83,10 +95,7 @@ def _state(client: Any, engine: Engine) -> list[dict[bytes, bytes]]:
 def test_kept_readings_decide_as_the_text_read_anew(
     redis_client: Any, rates: list[tuple[int, int]], ops: list[tuple[Any, ...]]
 ) -> None:
-    clock = Clock(EPOCH_US)
-    kept = fresh_engine(redis_client, clock)  # a Redis 7 function: readings kept
-    read = fresh_engine(redis_client, clock)
-    read._functions = False  # the script: every value read from its text
+    clock, kept, read = _engines(redis_client, EPOCH_US)
     limits = [Limit("p", Rate(n, period), Algorithm.SLIDING_WINDOW) for n, period in rates]
     first = limits[0]  # the one hand-written values go to
     for op in ops:
@@ -119,10 +128,7 @@ def test_a_busy_identity_is_decided_by_its_kept_reading_and_by_its_text_alike(
     """200 requests a second at 150 a second for 3 s (a reading kept from the third
     bucket on, and its buckets sliding out), the counts halved by hand after 1 s: both
     engines allow and refuse the same requests."""
-    clock = Clock(EPOCH_US - EPOCH_US % 1_000_000)  # the start of a second
-    kept = fresh_engine(redis_client, clock)
-    read = fresh_engine(redis_client, clock)
-    read._functions = False
+    clock, kept, read = _engines(redis_client, SECOND)
     limits = [Limit("p", Rate(150, 1), Algorithm.SLIDING_WINDOW)]
     verdicts: dict[str, list[Any]] = {"kept": [], "read": []}
     for step in range(600):
@@ -148,10 +154,7 @@ def test_buckets_a_look_left_out_count_again_when_the_clock_goes_back(
 ) -> None:
     """A peek after the oldest buckets slid out writes nothing: the value still holds
     them, and a check after the clock went back counts them, as the text read anew does."""
-    clock = Clock(EPOCH_US - EPOCH_US % 1_000_000)
-    kept = fresh_engine(redis_client, clock)
-    read = fresh_engine(redis_client, clock)
-    read._functions = False
+    clock, kept, read = _engines(redis_client, SECOND)
     limits = [Limit("p", Rate(7, 1), Algorithm.SLIDING_WINDOW)]
     checks = [Check(IDENTITIES[0], limits)]
     for _ in range(6):  # six buckets of one request each: a reading is kept
@@ -171,10 +174,7 @@ def test_a_look_proposes_no_empty_bucket_that_a_hand_written_value_would_then_ma
     """A peek of cost 0 in a new bucket computes the text with that bucket at 0. Written
     by hand, that text has a bucket that counts nothing, which the reading must not take
     for the newest: both engines give the same reset."""
-    clock = Clock(EPOCH_US - EPOCH_US % 1_000_000)
-    kept = fresh_engine(redis_client, clock)
-    read = fresh_engine(redis_client, clock)
-    read._functions = False
+    clock, kept, read = _engines(redis_client, SECOND)
     limits = [Limit("p", Rate(20, 1), Algorithm.SLIDING_WINDOW)]
     checks = [Check(IDENTITIES[0], limits)]
     for _ in range(5):  # a reading is kept

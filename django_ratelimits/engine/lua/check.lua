@@ -49,7 +49,7 @@
 -- The metadata list is trimmed back to its cap once it is a fifth over it;
 -- readers read the newest `cap` entries. A request is one entry in a list,
 -- however many groups of the call name that list (an enforced and a shadow
--- group of one identity): see note_hit.
+-- group of one identity): see push_hits.
 
 -- Set at the start of every call (check), read by the functions below.
 local now, now_ms, charge, cost, meta_cap, meta_ttl, retention, index_cap
@@ -228,41 +228,98 @@ local function push_metadata(key, entry)
   end
 end
 
--- Notes in `hits` (entries by metadata list; `hits.lists` the lists in order)
--- what a group decided for the request's entry in the list `key`; `info`
--- is the group's info (this file's first comment), `set` its limits, `at` where
--- their outcomes start in OUT (limit i's is OUT[at + 4 * i - 3], 1 if allowed),
--- `blocked` whether a block decided them. The entry's outcome
--- is the worst of its groups': 'D' denied by an enforced policy, 'S' only a
--- shadow policy would have denied, 'A' allowed.
-local function note_hit(hits, key, info, set, at, blocked)
-  local hit = hits[key]
-  if hit == nil then
-    hit = {head = head_of(info), every = false, outcome = 'A', names = {}}
-    hits[key] = hit
-    hits.lists[#hits.lists + 1] = key
+-- The metadata list of the identity whose state HASH is `state_key`. (Not kept
+-- between calls: a table of a thousand names costs every call of the library more in
+-- Lua's garbage collector than the names it saves.)
+local function list_of(state_key)
+  local tag, ident = who_of(state_key)
+  return tag .. ':m:' .. ident
+end
+
+-- One entry's policies in order (NAMES), their outcomes (STATUSES) and their joined
+-- parts (PARTS): arrays kept between calls and overwritten by each entry, so that no
+-- entry makes a table (an entry names a few policies: a name is found by a scan).
+local NAMES, STATUSES, PARTS = {}, {}, {}
+
+-- Notes that the policy `name` decided `status` for the entry whose n policies NAMES
+-- holds: its outcome is the worst its limits decided ('D', then 'S', then 'A').
+-- Returns how many policies the entry names now.
+local function note_status(n, name, status)
+  local j = 1
+  while j <= n and NAMES[j] ~= name do
+    j = j + 1
   end
-  hit.every = hit.every or set.every
-  local no, limits, names = set.shadow and 'S' or 'D', set.limits, hit.names
-  for i = 1, #limits do
-    local name = blocked and '!blocked' or limits[i][7]
-    local status = OUT[at + 4 * i - 3] == 1 and 'A' or no
-    local seen = names[name]
-    if seen == nil or seen == 'A' or status == 'D' then
-      if seen == nil then
-        names[#names + 1] = name
+  if j > n then
+    NAMES[j], STATUSES[j] = name, status
+    return j
+  end
+  if STATUSES[j] == 'A' or status == 'D' then
+    STATUSES[j] = status
+  end
+  return n
+end
+
+-- Pushes the request's entry into each list the groups noted in this call name, if
+-- their recording asks for it: every hit, or only when some policy denied or would
+-- have denied. One entry a list, whatever the number of its groups (an enforced and a
+-- shadow group of one identity): "<head>|<ms>|<outcome>|<policy>=<A, D or S>,..."
+-- (engine/hits.py), the head the first group's. The entry's outcome is the worst of
+-- its policies': 'D' denied by an enforced policy, 'S' only a shadow policy would
+-- have denied, 'A' allowed. A block names itself ('!blocked').
+local function push_hits()
+  if pending == 0 or (denials == nil and not pending_every) then
+    return
+  end
+  local stamp = fmt(now_ms) -- one time for the call's entries
+  for p = 0, pending - 1, PENDING_STRIDE do
+    local state_key, first = PENDING[p + 1], true
+    for q = 0, p - 1, PENDING_STRIDE do
+      if PENDING[q + 1] == state_key then -- its entry was made with an earlier group's
+        first = false
+        break
       end
-      names[name] = status
     end
-    if status == 'D' or (status == 'S' and hit.outcome == 'A') then
-      hit.outcome = status
+    if first then
+      local every, n = false, 0
+      for q = p, pending - 1, PENDING_STRIDE do
+        if PENDING[q + 1] == state_key then
+          local set, at, blocked = PENDING[q + 3], PENDING[q + 4], PENDING[q + 5]
+          local no, limits = set.shadow and 'S' or 'D', set.limits
+          local named = blocked and '!blocked' or set.policy
+          every = every or set.every
+          if named then -- the group's limits are one policy's: one outcome for all
+            local status = 'A'
+            for i = 1, #limits do
+              if OUT[at + 4 * i - 3] ~= 1 then
+                status = no
+                break
+              end
+            end
+            n = note_status(n, named, status)
+          else
+            for i = 1, #limits do
+              n = note_status(n, limits[i][7], OUT[at + 4 * i - 3] == 1 and 'A' or no)
+            end
+          end
+        end
+      end
+      local outcome = 'A'
+      for i = 1, n do
+        local status = STATUSES[i]
+        if status == 'D' or (status == 'S' and outcome == 'A') then
+          outcome = status
+        end
+        PARTS[i] = NAMES[i] .. '=' .. status
+      end
+      if every or outcome ~= 'A' then
+        local policies = n == 1 and PARTS[1] or tconcat(PARTS, ',', 1, n)
+        push_metadata(list_of(state_key),
+          head_of(PENDING[p + 2]) .. '|' .. stamp .. '|' .. outcome .. '|' .. policies)
+      end
     end
   end
 end
 
--- Pushes the entries noted in this call that their recording asks for: every
--- hit, or only those some policy denied or would have denied. An entry reads
--- "<head>|<ms>|<outcome>|<policy>=<A, D or S>,..." (engine/hits.py).
 -- Parsed arguments kept between calls where Redis keeps the code loaded (a
 -- Redis 7 function library; on every call otherwise), by the argument's
 -- string: {size, items}, emptied once it holds CACHE_MAX of them.
@@ -276,80 +333,6 @@ local function remember(cache, text, value)
   cache.items[text], cache.size = value, cache.size + 1
   return value
 end
-
--- The metadata list of the identity whose state HASH is `state_key`. (Not kept
--- between calls: a table of a thousand names costs every call of the library more in
--- Lua's garbage collector than the names it saves.)
-local function list_of(state_key)
-  local tag, ident = who_of(state_key)
-  return tag .. ':m:' .. ident
-end
-
--- The common case, made with no table: each recording group's entry goes to a list no
--- other group of the call names (each identity counted by one group), and each group's
--- limits are of one policy (`set.policy`): the entry names that policy with the group's
--- outcome. False, doing nothing, if the call is not that case.
-local function push_own_hits()
-  for p = 0, pending - 1, PENDING_STRIDE do
-    if not PENDING[p + 3].policy then
-      return false
-    end
-    for q = 0, p - 1, PENDING_STRIDE do
-      if PENDING[q + 1] == PENDING[p + 1] then -- two groups of one identity
-        return false
-      end
-    end
-  end
-  local stamp = nil
-  for p = 0, pending - 1, PENDING_STRIDE do
-    local set, at = PENDING[p + 3], PENDING[p + 4]
-    local outcome = 'A'
-    for i = 1, #set.limits do
-      if OUT[at + 4 * i - 3] ~= 1 then
-        outcome = set.shadow and 'S' or 'D'
-        break
-      end
-    end
-    if set.every or outcome ~= 'A' then
-      local name = PENDING[p + 5] and '!blocked' or set.policy
-      stamp = stamp or fmt(now_ms) -- one time for the call's entries
-      push_metadata(list_of(PENDING[p + 1]), head_of(PENDING[p + 2]) .. '|' .. stamp .. '|'
-        .. outcome .. '|' .. name .. '=' .. outcome)
-    end
-  end
-  return true
-end
-
-local function push_hits()
-  if pending == 0 or (denials == nil and not pending_every) or push_own_hits() then
-    return
-  end
-  local hits = {lists = {}}
-  for p = 0, pending - 1, PENDING_STRIDE do
-    note_hit(hits, list_of(PENDING[p + 1]), PENDING[p + 2], PENDING[p + 3], PENDING[p + 4],
-      PENDING[p + 5])
-  end
-  local lists, stamp = hits.lists, nil
-  for l = 1, #lists do
-    local key = lists[l]
-    local hit = hits[key]
-    if hit.every or hit.outcome ~= 'A' then
-      local named, policies = hit.names, nil
-      if #named == 1 then -- the common case: no table to join
-        policies = named[1] .. '=' .. named[named[1]]
-      else
-        local names = {}
-        for i = 1, #named do
-          names[i] = named[i] .. '=' .. named[named[i]]
-        end
-        policies = tconcat(names, ',')
-      end
-      stamp = stamp or fmt(now_ms) -- one time for the call's entries
-      push_metadata(key, hit.head .. '|' .. stamp .. '|' .. hit.outcome .. '|' .. policies)
-    end
-  end
-end
-
 
 -- The call's settings: {charge, cost, metadata cap, metadata ttl, retention, index cap}.
 local function settings_of(text)

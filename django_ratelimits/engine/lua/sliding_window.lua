@@ -38,54 +38,46 @@ local SW_IDX, SW_CNT, SW_AT, SW_N
 -- older, and the one it replaces is dropped; a state key found in the older moves to
 -- the newer.
 local SW_KEEP_MIN, SW_KEEP_MAX = 3, 200
-local SW_NEWER, SW_OLDER, SW_KEPT_N = {}, {}, 0
-local SW_SEEN, SW_SEEN_OLDER, SW_SEEN_N = {}, {}, 0
+
+-- A map of state keys in two generations (see above): {newer, older, n}.
+local function generations()
+  return {newer = {}, older = {}, n = 0}
+end
+
+-- Sets `key` to `value` in the newer generation (the older one dropped if it is full).
+local function gen_put(g, key, value)
+  if g.newer[key] == nil then
+    if g.n >= SW_KEEP_MAX then
+      g.older, g.newer, g.n = g.newer, {}, 0
+    end
+    g.n = g.n + 1
+  end
+  g.newer[key] = value
+  return value
+end
+
+-- Readings by state key (then by field), and sightings by state key.
+local SW_KEPT, SW_SEEN = generations(), generations()
 
 -- Whether `key` is busy: seen in two calls before this one (at `now`), which sees it.
 local function sw_busy(key, now)
-  local seen = SW_SEEN[key]
+  local seen = SW_SEEN.newer[key]
   if seen == nil then
-    seen = SW_SEEN_OLDER[key]
-    if SW_SEEN_N >= SW_KEEP_MAX then
-      SW_SEEN_OLDER, SW_SEEN, SW_SEEN_N = SW_SEEN, {}, 0
-    end
-    SW_SEEN_N = SW_SEEN_N + 1
+    seen = SW_SEEN.older[key] -- (moved to the newer by the gen_put below)
   end
   if seen == nil or seen == now or seen == -now then
-    SW_SEEN[key] = seen or now
+    gen_put(SW_SEEN, key, seen or now)
     return false
   end
-  SW_SEEN[key] = -now
+  gen_put(SW_SEEN, key, -now)
   return seen < 0
 end
 
--- The readings of `key`'s fields, moved to the newer generation; if none, nil, or a
--- new table if `make`.
-local function sw_kept(key, make)
-  local kept = SW_NEWER[key]
-  if kept == nil then
-    kept = SW_OLDER[key]
-    if kept == nil then
-      if not make then
-        return nil
-      end
-      kept = {}
-    end
-    if SW_KEPT_N >= SW_KEEP_MAX then
-      SW_OLDER, SW_NEWER, SW_KEPT_N = SW_NEWER, {}, 0
-    end
-    SW_NEWER[key], SW_KEPT_N = kept, SW_KEPT_N + 1
-  end
-  return kept
-end
-
--- The reading of the value `v` of `key`'s `field`, if one is kept and holds every
--- pair live at `oldest`; else nil (and a reading that is not the value's is dropped).
-local function sw_reading(key, field, v, oldest)
-  local kept = sw_kept(key, false)
-  local r = kept and kept[field]
-  if not r then
-    return nil
+-- The reading `r` of `key`'s `field`, found in its readings `kept`, if it is the
+-- value `v`'s and holds every pair live at `oldest`; else nil (and it is dropped).
+local function sw_reading(kept, key, field, r, v, oldest)
+  if SW_KEPT.newer[key] == nil then -- found in the older generation: moved
+    gen_put(SW_KEPT, key, kept)
   end
   if r.text ~= v then
     if r.next ~= v then
@@ -128,7 +120,7 @@ local function sw_keep(key, field, v, oldest, total)
     local o = 3 * i - 2
     r[o], r[o + 1], r[o + 2] = SW_IDX[i], SW_CNT[i], SW_AT[i]
   end
-  sw_kept(key, true)[field] = r
+  gen_put(SW_KEPT, key, SW_KEPT.newer[key] or SW_KEPT.older[key] or {})[field] = r
   return r
 end
 
@@ -146,8 +138,11 @@ function ALG.sw.peek(v, now, limit, window, capacity, cost, key, field)
     SW_IDX, SW_CNT, SW_AT = {}, {}, {}
   end
   SW_N = 0
-  local r = KEPT and v and (SW_NEWER[key] or SW_OLDER[key]) -- (no call where none is kept)
-  r = r and r[field] and sw_reading(key, field, v, oldest)
+  local kept = KEPT and v and (SW_KEPT.newer[key] or SW_KEPT.older[key])
+  local r = kept and kept[field]
+  if r then
+    r = sw_reading(kept, key, field, r, v, oldest)
+  end
   if not r and v then
     local pos, plain = 1, true
     while true do
