@@ -17,6 +17,7 @@ from tests.engine_helpers import EPOCH_US, fresh_engine
 
 LOGIN = [Limit("login", rate, Algorithm.SLIDING_WINDOW) for rate in parse_rates("2/m")]
 API = [Limit("api", rate, Algorithm.GCRA) for rate in parse_rates("100/m")]
+ONE_M = parse_rates("1/m")
 
 
 def index_of(engine: Engine, identity: Identity) -> str:
@@ -426,3 +427,20 @@ def test_a_policy_whose_later_rate_denies_is_denied_in_the_hit(redis_client: Any
     second, first = OffenderReader(engine).detail(ip).hits
     assert first.policies == (("two", "A"), ("api", "A"))
     assert second.outcome == "D" and second.policies == (("two", "D"), ("api", "A"))
+
+
+def test_a_policy_is_one_denial_however_many_of_its_rates_and_groups_deny(
+    redis_client: Any,
+) -> None:
+    """A request that every rate of a policy denies, in two groups of one identity, is
+    one denial of the identity and one of the policy; another policy of a group keeps
+    its own count."""
+    engine = fresh_engine(redis_client, FakeClock(EPOCH_US))
+    ip = Identity("ip", "203.0.113.94")
+    both = [Limit("both", rate, Algorithm.FIXED_WINDOW) for rate in parse_rates("1/m, 1/h")]
+    more = [Limit(name, rate, Algorithm.GCRA) for name in ("both", "other") for rate in ONE_M]
+    for _ in range(3):  # the first passes; each group denies the next two
+        engine.check([Check(ip, both), Check(ip, more)])
+    offender = OffenderReader(engine).detail(ip).offender
+    assert offender is not None
+    assert (offender.denials, offender.by_policy) == (2, {"both": 2, "other": 2})

@@ -61,10 +61,15 @@ local now, now_ms, charge, cost, meta_cap, meta_ttl, retention, index_cap
 -- the default (record denials) makes no entry, so builds nothing.
 local PENDING, PENDING_STRIDE = {}, 5
 local pending, pending_every
--- The denials of this call, by offender record, and the records in order (nil
--- until one): a request is one denial of an identity, however many of the
--- call's groups name it (two gates, or a gate's fallback and the IP's own).
-local denials, denial_records
+-- The denied groups of this call (DENIAL_STRIDE slots each in DENIALS, a table kept
+-- between calls: offender record, its tag and ident, info, limits, where their
+-- outcomes start in OUT, blocked), `denied` slots used. A request is one denial of an
+-- identity, however many of the call's groups name its record (two gates, or a gate's
+-- fallback and the IP's own).
+local DENIALS, DENIAL_STRIDE = {}, 7
+local denied
+-- The offender record's field counting the denials of a block (overrides.BLOCKED_POLICY).
+local BLOCKED_FIELD = 'd:!blocked'
 
 local TRIM_BATCH = 100
 local TTL_SLACK_MS = 1000
@@ -122,22 +127,48 @@ local function head_of(info)
   return ssub(info, sfind(info, '\n', 1, true) + 1)
 end
 
--- Bounded bookkeeping of a denial: the counts on every denial; the time of
--- the last denial, the shared indexes and the record's TTL at most once a
--- second per identity. A shadow group's go to the shadow record and indexes.
-local function record_denial(tag, ident, label, shadow, policies)
-  local record = tag .. (shadow and ':so:' or ':o:') .. ident
-  local index = tag .. (shadow and ':sox' or ':ox')
-  local by_count = index .. 'n'
-  local n = rcall('HINCRBY', record, 'n', '1')
-  for policy in pairs(policies) do
-    rcall('HINCRBY', record, 'd:' .. policy, '1')
+-- The denial counts of the policies the groups noted from DENIALS[d + 1] on denied
+-- (each once, though several groups or limits name it), in the offender `record`.
+-- FIELDS is kept between calls and overwritten (a request denies a few policies).
+local FIELDS = {}
+
+local function count_policies(record, d)
+  local n = 0
+  for e = d, denied - 1, DENIAL_STRIDE do
+    if DENIALS[e + 1] == record then
+      local limits, at, blocked = DENIALS[e + 5].limits, DENIALS[e + 6], DENIALS[e + 7]
+      for i = 1, #limits do
+        if OUT[at + 4 * i - 3] ~= 1 then
+          local field = blocked and BLOCKED_FIELD or limits[i][9]
+          local j = 1
+          while j <= n and FIELDS[j] ~= field do
+            j = j + 1
+          end
+          if j > n then
+            FIELDS[j], n = field, j
+            rcall('HINCRBY', record, field, '1')
+          end
+        end
+      end
+    end
   end
+end
+
+-- Bounded bookkeeping of the denial noted at DENIALS[d + 1] (with the call's other
+-- groups of its record): the counts on every denial; the time of the last denial, the
+-- shared indexes and the record's TTL at most once a second per identity. A shadow
+-- group's go to the shadow record and indexes.
+local function record_denial(d)
+  local record, tag, ident = DENIALS[d + 1], DENIALS[d + 2], DENIALS[d + 3]
+  local n = rcall('HINCRBY', record, 'n', '1')
+  count_policies(record, d)
   local indexed = n > 1 and tonumber(rcall('HGET', record, 'ix'))
   if indexed and now_ms - indexed < 1000 then
     return
   end
-  local ms, keep = fmt(now_ms), fmt(retention + TTL_EXTRA_MS)
+  local index = tag .. (DENIALS[d + 5].shadow and ':sox' or ':ox')
+  local by_count = index .. 'n'
+  local label, ms, keep = label_of(DENIALS[d + 4]), fmt(now_ms), fmt(retention + TTL_EXTRA_MS)
   if n == 1 then
     rcall('HSET', record, 'id', label, 'first', ms, 'last', ms, 'ix', ms)
   else
@@ -151,33 +182,42 @@ local function record_denial(tag, ident, label, shadow, policies)
   rcall('PEXPIRE', record, keep)
 end
 
--- Notes a group's denial (its `denied` policies) for record_denial at the end of
--- the call, merged with the other groups' of the same record.
-local function note_denial(tag, ident, label, shadow, denied)
-  local record = tag .. (shadow and ':so:' or ':o:') .. ident
-  if denials == nil then
-    denials, denial_records = {}, {}
-  end
-  local noted = denials[record]
-  if noted == nil then
-    denials[record] = {tag, ident, label, shadow, denied}
-    denial_records[#denial_records + 1] = record
-  else
-    for policy in pairs(denied) do
-      noted[5][policy] = true
-    end
-  end
+-- Notes the denial of a group (its state key, info, limits `set`, outcomes from
+-- OUT[at + 1], whether a block denied it) for record_denials at the end of the call.
+local function note_denial(state_key, info, set, at, blocked)
+  local tag, ident = who_of(state_key)
+  local d = denied
+  DENIALS[d + 1] = tag .. (set.shadow and ':so:' or ':o:') .. ident
+  DENIALS[d + 2], DENIALS[d + 3], DENIALS[d + 4] = tag, ident, info
+  DENIALS[d + 5], DENIALS[d + 6], DENIALS[d + 7] = set, at, blocked
+  denied = d + DENIAL_STRIDE
 end
 
 -- Records the denials noted in this call, once per offender record.
 local function record_denials()
-  if denials == nil then
-    return
+  for d = 0, denied - 1, DENIAL_STRIDE do
+    local record, first = DENIALS[d + 1], true
+    for e = 0, d - 1, DENIAL_STRIDE do
+      if DENIALS[e + 1] == record then -- recorded with an earlier group's
+        first = false
+        break
+      end
+    end
+    if first then
+      record_denial(d)
+    end
   end
-  for r = 1, #denial_records do
-    local d = denials[denial_records[r]]
-    record_denial(d[1], d[2], d[3], d[4], d[5])
+end
+
+-- The policies whose limits denied a group (outcomes from OUT[at + 1]), as a set.
+local function denied_policies(limits, at)
+  local policies = {}
+  for i = 1, #limits do
+    if OUT[at + 4 * i - 3] ~= 1 then
+      policies[limits[i][5]] = true
+    end
   end
+  return policies
 end
 
 -- The override in force now of an OVERRIDE field's `value`: 'a' (allow-listed),
@@ -267,7 +307,7 @@ end
 -- its policies': 'D' denied by an enforced policy, 'S' only a shadow policy would
 -- have denied, 'A' allowed. A block names itself ('!blocked').
 local function push_hits()
-  if pending == 0 or (denials == nil and not pending_every) then
+  if pending == 0 or (denied == 0 and not pending_every) then
     return
   end
   local stamp = fmt(now_ms) -- one time for the call's entries
@@ -350,7 +390,8 @@ end
 -- logs = n, shadow, overrides, records, every} (its flags: a shadow group, one an
 -- override decides, whether it records hits, all of them). Each limit is
 -- {algorithm, limit, window, capacity, policy, spec, the policy's name as a hit
--- entry names it (no '|', ',' or '=')}; `policy` that name if every limit is of one
+-- entry names it (no '|', ',' or '='), its own cost or nil, the offender record's
+-- field counting the policy's denials}; `policy` that name if every limit is of one
 -- policy, else false; fields are
 -- what the group's HMGET reads, slots[i] where limit i's value is in its reply
 -- (sliding logs have none: their ZSETs, `logs` of them, are keys of the group).
@@ -379,7 +420,7 @@ local function limits_of(text)
       set.policy = false
     end
     set.limits[i] = {ALG[code], tonumber(limit), tonumber(window), tonumber(capacity),
-      policy, spec, named, tonumber(own)}
+      policy, spec, named, tonumber(own), 'd:' .. policy}
     if ALG[code].zset then
       set.logs = set.logs + 1
     else
@@ -408,7 +449,7 @@ local function run_group(KEYS, ARGV, a, k, n)
   if set.overrides then
     override, override_until = override_of(values[2])
   end
-  local at, nw, live, logs, denied, lk = n, 0, 0, nil, nil, k + 1
+  local at, nw, live, logs, refused, lk = n, 0, 0, nil, false, k + 1
   local limits = set.limits
   for i = 1, #limits do -- not ipairs: a C call per step
     local l = limits[i]
@@ -439,20 +480,15 @@ local function run_group(KEYS, ARGV, a, k, n)
     OUT[n + 1] = allowed and 1 or (override == 'b' and 2 or 0)
     OUT[n + 2], OUT[n + 3], OUT[n + 4] = remaining, retry, reset
     n = n + 4
-    if not allowed then
-      denied = denied or {}
-      denied[override == 'b' and '!blocked' or l[5]] = true -- overrides.BLOCKED_POLICY
-    end
+    refused = refused or not allowed
   end
   if charge then
-    if denied == nil then
+    if not refused then
       commit(state_key, WRITES, nw, live, values[1], logs)
     else
-      local tag, ident = who_of(state_key)
-      local label = label_of(info)
-      note_denial(tag, ident, label, set.shadow, denied)
+      note_denial(state_key, info, set, at, override == 'b')
       if set.bans and override == nil and not set.shadow and set.overrides then
-        note_ban(state_key, label, set, values, denied, now)
+        note_ban(state_key, label_of(info), set, values, denied_policies(limits, at), now)
       end
     end
     if set.records then
@@ -540,7 +576,7 @@ local function check(KEYS, ARGV)
   charge, cost, meta_cap, meta_ttl, retention, index_cap =
     conf[1], conf[2], conf[3], conf[4], conf[5], conf[6]
   now_ms = floor(now / 1000)
-  denials, denial_records = nil, nil
+  denied = 0
   pending, pending_every = 0, false
   OUT[1] = now
   local n = 1
