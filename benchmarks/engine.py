@@ -51,6 +51,7 @@ from benchmarks.kit import (
     Scenario,
     counting_client,
     cpu,
+    in_turn,
     met,
     ping,
     request_checks,
@@ -219,8 +220,8 @@ def run(server: RedisServer, quick: bool = False) -> Report:
             scenario.call()
         if scenario.algorithm is not None:  # FCALL on Redis 7, EVALSHA before
             scenario.command = engine.check_command.lower()
-    for _ in range(rounds):
-        for scenario in scenarios:
+    for turn in range(rounds):
+        for scenario in in_turn(scenarios, turn):
             run_round(scenario, per_round, stats)
     memory = _memory(server, engine, stats)
     metadata_bytes, entries = _metadata(engine, stats)

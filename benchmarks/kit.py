@@ -4,10 +4,11 @@ A row is a :class:`Scenario`: one operation, timed call by call with
 ``perf_counter_ns``, its writes to the socket counted (:class:`CountingConnection`),
 this process's CPU time and Redis' own time (``INFO commandstats``) taken around each
 round (:func:`run_round`). :func:`interleave` runs rows in interleaved rounds, so a drift
-of the machine touches them all alike; every part has its own ``PING`` row
-(:func:`ping`) in the same rounds, so that its ratios compare figures measured side by
-side. :func:`request_checks` builds the checks of seed 000's request (an IP and a user, three
-rates) or of one identity and one rate.
+of the machine touches them all alike, and in turns (:func:`in_turn`: the order of the
+rows reversed every other round), so no row always runs first or last; every part has
+its own ``PING`` row (:func:`ping`) in the same rounds, so that its ratios compare
+figures measured side by side. :func:`request_checks` builds the checks of seed 000's
+request (an IP and a user, three rates) or of one identity and one rate.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 from redis.connection import Connection
@@ -28,6 +29,8 @@ from redis.connection import Connection
 from devtools.redis_harness import RedisServer
 from django_ratelimits.engine import Algorithm, Check, Identity, Limit
 from django_ratelimits.rates import parse_rates
+
+T = TypeVar("T")
 
 ONE_RATE = "10/s"
 SEED_000_RATES = "10/s, 120/m, 240/h"
@@ -221,10 +224,18 @@ def interleave(
         with enter(scenario):
             for _ in range(per_round):
                 scenario.call()
-    for _ in range(rounds):
-        for scenario in scenarios:
+    for turn in range(rounds):
+        for scenario in in_turn(scenarios, turn):
             with enter(scenario):
                 run_round(scenario, per_round, stats)
+
+
+def in_turn(rows: Sequence[T], turn: int) -> Sequence[T]:
+    """``rows`` in the order of round ``turn`` (from 0): as given, reversed every other
+    round. A row that always ran first (or last) would always find the machine as the
+    row before it left it (its caches, its garbage, Redis' memory): in turns, each
+    row's median mixes both ends."""
+    return rows if turn % 2 == 0 else rows[::-1]
 
 
 def cells(scenario: Scenario, floor: Scenario) -> str:

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks import site
-from benchmarks.kit import Scenario, counting_client, interleave, met, ping, within
+from benchmarks.kit import Scenario, counting_client, in_turn, interleave, met, ping, within
 from devtools.redis_harness import RedisServer, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -274,8 +274,8 @@ def run(server: RedisServer, workdir: Path, quick: bool = False) -> Report:
                 port_of.update(dict.fromkeys(limiters, port))
             # Rounds that take turns, so that a drift of the machine touches every row alike.
             loads = {limiter: Load() for limiter in port_of}
-            for timed in (False, *[True] * ROUNDS):
-                for limiter, port in port_of.items():
+            for turn, timed in enumerate((False, *[True] * ROUNDS)):
+                for limiter, port in in_turn(list(port_of.items()), turn):
                     rotating = limiter == ROTATING
                     share = seconds / ROUNDS if timed else WARM_SECONDS
                     measured = load(port, share, PATHS[limiter], rotating=rotating)

@@ -204,7 +204,8 @@ def document(result: Run) -> str:
         f" `make bench` (`python -m benchmarks`) took {total:.0f} s ({took}).",
         "",
         "Every figure is also a ratio to the median of one bare round trip (`PING` through"
-        " redis-py) measured in the same interleaved rounds: absolute times drift between"
+        " redis-py) measured in the same interleaved rounds (the rows' order reversed every"
+        " other round, so that none always runs first or last): absolute times drift between"
         " machines and between runs (other work shares this machine's cores), ratios much less."
         f" This run's PING medians: {_pings(result)}; a busy machine moves even those.",
         "",
