@@ -202,3 +202,15 @@ def test_a_limit_that_charges_its_own_cost_still_bans(redis_client: Any) -> None
     assert [engine.check(costly).allowed for _ in range(5)] == [True, True, False, False, False]
     override = Controls(engine).override(IP)
     assert override is not None and override.state == "blocked" and override.seconds == 100
+
+
+def test_only_the_policy_that_denied_counts_towards_its_ban(redis_client: Any) -> None:
+    """A group of two policies denied by the one without a ban: the banning policy
+    allowed, so its denials are not counted and no ban follows."""
+    engine = fresh_engine(redis_client, FakeClock(EPOCH_US))
+    group = [Check(IP, [Limit("login", Rate(100, 10), ban=BAN), Limit("strict", ONE_PER_10S)])]
+    assert engine.check(group).allowed
+    for _ in range(2 * BAN.after):
+        decision = engine.check(group)
+        assert [r.allowed for r in decision.results] == [True, False]
+    assert Controls(engine).override(IP) is None
