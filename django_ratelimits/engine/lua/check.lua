@@ -127,6 +127,28 @@ local function head_of(info)
   return ssub(info, sfind(info, '\n', 1, true) + 1)
 end
 
+-- Where `value` is among the first `n` items of `list`: its index, or n + 1 if it is
+-- not there (the few names of one request's entry or record are found by a scan).
+local function index_in(list, n, value)
+  local j = 1
+  while j <= n and list[j] ~= value do
+    j = j + 1
+  end
+  return j
+end
+
+-- Whether a group noted before slot `p` of the call's `groups` (an array of `stride`
+-- slots a group, PENDING or DENIALS) has the same first slot `value`: the groups of
+-- one list or record are written with the first of them.
+local function noted_before(groups, stride, p, value)
+  for q = 0, p - 1, stride do
+    if groups[q + 1] == value then
+      return true
+    end
+  end
+  return false
+end
+
 -- The denial counts of the policies the groups noted from DENIALS[d + 1] on denied
 -- (each once, though several groups or limits name it), in the offender `record`.
 -- FIELDS is kept between calls and overwritten (a request denies a few policies).
@@ -140,10 +162,7 @@ local function count_policies(record, d)
       for i = 1, #limits do
         if OUT[at + 4 * i - 3] ~= 1 then
           local field = blocked and BLOCKED_FIELD or limits[i][9]
-          local j = 1
-          while j <= n and FIELDS[j] ~= field do
-            j = j + 1
-          end
+          local j = index_in(FIELDS, n, field)
           if j > n then
             FIELDS[j], n = field, j
             rcall('HINCRBY', record, field, '1')
@@ -196,14 +215,7 @@ end
 -- Records the denials noted in this call, once per offender record.
 local function record_denials()
   for d = 0, denied - 1, DENIAL_STRIDE do
-    local record, first = DENIALS[d + 1], true
-    for e = 0, d - 1, DENIAL_STRIDE do
-      if DENIALS[e + 1] == record then -- recorded with an earlier group's
-        first = false
-        break
-      end
-    end
-    if first then
+    if not noted_before(DENIALS, DENIAL_STRIDE, d, DENIALS[d + 1]) then
       record_denial(d)
     end
   end
@@ -285,10 +297,7 @@ local NAMES, STATUSES, PARTS = {}, {}, {}
 -- holds: its outcome is the worst its limits decided ('D', then 'S', then 'A').
 -- Returns how many policies the entry names now.
 local function note_status(n, name, status)
-  local j = 1
-  while j <= n and NAMES[j] ~= name do
-    j = j + 1
-  end
+  local j = index_in(NAMES, n, name)
   if j > n then
     NAMES[j], STATUSES[j] = name, status
     return j
@@ -312,14 +321,8 @@ local function push_hits()
   end
   local stamp = fmt(now_ms) -- one time for the call's entries
   for p = 0, pending - 1, PENDING_STRIDE do
-    local state_key, first = PENDING[p + 1], true
-    for q = 0, p - 1, PENDING_STRIDE do
-      if PENDING[q + 1] == state_key then -- its entry was made with an earlier group's
-        first = false
-        break
-      end
-    end
-    if first then
+    local state_key = PENDING[p + 1]
+    if not noted_before(PENDING, PENDING_STRIDE, p, state_key) then
       local every, n = false, 0
       for q = p, pending - 1, PENDING_STRIDE do
         if PENDING[q + 1] == state_key then

@@ -56,15 +56,17 @@ local function gen_put(g, key, value)
   return value
 end
 
+-- The value of `key` in either generation of `g` (values are never false), or nil.
+local function gen_get(g, key)
+  return g.newer[key] or g.older[key]
+end
+
 -- Readings by state key (then by field), and sightings by state key.
 local SW_KEPT, SW_SEEN = generations(), generations()
 
 -- Whether `key` is busy: seen in two calls before this one (at `now`), which sees it.
 local function sw_busy(key, now)
-  local seen = SW_SEEN.newer[key]
-  if seen == nil then
-    seen = SW_SEEN.older[key] -- (moved to the newer by the gen_put below)
-  end
+  local seen = gen_get(SW_SEEN, key) -- (moved to the newer by the gen_put below)
   if seen == nil or seen == now or seen == -now then
     gen_put(SW_SEEN, key, seen or now)
     return false
@@ -120,7 +122,7 @@ local function sw_keep(key, field, v, oldest, total)
     local o = 3 * i - 2
     r[o], r[o + 1], r[o + 2] = SW_IDX[i], SW_CNT[i], SW_AT[i]
   end
-  gen_put(SW_KEPT, key, SW_KEPT.newer[key] or SW_KEPT.older[key] or {})[field] = r
+  gen_put(SW_KEPT, key, gen_get(SW_KEPT, key) or {})[field] = r
   return r
 end
 
@@ -138,7 +140,7 @@ function ALG.sw.peek(v, now, limit, window, capacity, cost, key, field)
     SW_IDX, SW_CNT, SW_AT = {}, {}, {}
   end
   SW_N = 0
-  local kept = KEPT and v and (SW_KEPT.newer[key] or SW_KEPT.older[key])
+  local kept = KEPT and v and gen_get(SW_KEPT, key)
   local r = kept and kept[field]
   if r then
     r = sw_reading(kept, key, field, r, v, oldest)
