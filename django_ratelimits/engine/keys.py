@@ -86,8 +86,18 @@ def ident(identity: Identity) -> str:
 
 
 def label(identity: Identity) -> str:
-    """The identity as people read it (dashboard), bounded and printable."""
-    return printable(f"{identity.kind}:{identity.value}")
+    """The identity as people read it (dashboard), bounded and printable.
+
+    A value cut short or with characters replaced ends with its digest (its key's,
+    :func:`key_part`), so that two identities never read the same on the dashboard:
+    values equal in their first 200 characters, or apart only in what cannot be
+    printed, would otherwise show as one identity in two rows.
+    """
+    text = f"{identity.kind}:{identity.value}"
+    shown = printable(text)
+    if shown == text:
+        return text
+    return f"{shown}\u2026 {key_part(identity.value)}"
 
 
 def _index(tag: str, shadow: bool = False) -> str:

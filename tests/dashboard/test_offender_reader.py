@@ -107,3 +107,22 @@ def test_the_detail_shows_a_block(redis_client: Any) -> None:
     Controls(engine).block(Identity("ip", "203.0.113.99"), 120)
     detail = OffenderReader(engine).detail(Identity("ip", "203.0.113.99"))
     assert detail.override == ("blocked", 120, 0)
+
+
+def test_identities_that_print_alike_are_told_apart(redis_client: Any) -> None:
+    """Values equal in their first 200 characters, or apart only in characters that
+    cannot be printed, are different identities: the page must not show them as one
+    identity in two rows (an outsider chooses a header's value)."""
+    clock = FakeClock(EPOCH_US)
+    engine = fresh_engine(redis_client, clock)
+    lookalikes = ["k" * 300 + "1", "k" * 300 + "2", "key\x00one", "key\x01one"]
+    for value in lookalikes:
+        check = [Check(Identity("header", value), LOGIN)]
+        for _ in range(3):  # 2/m: the third is denied
+            engine.check(check)
+    labels = [o.label for o in OffenderReader(engine).page(period=300).offenders]
+    assert len(labels) == 4
+    assert len(set(labels)) == 4
+    for shown in labels:
+        assert shown.isprintable() and len(shown) < 250
+    assert "header:" + "k" * 193 in labels[0] + labels[1] + labels[2] + labels[3]

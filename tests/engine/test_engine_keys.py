@@ -230,3 +230,13 @@ def test_on_a_cluster_one_write_per_node_involved(redis_cluster: Any) -> None:
     before = CountingConnection.sends
     assert engine.check(checks).allowed
     assert CountingConnection.sends - before == 2
+
+
+def test_a_label_is_the_identity_as_it_is_when_nothing_was_cut_or_replaced() -> None:
+    assert label(Identity("ip", "203.0.113.7")) == "ip:203.0.113.7"
+    assert label(Identity("user", "é")) == "user:é"
+    cut = label(Identity("header", "x" * 10_000))
+    assert cut.startswith("header:" + "x" * 193) and cut.isprintable()
+    assert cut.endswith(ident(Identity("header", "x" * 10_000)).partition(":")[2])
+    labels = {label(Identity("user", v)) for v in HOSTILE}
+    assert len(labels) == len(HOSTILE)
