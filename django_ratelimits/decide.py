@@ -15,7 +15,10 @@ open, then record success or failure and send the signals. The limits of
 every policy that counts by the same identity form one all-or-nothing check,
 shadow-mode policies their own check (so a shadow denial never stops an
 enforced limit from counting, and the other way round; what it would have
-denied is recorded apart from denials). An identity's checks share one hit
+denied is recorded apart from denials), and so does each ``soft`` policy (a
+view's ``@ratelimit(block=False)``, whose denial refuses nothing: it never stops
+the other limits from counting a request that goes on, and counts only a request
+its identity's other policies let through). An identity's checks share one hit
 entry per request, recorded as its policies' ``record_metadata`` asks (by
 default only when a policy denied, or would have denied, it). A client-chosen
 identity (header, callable, user) is gated by its policy's identity budget
@@ -193,13 +196,20 @@ class RateLimited(RateLimitsError):
         super().__init__("rate limit exceeded")
 
 
-def decide(request: HttpRequest, policies: Iterable[PolicySpec]) -> Verdict:
-    """Decide ``policies`` for ``request`` in one engine call."""
+def decide(
+    request: HttpRequest, policies: Iterable[PolicySpec], soft: frozenset[str] = frozenset()
+) -> Verdict:
+    """Decide ``policies`` for ``request`` in one engine call; a denial by those named
+    in ``soft`` refuses nothing (the caller lets the request go on)."""
     # The engine is got inside the call: making its client can fail like a check.
-    return Planned(request, tuple(policies)).run(lambda checks: get_engine().check(checks))
+    return Planned(request, tuple(policies), soft=soft).run(
+        lambda checks: get_engine().check(checks)
+    )
 
 
-async def adecide(request: HttpRequest, policies: Iterable[PolicySpec]) -> Verdict:
+async def adecide(
+    request: HttpRequest, policies: Iterable[PolicySpec], soft: frozenset[str] = frozenset()
+) -> Verdict:
     """:func:`decide` for async code: never blocks the event loop."""
     policies = tuple(policies)
     if policies and hasattr(request, "auser") and get_settings().enabled:
@@ -211,7 +221,9 @@ async def adecide(request: HttpRequest, policies: Iterable[PolicySpec]) -> Verdi
         if any(p.tiers for p in policies) and user is not None and user.is_authenticated:
             await sync_to_async(prepare)(request, policies)  # no tier reads for no one
         await away_back(request)
-    return await Planned(request, policies).arun(lambda checks: get_engine().acheck(checks))
+    return await Planned(request, policies, soft=soft).arun(
+        lambda checks: get_engine().acheck(checks)
+    )
 
 
 def decide_policy(request: HttpRequest, name: str) -> Verdict:
@@ -288,7 +300,8 @@ class Planned:
     API counts its own identities). ``behind`` is who the hit entries of the
     client IP name (a login's username tried); by default the user. Unless
     ``observed`` is false (a look that charges nothing), the metrics observer hears
-    of the call and the verdict.
+    of the call and the verdict. The policies named in ``soft`` refuse nothing when
+    they deny (a view's ``@ratelimit(block=False)``): each is checked apart.
     """
 
     def __init__(
@@ -299,13 +312,14 @@ class Planned:
         *,
         behind: str | None = None,
         observed: bool = True,
+        soft: frozenset[str] = frozenset(),
     ) -> None:
         self.request = request
         self.considered = _names(policies)
         # By policy, the limits checked where they are not its own (a tier, an override).
         self.effective: tuple[tuple[str, tuple[Limit, ...]], ...] = ()
         if checks is None:
-            self.applied, self.checks, self.effective = _plan(request, policies, behind)
+            self.applied, self.checks, self.effective = _plan(request, policies, behind, soft)
         else:
             self.applied, self.checks = policies, checks
         self.verdict: Verdict | None = None
@@ -532,10 +546,14 @@ def _reads_user(policy: PolicySpec) -> bool:
 
 
 def _plan(
-    request: HttpRequest, policies: Iterable[PolicySpec], behind: str | None = None
+    request: HttpRequest,
+    policies: Iterable[PolicySpec],
+    behind: str | None = None,
+    soft: frozenset[str] = frozenset(),
 ) -> tuple[tuple[PolicySpec, ...], list[Check], tuple[tuple[str, tuple[Limit, ...]], ...]]:
     """The policies that apply, their checks, and (:func:`_effective`) the limits of
-    those checked under other rates than their own."""
+    those checked under other rates than their own. A policy named in ``soft`` (not in
+    shadow mode) is a check of its own per identity."""
     if not get_settings().enabled:
         return (), [], ()
     applied = tuple(p for p in policies if not _exempt(request, p))
@@ -544,9 +562,10 @@ def _plan(
     varied = False  # an identity checked under a tier's or an override's rates
     overrides = not way_back(request)
     registry = get_registry()
-    groups: dict[tuple[Identity, bool, Gate | None], list[Limit]] = {}
+    # By (identity, shadow, gate, the soft policy's name or None): the group's limits.
+    groups: dict[tuple[Identity, bool, Gate | None, str | None], list[Limit]] = {}
     # What each limit of a group charges, for the groups where one charges more than 1.
-    costs: dict[tuple[Identity, bool, Gate | None], list[int]] = {}
+    costs: dict[tuple[Identity, bool, Gate | None, str | None], list[int]] = {}
     # What each identity's policies record: the most any of them asks for (an identity
     # none of whose policies records hits is not in it). The engine makes one hit
     # entry of the identity's checks (enforced and shadow).
@@ -556,11 +575,12 @@ def _plan(
         if cost == 0:  # its cost function says this request is free under it
             continue
         budget = _budget(policy)
+        alone = policy.name if soft and policy.name in soft and not policy.shadow else None
         for identity in identities(request, policy):
             gate = None
             if budget is not None and gated(identity.kind):
                 gate = Gate(ip_identity(request), budget)
-            group = (identity, policy.shadow, gate)
+            group = (identity, policy.shadow, gate, alone)
             own = limits_for(registry, request, policy, identity)
             varied = varied or own is not policy.limits
             limits = groups.setdefault(group, [])
@@ -580,9 +600,10 @@ def _plan(
             shadow=s,
             record_every=recording.get(i) == Recording.EVERY,
             overrides=overrides,
-            costs=tuple(costs.get((i, s, g), ())) if costs else (),
+            costs=tuple(costs.get((i, s, g, a), ())) if costs else (),
+            soft=a is not None,
         )
-        for (i, s, g), limits in groups.items()
+        for (i, s, g, a), limits in groups.items()
     ]
     return applied, checks, _effective(applied, checks) if varied else ()
 

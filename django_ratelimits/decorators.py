@@ -10,15 +10,18 @@ code defaults that create the row if it is missing, and the row wins when it
 exists. Without defaults the policy must exist in admin (else nothing is
 limited). Works on function views, async views and, with ``method_decorator``,
 class-based views. With ``block=False`` the view always runs and decides
-itself from ``request.ratelimit`` (a :class:`~django_ratelimits.decide.Verdict`).
+itself from ``request.ratelimit`` (a :class:`~django_ratelimits.decide.Verdict`);
+such a policy's denial never stops the request's other policies from counting it.
 
 A request from a blocked network is refused (403) before anything else, even
 with ``block=False``: a blocklist entry is an admin's decision, not a policy's
 verdict (:mod:`django_ratelimits.blocklist`).
 
 When ``RateLimitMiddleware`` is installed it decides the view's policies
-together with its own in one round trip; the decorator then only enforces
-the verdict.
+together with its own in one round trip, and refuses the request itself when a
+policy the view applies with ``block=True`` denies it (so that a decorator an
+outer one never reaches, as ``@login_required``'s redirect, still refuses); the
+decorator then only enforces the verdict.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from django_ratelimits.policies.declare import declared
 from django_ratelimits.policies.parse import parse_ban
 from django_ratelimits.policies.registry import acurrent, current, get_registry
 from django_ratelimits.policies.spec import Mode, Recording
-from django_ratelimits.resolved import VIEW_POLICIES
+from django_ratelimits.resolved import VIEW_POLICIES, VIEW_SOFT
 from django_ratelimits.responses import refusal
 
 View = TypeVar("View", bound=Callable[..., Any])
@@ -169,6 +172,8 @@ def ratelimit(
 
             wrapper = sync_wrapper
         setattr(wrapper, VIEW_POLICIES, (*getattr(view, VIEW_POLICIES, ()), name))
+        if not block:
+            setattr(wrapper, VIEW_SOFT, (*getattr(view, VIEW_SOFT, ()), name))
         return wrapper  # type: ignore[no-any-return]
 
     return decorator

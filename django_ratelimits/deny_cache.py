@@ -162,18 +162,21 @@ class DenialCache:
         enforced check (identity) has one in force now: otherwise Redis decides, so
         that an identity it would admit is charged and one it would deny recorded,
         as without the cache. For a ``look`` (a peek: it charges no one) one enforced
-        check with a cached denial is enough. Shadow checks are not looked at; a
-        block only for a check overrides decide. With ``count`` (a refused request,
-        not a question) the refusal goes in the next batch.
+        check with a cached denial is enough. Shadow checks are not looked at, nor
+        soft ones beside a check that refuses (a soft check's denial refuses nothing,
+        so it never answers for the others; and a request they refuse charges it
+        nothing); a block only for a check overrides decide. With ``count`` (a
+        refused request, not a question) the refusal goes in the next batch.
         """
         if not self._entries:
             return None
         now = self.now_us()
         results: list[LimitResult] = []
         heads: dict[Identity, str] = {}
+        refusing = any(not (c.shadow or c.soft) for c in checks)
         with self._lock:
             for check in checks:
-                if check.shadow:
+                if check.shadow or (check.soft and refusing):
                     continue
                 found = self._denials(check, now)
                 if not found:

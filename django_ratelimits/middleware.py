@@ -4,9 +4,14 @@ It serves sync and async stacks alike (Django picks the mode from the
 middleware below it). Before the view runs it gathers the policies whose path
 and method match the request and the policies the resolved view names with
 ``@ratelimit``, decides them all in one engine call, stores the verdict on
-``request.ratelimit``, and refuses the request if a path policy denies it
-(a decorated view's own policies are refused by its decorator, which may say
-``block=False``). Allowed responses get the RateLimit header fields. A
+``request.ratelimit``, and refuses the request if a path policy denies it, or
+a policy the view applies with ``block=True`` (its decorator would refuse it
+too, when reached: an outer decorator, as ``@login_required``'s redirect, may
+answer first, and the request must not then go uncounted). A policy the view
+applies with ``block=False`` refuses nothing: it is decided apart, so that its
+denial never stops the other policies from counting the request (the view
+decides from ``request.ratelimit``). Allowed responses get the RateLimit header
+fields. A
 ``RateLimited`` exception raised by a view becomes the same 429 response.
 
 Place it after ``AuthenticationMiddleware``, so per-user policies see the user.
@@ -49,10 +54,10 @@ class RateLimitMiddleware:
         registry = current()
         if (blocked := blocklist.refusal(request, registry)) is not None:
             return blocked
-        path_names, policies = _policies(registry, request)
-        verdict = request.ratelimit = decide(request, policies)  # type: ignore[attr-defined]
-        if verdict.blocked(path_names):
-            return release_when_done(refusal(request, verdict, path_names), verdict)
+        refusing, soft, policies = _policies(registry, request)
+        verdict = request.ratelimit = decide(request, policies, soft)  # type: ignore[attr-defined]
+        if verdict.blocked(refusing):
+            return release_when_done(refusal(request, verdict, refusing), verdict)
         try:
             response = self.get_response(request)
         except BaseException:
@@ -65,10 +70,10 @@ class RateLimitMiddleware:
         registry = await acurrent()
         if (blocked := blocklist.refusal(request, registry)) is not None:
             return blocked
-        path_names, policies = _policies(registry, request)
-        verdict = request.ratelimit = await adecide(request, policies)  # type: ignore[attr-defined]
-        if verdict.blocked(path_names):
-            return release_when_done(refusal(request, verdict, path_names), verdict)
+        refusing, soft, policies = _policies(registry, request)
+        verdict = request.ratelimit = await adecide(request, policies, soft)  # type: ignore[attr-defined]
+        if verdict.blocked(refusing):
+            return release_when_done(refusal(request, verdict, refusing), verdict)
         try:
             response = await self.get_response(request)  # type: ignore[misc]
         except BaseException:
@@ -90,18 +95,27 @@ def _finish(response: HttpResponseBase, verdict: Verdict) -> HttpResponseBase:
     return release_when_done(add_headers(response, verdict), verdict)
 
 
-def _policies(registry: PolicyRegistry, request: HttpRequest) -> tuple[set[str], list[PolicySpec]]:
-    """The path policies' names, and every policy to decide: path ones, then the view's."""
+def _policies(
+    registry: PolicyRegistry, request: HttpRequest
+) -> tuple[set[str], frozenset[str], list[PolicySpec]]:
+    """The names of the policies whose denial refuses the request (the path's, and the
+    view's with ``block=True``), of those whose denial does not (the view's with
+    ``block=False``, unless the path applies them too), and every policy to decide:
+    path ones, then the view's."""
     method = request.method or "GET"
     policies = list(registry.match(request.path_info, method))
-    path_names = {p.name for p in policies}
-    for name in resolved(request).policies:
+    refusing = {p.name for p in policies}
+    view = resolved(request)
+    soft: set[str] = set()
+    for name in view.policies:
         spec = registry.get(name)
         if (
             spec is not None
-            and spec.name not in path_names
+            and spec.name not in refusing
+            and spec.name not in soft
             and not spec.failed_logins  # counted by django_ratelimits.logins only
             and spec.applies_to_method(method)
         ):
             policies.append(spec)
-    return path_names, policies
+            (soft if name in view.soft else refusing).add(name)
+    return refusing, frozenset(soft), policies

@@ -1,7 +1,8 @@
 """What Django's resolver says of a request's path, as far as limiting needs it.
 
 Two questions are asked of every limited request: which policies the view names
-with ``@ratelimit`` (the middleware decides them with the path's own), and
+with ``@ratelimit`` (the middleware decides them with the path's own), which of
+them refuse nothing when they deny (``block=False``), and
 whether the view belongs to an admin site (the way back from a block,
 :mod:`django_ratelimits.way_back`). One resolve answers both. It costs about a
 tenth of a Redis round trip, and Django resolves again for the view, so
@@ -23,10 +24,12 @@ from django.urls import resolve
 
 from django_ratelimits.policies.matching import CACHE_PATH_MAX
 
-__all__ = ["VIEW_POLICIES", "AdminView", "Resolved", "resolved"]
+__all__ = ["VIEW_POLICIES", "VIEW_SOFT", "AdminView", "Resolved", "resolved"]
 
 VIEW_POLICIES: Final = "ratelimit_policies"
 """Attribute ``@ratelimit`` sets on a view: the names of the policies it applies."""
+VIEW_SOFT: Final = "ratelimit_soft_policies"
+"""Attribute ``@ratelimit`` sets on a view: the policies it applies with ``block=False``."""
 
 AdminView = Literal["login", "other"] | None
 
@@ -36,6 +39,8 @@ class Resolved(NamedTuple):
     """The policies the view names with ``@ratelimit``."""
     admin: AdminView
     """``"login"``, ``"other"`` (another view of an admin site) or ``None``."""
+    soft: frozenset[str] = frozenset()
+    """Those of :attr:`policies` whose denial the view lets through (``block=False``)."""
 
 
 _NOWHERE: Final = Resolved((), None)
@@ -57,9 +62,10 @@ def _resolve(urlconf: str, path: str) -> Resolved:
     except Http404:
         return _NOWHERE
     policies = getattr(match.func, VIEW_POLICIES, ())
+    soft = frozenset(getattr(match.func, VIEW_SOFT, ()))
     if match.app_name != "admin":  # every AdminSite's URLs have the app name "admin"
-        return Resolved(policies, None)
-    return Resolved(policies, "login" if match.url_name == "login" else "other")
+        return Resolved(policies, None, soft)
+    return Resolved(policies, "login" if match.url_name == "login" else "other", soft)
 
 
 @receiver(setting_changed)

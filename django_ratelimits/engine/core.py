@@ -287,6 +287,8 @@ class Engine:
         if cost < least:
             raise ValueError(f"cost must be at least {least}, not {cost}")
         planned = [c for c in checks if c.limits]
+        if any(c.soft for c in planned):  # after the checks whose refusal they wait on
+            planned = [c for c in planned if not c.soft] + [c for c in planned if c.soft]
         for chk in planned:
             if cost <= 1 and not chk.costs:  # 1 (or 0 to peek) fits every limit: none to refuse
                 continue
@@ -401,12 +403,17 @@ class Engine:
         if logs:
             call.keys += logs
             call.concurrent = call.concurrent or any(limit.is_concurrency for limit in limits)
-        # Two arguments. The limits, after the group's 3 flags: the script parses
+        # Two arguments. The limits, after the group's 4 flags: the script parses
         # each distinct text once. The info: the label, then a hit entry's head after
         # a "\n" (neither holds one: both are printable). The script reads the ident
         # from the state key.
         records = b"n" if metadata is None else b"a" if chk.record_every else b"d"
-        flags = (b"s" if chk.shadow else b"e") + (b"o" if chk.overrides else b"x") + records
+        flags = (
+            (b"s" if chk.shadow else b"e")
+            + (b"o" if chk.overrides else b"x")
+            + records
+            + (b"c" if chk.soft else b"r")
+        )
         head = "" if metadata is None else printable(metadata, 300)
         info = f"{label(identity)}\n{head}"
         if chk.costs:  # limits that charge their own cost (a policy's cost per request)

@@ -265,6 +265,11 @@ class Check:
     :mod:`django_ratelimits.way_back`). ``costs``, when given, are what each of
     ``limits`` charges instead of the call's cost (a policy's cost per request);
     a check is still all or nothing.
+    A ``soft`` check is one whose denial refuses nothing (a view's
+    ``@ratelimit(block=False)``): decided apart, so that its denial never stops the
+    identity's other limits from counting a request that goes on, and charged only
+    if the call's checks of its identity that are neither soft nor shadow all pass (a
+    refused request counts nowhere in that identity's windows).
     """
 
     identity: Identity
@@ -275,3 +280,4 @@ class Check:
     record_every: bool = False
     overrides: bool = True
     costs: tuple[int, ...] = ()
+    soft: bool = False

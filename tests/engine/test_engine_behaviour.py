@@ -80,6 +80,37 @@ def test_a_denied_identity_is_charged_nothing(redis_client: Any, algorithm: Algo
     assert per_second.remaining == 8, "denied requests were charged to the 10/s window"
 
 
+@pytest.mark.parametrize("algorithm", [*RATE_ALGORITHMS, Algorithm.CONCURRENCY])
+def test_a_soft_check_never_stops_its_identitys_other_limits(
+    redis_client: Any, algorithm: Algorithm
+) -> None:
+    """A soft check (a view's policy with block=False) is spent: the request goes on,
+    so the identity's other limits must still count it."""
+    engine = fresh_engine(redis_client, FakeClock(EPOCH_US))
+    soft = Check(IP, limits("1/m", algorithm, "soft"), soft=True)
+    hard = Check(IP, limits("3/m", algorithm, "hard"))
+    outcomes = [[r.allowed for r in engine.check([soft, hard]).results] for _ in range(5)]
+    # Given first, the soft check is still decided after the one it waits on.
+    assert outcomes == [[True, True], [True, False], [True, False], [False, False], [False, False]]
+    assert engine.peek([hard]).results[0].remaining == 0
+
+
+@pytest.mark.parametrize("algorithm", [*RATE_ALGORITHMS, Algorithm.CONCURRENCY])
+def test_a_refused_request_charges_no_soft_check_of_its_identity(
+    redis_client: Any, algorithm: Algorithm
+) -> None:
+    engine = fresh_engine(redis_client, FakeClock(EPOCH_US))
+    soft = Check(IP, limits("5/m", algorithm, "soft"), soft=True)
+    hard = Check(IP, limits("1/m", algorithm, "hard"))
+    other = Check(USER, limits("5/m", algorithm, "soft-user"), soft=True)
+    for _ in range(4):
+        engine.check([hard, soft, other])
+    # Three requests were refused by the address's hard limit: its soft limit counted
+    # only the one let through; another identity's soft check counts on its own.
+    assert engine.peek([soft]).results[0].remaining == 4
+    assert engine.peek([other]).results[0].remaining == 1
+
+
 def test_identities_are_decided_separately(redis_client: Any) -> None:
     engine = fresh_engine(redis_client, FakeClock(EPOCH_US))
     user_limits = limits("2/m", Algorithm.FIXED_WINDOW, "user")

@@ -145,10 +145,11 @@ def test_the_default_cost_leaves_the_scripts_arguments_as_they_were(site_redis: 
     engine = fresh_engine(site_redis)
     limit = Limit("api", parse_rate("10/m"))
     [call] = engine._plan([Check(Identity("ip", "192.0.2.1"), (limit,))], "c", 1)
-    # The group's flags (enforced, decided by overrides, no hit entry), then its limits.
-    assert b"eon" + limit.framed_spec in call.args
+    # The group's flags (enforced, decided by overrides, no hit entry, refusing), then
+    # its limits.
+    assert b"eonr" + limit.framed_spec in call.args
     [costly] = engine._plan([Check(Identity("ip", "192.0.2.1"), (limit,), costs=(3,))], "c", 1)
-    assert b"eon%d*3:%s" % (len(limit.encoded_spec), limit.encoded_spec) in costly.args
+    assert b"eonr%d*3:%s" % (len(limit.encoded_spec), limit.encoded_spec) in costly.args
 
 
 def test_the_engine_refuses_a_cost_no_limit_can_hold(site_redis: Any) -> None:

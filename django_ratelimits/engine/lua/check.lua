@@ -9,9 +9,11 @@
 --       and its info "<label>\n<head of a hit entry>" (the identity as the
 --       dashboard names it, and what a hit entry starts with; neither holds a
 --       '\n'). The identity's ident is its state key's end (who_of). Its limits
---       are one string: "<e or s><o or x><n, d or a>" (an enforced or a shadow
---       group; decided by an override or never; no hit entry, or one recorded on
---       a denial or on every hit), then each limit's spec
+--       are one string: "<e or s><o or x><n, d or a><r or c>" (an enforced or a
+--       shadow group; decided by an override or never; no hit entry, or one
+--       recorded on a denial or on every hit; a group whose denial refuses the
+--       request, or a soft one, charged only if its identity's refusing groups pass:
+--       see run_group), then each limit's spec
 --       "<algorithm>|<limit>|<window_us>|<capacity>|<policy>" (also the
 --       limit's field in the state HASH) after its length and ':', or after
 --       "<length>*<cost>:" when the limit charges its own cost instead of the
@@ -61,6 +63,12 @@ local now, now_ms, charge, cost, meta_cap, meta_ttl, retention, index_cap
 -- the default (record denials) makes no entry, so builds nothing.
 local PENDING, PENDING_STRIDE = {}, 5
 local pending, pending_every
+-- The state keys of the enforced groups refused in this call that refuse their
+-- request (REFUSING, kept between calls, `refusing` of them): a soft group of
+-- one of these identities is not charged.
+local REFUSING = {}
+local refusing
+
 -- The denied groups of this call (DENIAL_STRIDE slots each in DENIALS, a table kept
 -- between calls: offender record, its tag and ident, info, limits, where their
 -- outcomes start in OUT, blocked), `denied` slots used. A request is one denial of an
@@ -390,8 +398,8 @@ local function settings_of(text)
 end
 
 -- A group's limits: {limits = {...}, fields = {HORIZON, OVERRIDE, spec...}, slots = {...},
--- logs = n, shadow, overrides, records, every} (its flags: a shadow group, one an
--- override decides, whether it records hits, all of them). Each limit is
+-- logs = n, shadow, overrides, records, every, soft} (its flags: a shadow group, one an
+-- override decides, whether it records hits, all of them, a soft group). Each limit is
 -- {algorithm, limit, window, capacity, policy, spec, the policy's name as a hit
 -- entry names it (no '|', ',' or '='), its own cost or nil, the offender record's
 -- field counting the policy's denials}; `policy` that name if every limit is of one
@@ -403,11 +411,12 @@ local function limits_of(text)
   if set ~= nil then
     return set
   end
-  local kind, decided, records = sbyte(text, 1, 3)
+  local kind, decided, records, refuses = sbyte(text, 1, 4)
   set = {limits = {}, fields = {HORIZON, OVERRIDE}, slots = {}, logs = 0,
     shadow = kind == 115, overrides = decided == 111, -- 's', 'o'
-    records = records ~= 110, every = records == 97} -- not 'n'; 'a'
-  local pos = 4
+    records = records ~= 110, every = records == 97, -- not 'n'; 'a'
+    soft = refuses == 99} -- 'c'
+  local pos = 5
   while pos <= #text do
     local colon = sfind(text, ':', pos, true)
     local size, own = smatch(ssub(text, pos, colon - 1), '^(%d+)%*?(%d*)$')
@@ -442,7 +451,10 @@ end
 -- Decides one identity's group: its keys from KEYS[k] (state, then one per
 -- sliding log), its arguments from ARGV[a] (limits, info). Puts four numbers per
 -- limit in OUT after its first `n`; returns where the next group starts and how
--- many numbers OUT holds.
+-- many numbers OUT holds. A soft group (a view's policy whose denial refuses
+-- nothing) comes after its identity's other groups (the engine orders them) and is
+-- charged only if none of them that refuse its request was refused: a request
+-- refused counts nowhere in its identity's windows.
 local function run_group(KEYS, ARGV, a, k, n)
   local set, info = limits_of(ARGV[a]), ARGV[a + 1]
   local state_key = KEYS[k]
@@ -487,8 +499,14 @@ local function run_group(KEYS, ARGV, a, k, n)
   end
   if charge then
     if not refused then
-      commit(state_key, WRITES, nw, live, values[1], logs)
+      if not set.soft or index_in(REFUSING, refusing, state_key) > refusing then
+        commit(state_key, WRITES, nw, live, values[1], logs)
+      end
     else
+      if not set.soft and not set.shadow then
+        refusing = refusing + 1
+        REFUSING[refusing] = state_key
+      end
       note_denial(state_key, info, set, at, override == 'b')
       if set.bans and override == nil and not set.shadow and set.overrides then
         note_ban(state_key, label_of(info), set, values, denied_policies(limits, at), now)
@@ -579,7 +597,7 @@ local function check(KEYS, ARGV)
   charge, cost, meta_cap, meta_ttl, retention, index_cap =
     conf[1], conf[2], conf[3], conf[4], conf[5], conf[6]
   now_ms = floor(now / 1000)
-  denied = 0
+  denied, refusing = 0, 0
   pending, pending_every = 0, false
   OUT[1] = now
   local n = 1
