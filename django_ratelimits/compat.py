@@ -30,9 +30,9 @@ from django.utils.module_loading import import_string
 
 from django_ratelimits.conf import get_settings
 from django_ratelimits.decide import Planned, RateLimited, Verdict
-from django_ratelimits.engine import Algorithm, Check, Identity, get_engine
+from django_ratelimits.engine import Algorithm, Check, Gate, Identity, get_engine
 from django_ratelimits.identity import ip_identity, meta_key
-from django_ratelimits.policies.spec import PolicySpec, covers_method
+from django_ratelimits.policies.spec import PolicySpec, covers_method, gated
 from django_ratelimits.rates import Rate
 
 __all__ = ["ALL", "UNSAFE", "Ratelimited", "Usage", "get_usage", "is_ratelimited", "ratelimit"]
@@ -304,8 +304,16 @@ def _spec(name: str, limit: int, period: int, fail_closed: bool) -> PolicySpec:
 
 
 def _decide(request: HttpRequest, spec: PolicySpec, identity: Identity, increment: bool) -> Verdict:
-    """One engine call: charge (``increment``) or look; a Redis failure becomes a verdict."""
-    planned = Planned(request, (spec,), [Check(identity, spec.limits)], observed=increment)
+    """One engine call: charge (``increment``) or look; a Redis failure becomes a verdict.
+
+    A value the client chooses (a header, a query or form field, a callable's answer, a
+    user) passes the client address's identity budget (``IDENTITY_BUDGET``) first, as
+    everywhere in the package: past it, it counts against the address, so that rotating
+    it escapes nothing (``docs/client-ip.md``)."""
+    budget = get_settings().identity_budget_rate
+    gate = Gate(ip_identity(request), budget) if budget and gated(identity.kind) else None
+    check = Check(identity, spec.limits, gate=gate)
+    planned = Planned(request, (spec,), [check], observed=increment)
     return planned.run(
         lambda checks: (get_engine().check if increment else get_engine().peek)(checks),
         charge=increment,

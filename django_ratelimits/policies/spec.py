@@ -114,9 +114,10 @@ def gated(kind: str) -> bool:
     return kind != "ip"
 
 
-GATED_KINDS: Final = tuple(filter(gated, IDENTITY_KINDS))
-"""The kinds of identity a client IP's identity budgets may hold: forgetting the IP
-erases its budget of each (engine/erasure.py)."""
+GATED_KINDS: Final = (*filter(gated, IDENTITY_KINDS), "get", "post")
+"""The kinds of identity a client IP's identity budgets may hold (with the compat
+layer's ``get:`` and ``post:`` keys): forgetting the IP erases its budget of each
+(engine/erasure.py)."""
 
 LOGIN_KEYS = frozenset({KeyKind.IP, *(k for k in KeyKind if "username" in k.value)})
 """The keys a failed-login policy may count by (and the only ones that use a username)."""

@@ -539,4 +539,5 @@ def test_every_kind_of_identity_a_policy_counts_is_known_to_forget_and_to_staff(
 
     counted = {kind for key in KeyKind for kind in key.identity_kinds}
     assert counted == set(IDENTITY_KINDS)
-    assert set(GATED_KINDS) == counted - {"ip"}
+    # And the compat layer's query and form keys (django_ratelimits.compat).
+    assert set(GATED_KINDS) == counted - {"ip"} | {"get", "post"}

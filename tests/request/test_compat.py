@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import itertools
 from collections.abc import Callable
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import AnonymousUser, User
 from django.core.exceptions import ImproperlyConfigured, PermissionDenied
+from django.core.management import call_command
 from django.http import HttpRequest, HttpResponse
 from django.test import Client, RequestFactory, override_settings
 
@@ -25,7 +27,7 @@ from django_ratelimits.compat import (
 from django_ratelimits.engine import Engine
 from django_ratelimits.signals import rate_limited
 from django_ratelimits.testing import FakeClock
-from tests.engine_helpers import check_calls
+from tests.engine_helpers import EPOCH_US, check_calls
 
 pytestmark = pytest.mark.django_db
 
@@ -133,6 +135,51 @@ def test_callable_and_dotted_path_keys_get_the_group_and_request(site_redis: Any
     assert seen == ["tenants"] * 3
     dotted = view_with(key="tests.request.test_compat.tenant_key", rate="1/h")
     assert [dotted(factory.get("/?tenant=a")) for _ in range(2)] == [False, True]
+
+
+def rotating_tenant(group: str, request: HttpRequest) -> str:
+    return request.GET["tenant"]
+
+
+@pytest.mark.parametrize(
+    ("key", "request_for"),
+    [
+        ("header:x-api-key", lambda i: factory.get("/", HTTP_X_API_KEY=f"k{i}")),
+        ("get:q", lambda i: factory.get(f"/?q={i}")),
+        ("post:username", lambda i: factory.post("/", {"username": f"u{i}"})),
+        ("tests.request.test_compat.rotating_tenant", lambda i: factory.get(f"/?tenant={i}")),
+    ],
+)
+def test_a_value_the_client_chooses_passes_the_addresss_identity_budget(
+    site_redis: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    key: str,
+    request_for: Callable[[int], HttpRequest],
+) -> None:
+    """Rotating a key the client chooses escapes nothing: past IDENTITY_BUDGET (50 new
+    values an hour per address, the default) a new value counts against the address."""
+    clock = FakeClock(EPOCH_US)  # a window cannot end between the requests
+    monkeypatch.setattr(compat, "get_engine", lambda: Engine(site_redis, clock=clock))
+    view = view_with(key=key, rate="2/h")
+    let_through = [view(request_for(i)) for i in range(200)].count(False)
+    # 50 values pass the budget, 1 request each; the other 150 share the address's 2.
+    assert let_through == 52
+
+
+def test_forgetting_an_address_erases_its_budgets_of_query_and_form_keys(
+    site_redis: Any,
+) -> None:
+    by_query = view_with(key="get:q", rate="5/h")
+    by_form = view_with(key="post:username", rate="5/h")
+    by_query(factory.get("/?q=a", REMOTE_ADDR="198.51.100.7"))
+    by_form(factory.post("/", {"username": "ann"}, REMOTE_ADDR="198.51.100.7"))
+
+    def budgets() -> list[bytes]:
+        return [k for k in site_redis.scan_iter(match="*:g:*") if b"198.51.100.7" in k]
+
+    assert len(budgets()) == 2
+    call_command("ratelimits", "forget", "ip:198.51.100.7", stdout=io.StringIO())
+    assert budgets() == []
 
 
 def test_hostile_key_values_never_reach_redis_raw(site_redis: Any) -> None:
