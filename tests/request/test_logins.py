@@ -18,11 +18,14 @@ from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.test import AsyncClient, Client, override_settings
 from django.urls import reverse
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from django_ratelimits.engine import Identity, get_engine
 from django_ratelimits.identity import USERNAME_MAX, normalize_username
 from django_ratelimits.logins import BACKEND
 from django_ratelimits.models import Policy
+from django_ratelimits.offenders import Offenders
 from django_ratelimits.policies import get_registry
 from tests.engine_helpers import all_keys, check_calls
 
@@ -148,6 +151,39 @@ def test_case_and_whitespace_variants_are_one_username(site: Any) -> None:
     assert refused(login("alice", RIGHT))
     fullwidth = "\uff21\uff4c\uff49\uff43\uff45"  # "Alice" in full-width letters
     assert normalize_username(f"  {fullwidth}\t") == "alice"  # NFKC, then case folding
+
+
+# Letters whose case folding expands or composes: sharp s, ligatures, dotted capital I,
+# final sigma, iota subscript, and combining marks that compose with what folding leaves.
+_TRICKY = "a\u00dfs\ufb01\u0130\u03a3\u03c2\u0345\u0301\u0300\u0307\u0323 \uff21\u1e9e\u01c4"
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from(_TRICKY), max_size=12).map("".join) | st.text(max_size=30))
+@example("x\u00df\u0301")  # "ss" and the accent, which then compose into "ś"
+def test_a_normalised_username_normalises_to_itself(tried: str) -> None:
+    """Staff name the username the dashboard shows: it must be the identity counted."""
+    once = normalize_username(tried)
+    assert once is None or normalize_username(once) == once
+
+
+def test_staff_act_on_the_username_the_dashboard_lists(site: Any, admin_client: Client) -> None:
+    tried = "x\u00df\u0301"  # ß and a combining acute accent: folds to "ss" and the accent
+    policy(key="username", rates="2/15m")
+    for _ in range(2):
+        login(tried)
+    assert refused(login(tried))
+    listed = json.loads(admin_client.get(reverse("admin:django_ratelimits_offenders_json")).content)
+    [row] = [o for o in listed["offenders"] if o["kind"] == "username"]
+    assert row["value"] == "xs\u015b"
+    assert admin_client.get(row["detail_url"]).context["offender"] is not None
+    fields = {"kind": "username", "value": row["value"], "action": "block", "seconds": "3600"}
+    done = admin_client.post(
+        reverse("admin:django_ratelimits_offender_action"), {**fields, "confirm": "on"}
+    )
+    assert done.status_code == 302
+    assert Offenders().inspect(Identity("username", row["value"])).detail.override is not None
+    assert refused(login(tried, RIGHT))  # the block holds what the attacker sends
 
 
 def test_the_pair_key_does_not_lock_the_victim_out_from_elsewhere(site: Any) -> None:
