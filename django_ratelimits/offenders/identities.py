@@ -4,7 +4,7 @@
 :class:`~django_ratelimits.engine.Identity` the limiter counts, or raises
 :class:`NoSuchIdentity` with the reason no request could ever be counted so:
 
-- ``ip``: an address or a network, as the address group the limiter counts
+- ``ip``: an address, or a network no wider than one address group, as the group the limiter counts
   (``IPV4_PREFIX``, ``IPV6_PREFIX``: ``2001:db8::7`` is ``2001:db8::/64`` by
   default), or ``unknown`` (requests with no usable address); with ``HASH_IPS``
   the value is the group's keyed hash (``h:`` and 32 hex digits), which staff
@@ -96,16 +96,26 @@ def ip_value(value: str) -> str:
 
 
 def address_group(value: str) -> str:
-    """The address group the limiter counts ``value`` (an address or network) in."""
+    """The address group the limiter counts ``value`` (an address or network) in. A
+    network wider than one group is refused: the limiter counts each of its groups
+    apart, and naming its first would act on that one alone."""
     if value == UNKNOWN:
         return value
     config = get_settings()
     address = parse_address(value)
     if address is None:
         try:
-            address = ipaddress.ip_network(value.strip(), strict=False).network_address
+            network = ipaddress.ip_network(value.strip(), strict=False)
         except ValueError:
             raise NoSuchIdentity(f"{value!r} is not an IP address or network") from None
+        prefix = config.ipv4_prefix if network.version == 4 else config.ipv6_prefix
+        if network.prefixlen < prefix:
+            raise NoSuchIdentity(
+                f"{value!r} holds {2 ** (prefix - network.prefixlen):,} address groups of "
+                f"/{prefix}, each counted apart: name one address, or block the network "
+                "in Blocked networks"
+            )
+        address = network.network_address
     return group(address, config.ipv4_prefix, config.ipv6_prefix)
 
 

@@ -36,6 +36,10 @@ def staff(site_redis: Any, admin_client: Client) -> Client:
         ("user", "424242", "no user has the id or username &#x27;424242&#x27;"),
         ("header", "   ", "not only spaces"),
         ("device", "phone", "&#x27;device&#x27; is not a kind of identity"),
+        # A network wider than the address group: acting on its first group alone
+        # would report a network blocked while every other address gets through.
+        ("ip", "203.0.113.0/24", "holds 256 address groups of /32"),
+        ("ip", "2001:db8::/48", "holds 65,536 address groups of /64"),
     ],
 )
 def test_an_identity_no_request_could_be_has_no_page_and_no_action(

@@ -283,6 +283,8 @@ def test_a_user_is_named_by_username_or_id_and_the_block_applies_to_it(engine: E
         ("header: ", "not only spaces"),
         ("key:" + "k" * 1001, "1 to 1000 characters"),
         ("device:phone", "'device' is not a kind of identity"),
+        ("ip:203.0.113.0/24", "holds 256 address groups of /32"),
+        ("ip_username:10.0.0.0/8 admin", "holds 16,777,216 address groups of /32"),
     ],
 )
 @pytest.mark.parametrize("action", [["block", "--for", "5m"], ["allow", "--for", "5m"], ["lift"]])
