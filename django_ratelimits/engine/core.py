@@ -132,6 +132,7 @@ class Engine:
         self._alines = weakref.WeakKeyDictionary()
         self.keys = keys or KeySpace()
         self.metadata_max_entries = metadata_max_entries
+        self.offender_retention = offender_retention  # seconds an offender record lasts
         self._functions = True  # FCALL until Redis says it has no functions (Redis 6)
         self.clock = clock
         self._async_client = async_client

@@ -124,22 +124,28 @@ class OffenderReader:
         cannot be known without them: sorted by denials (the period is checked
         on the records) or filtered by policy. Each shard gives its top entries;
         past the first :data:`EXACT_DEPTH`, only about twice its even share of
-        the merged list, which hashing makes ample.
+        the merged list, which hashing makes ample. Sorted by denials over a
+        period shorter than the records' retention, the most denied of all may
+        all be older than the period: the period's entries are read by time then
+        (the :data:`SCAN_LIMIT` most recent) and ranked by their records' counts.
         """
         now = self.now_ms()
         since = now - period * 1000
         space = self.engine.keys
-        want = offset + limit if kind is None and policy is None else SCAN_LIMIT
+        by_count = order == "denials" and period >= self.engine.offender_retention
+        ranked_here = order == "denials" and not by_count
+        scan = kind is not None or policy is not None or ranked_here
+        want = SCAN_LIMIT if scan else offset + limit
         per_shard = want if want <= EXACT_DEPTH else min(want, 2 * want // space.shards + 50)
         pipe = self._pipeline()
         for shard in range(space.shards):
-            if order == "last":
+            if by_count:
+                counts = space.count_index(shard, shadow=shadow)
+                pipe.zrevrange(counts, 0, per_shard - 1, withscores=True)
+            else:
                 pipe.zrevrangebyscore(
                     space.index(shard, shadow=shadow), "+inf", since, 0, per_shard, withscores=True
                 )
-            else:
-                counts = space.count_index(shard, shadow=shadow)
-                pipe.zrevrange(counts, 0, per_shard - 1, withscores=True)
             pipe.zcount(space.index(shard, shadow=shadow), since, "+inf")
         replies = self._run(pipe)
         ranked = heapq.merge(*replies[0::2], key=lambda item: -item[1])
@@ -153,6 +159,8 @@ class OffenderReader:
         offenders = [o for o in self._records(idents[:want], shadow) if o and o.last_ms >= since]
         if policy is not None:
             offenders = [o for o in offenders if policy in o.by_policy]
+        if ranked_here:  # most denied first; as many, the most recent first (as read)
+            offenders.sort(key=lambda o: -o.denials)
         return OffenderPage(tuple(offenders[offset : offset + limit]), total, now)
 
     def detail(self, identity: Identity, *, now_ms: int | None = None) -> OffenderDetail:

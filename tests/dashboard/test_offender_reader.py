@@ -126,3 +126,32 @@ def test_identities_that_print_alike_are_told_apart(redis_client: Any) -> None:
     for shown in labels:
         assert shown.isprintable() and len(shown) < 250
     assert "header:" + "k" * 193 in labels[0] + labels[1] + labels[2] + labels[3]
+
+
+def test_sorted_by_denials_a_short_period_lists_its_offenders(redis_client: Any) -> None:
+    """The most denied identities of the day may all be older than the period asked for:
+    the page must still list the period's offenders, most denied first."""
+    clock = FakeClock(EPOCH_US)
+    engine = fresh_engine(redis_client, clock)
+    daily = [Limit("api", r, Algorithm.FIXED_WINDOW) for r in parse_rates("1/d")]
+
+    def denied(ip: str, times: int) -> None:
+        for _ in range(times + 1):  # the first is let through
+            engine.check([Check(Identity("ip", ip), daily)])
+            clock.advance(1.1)  # the count index takes a new score at most once a second
+
+    shard = engine.keys.of(Identity("ip", "203.0.113.7")).tag
+    busy = [f"10.0.{n // 256}.{n % 256}" for n in range(5000)]
+    busy = [ip for ip in busy if engine.keys.of(Identity("ip", ip)).tag == shard][:30]
+    for ip in busy:  # this morning's busy offenders, on the same shard
+        denied(ip, 3)
+    clock.advance(2 * 3600)
+    denied("203.0.113.7", 1)
+    denied("203.0.113.8", 2)
+
+    reader = OffenderReader(engine)
+    page = reader.page(period=300, order="denials", limit=26)
+    assert page.total == 2
+    assert [o.label for o in page.offenders] == ["ip:203.0.113.8", "ip:203.0.113.7"]
+    whole_day = reader.page(period=86_400, order="denials", limit=3)
+    assert [o.denials for o in whole_day.offenders] == [3, 3, 3]
