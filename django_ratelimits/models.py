@@ -312,8 +312,39 @@ class Policy(models.Model):
         else:
             if ban is not None:
                 self.ban_within, self.ban_for, self.ban_max = _ban_texts(ban)
+        if self.pk is not None and "key" not in errors and "lease" not in errors:
+            self._check_overrides(errors)
         if errors:
             raise ValidationError(errors)
+
+    def _check_overrides(self, errors: dict[str, ValidationError]) -> None:
+        """Refuse an edit that would leave this policy's identity overrides unused: a key
+        that no longer counts their kind, or an algorithm their rates do not fit (the
+        registry would skip them, while admin still lists them as in force)."""
+        try:
+            kinds = KeyKind(self.key).identity_kinds
+        except ValueError:  # not a key: its field says so
+            return
+        stranded = []
+        for override in self.overrides.all()[:_OVERRIDES_CHECKED]:
+            try:
+                rates_under(self, override.rates)
+            except ValidationError:
+                stranded.append((str(override), "algorithm"))
+                continue
+            if override.identity_kind not in kinds:
+                stranded.append((str(override), "key"))
+        for field in ("key", "algorithm"):
+            names = [name for name, why in stranded if why == field]
+            if names:
+                errors[field] = ValidationError(
+                    _(
+                        "%(count)d identity override(s) of this policy would no longer apply "
+                        "(%(names)s): change or delete them first."
+                    ),
+                    code="overrides_stranded",
+                    params={"count": len(names), "names": ", ".join(names[:5])},
+                )
 
     def to_spec(self) -> PolicySpec:
         """The compiled policy; raises ``ValidationError`` if a field is invalid."""
@@ -660,6 +691,15 @@ class RateOverride(models.Model):
                     code="kind_not_counted",
                     params={"kinds": ", ".join(sorted(kinds)), "kind": self.identity_kind},
                 )
+        elif self.identity_kind and not _counted_by_a_policy(self.identity_kind):
+            errors["policy"] = ValidationError(
+                _(
+                    "No enabled policy counts a %(kind)s by rates over time: this override "
+                    "would apply to nothing."
+                ),
+                code="kind_not_counted",
+                params={"kind": self.identity_kind},
+            )
         if errors:
             raise ValidationError(errors)
 
@@ -670,6 +710,22 @@ class RateOverride(models.Model):
             self.expires_at.timestamp(),
             self.policy.name if self.policy is not None else "",
         )
+
+
+# The overrides of one policy its edit checks (the rest apply as the first do).
+_OVERRIDES_CHECKED = 1000
+
+
+def _counted_by_a_policy(kind: str) -> bool:
+    """Whether an enabled policy that counts rates over time counts identities of ``kind``
+    (an override for every policy applies to those, and spares concurrency policies)."""
+    keys = (
+        Policy.objects.filter(enabled=True)
+        .exclude(algorithm=Algorithm.CONCURRENCY)
+        .values_list("key", flat=True)
+        .distinct()
+    )
+    return any(kind in KeyKind(key).identity_kinds for key in keys)
 
 
 STAMPED_MODELS = (Policy, BlockedNetwork, PolicyTier, RateOverride)

@@ -53,6 +53,7 @@ def override_form(**fields: Any) -> dict[str, Any]:
 
 
 def test_an_override_is_saved_as_the_limiter_counts_it(admin_client: Client) -> None:
+    Policy.objects.create(name="api", rates="10/s", path="^/api/")  # counts addresses
     url = reverse(OVERRIDE_ADD)
     for bad, error in [
         ({"identity": "ip:not-an-address"}, "is not an IP address"),
@@ -67,6 +68,43 @@ def test_an_override_is_saved_as_the_limiter_counts_it(admin_client: Client) -> 
     row = RateOverride.objects.get()
     assert (row.identity_kind, row.identity_value) == ("ip", "2001:db8::/64")
     assert row.created_by == User.objects.get(is_superuser=True)
+
+
+def test_an_override_for_every_policy_needs_one_that_counts_its_kind(
+    admin_client: Client,
+) -> None:
+    """Saved, it would be listed as in force while no check ever read it."""
+    Policy.objects.create(name="api", rates="10/s", path="^/api/")  # counts addresses
+    url = reverse(OVERRIDE_ADD)
+    response = admin_client.post(url, override_form(identity="header:PARTNER"))
+    assert response.status_code == 200
+    assert "No enabled policy counts a header" in response.content.decode()
+    assert not RateOverride.objects.exists()
+    Policy.objects.create(name="keys", rates="10/s", key="header", key_arg="X-Api-Key")
+    assert admin_client.post(url, override_form(identity="header:PARTNER")).status_code == 302
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [({"algorithm": "concurrency", "rates": "5"}, "algorithm"), ({"key": "user"}, "key")],
+    ids=["to-concurrency", "to-user-key"],
+)
+def test_a_policy_edit_that_would_strand_its_overrides_is_a_form_error(
+    admin_client: Client, change: dict[str, str], field: str
+) -> None:
+    from django_ratelimits.engine import Identity
+    from django_ratelimits.policies.registry import PolicyRegistry
+    from tests.overrides_helpers import override
+
+    policy = Policy.objects.create(name="api", rates="10/s, 120/m", path="^/api/")
+    override("ip:203.0.113.7", "1000/h", policy=policy)
+    response = admin_client.post(change_url(policy), form(**change))
+    assert response.status_code == 200
+    errors = response.context["adminform"].form.errors
+    assert "would no longer apply (ip:203.0.113.7)" in str(errors[field])
+    registry = PolicyRegistry()
+    registry.refresh()
+    assert registry.own_limits("api", Identity("ip", "203.0.113.7")) is not None
 
 
 def test_the_override_list_filters_by_expiry_and_searches(admin_client: Client) -> None:

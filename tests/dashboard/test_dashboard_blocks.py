@@ -211,3 +211,17 @@ def test_a_shadow_policy_on_a_blocked_address_refuses_nothing_and_logs_no_refusa
     keys = get_engine().keys.of(ip)
     assert not site_redis.exists(keys.record)
     assert site_redis.hget(keys.shadow_record, "d:!blocked") == b"1"
+
+
+def test_a_block_no_policy_applies_says_so(staff: Client) -> None:
+    """Blocking a header value while no enabled policy counts headers is done (a policy
+    may come), and the page says it decides no request until then."""
+    assert not current().counting("header")
+    fields = {"kind": "header", "value": "LEAKED-KEY", "action": "block", "seconds": "3600"}
+    asked = staff.post(reverse(ACTION), fields)
+    assert b'id="confirm-idle"' in asked.content
+    done = staff.post(reverse(ACTION), {**fields, "confirm": "on"}, follow=True)
+    shown = [str(m) for m in done.context["messages"]]
+    assert any("No enabled policy counts" in m for m in shown)
+    asked = staff.post(reverse(ACTION), {**fields, "kind": "ip", "value": "203.0.113.7"})
+    assert b'id="confirm-idle"' not in asked.content

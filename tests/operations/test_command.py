@@ -256,7 +256,7 @@ def test_block_allow_and_lift(engine: Engine) -> None:
     assert not engine.check([Check(ip, login.limits)]).allowed
 
     data = run_json("allow", "ip:192.0.2.1", "--for", "30m")
-    assert data == {"action": "allow", "identity": "ip:192.0.2.1", "seconds": 1800}
+    assert data == {"action": "allow", "identity": "ip:192.0.2.1", "seconds": 1800, "idle": False}
     assert all(engine.check([Check(ip, login.limits)]).allowed for _ in range(5))
 
     lifted = run_json("lift", "ip:192.0.2.1")["lifted"]
@@ -439,3 +439,10 @@ def test_shadow_hits_are_listed_and_shown_apart_from_denials(engine: Engine) -> 
     text = run("show", f"ip:{OFFICE}")
     assert "denials:  none recorded" in text
     assert "would have been denied (shadow mode, let through): 2 (watch 2)" in text
+
+
+def test_a_block_no_policy_applies_says_so(engine: Engine) -> None:
+    data = run_json("block", "header:LEAKED-KEY", "--for", "5m")
+    assert data["idle"] is True
+    assert "No enabled policy counts header identities" in run("allow", "header:K", "--for", "5m")
+    assert run_json("block", "ip:203.0.113.7", "--for", "5m")["idle"] is False

@@ -50,7 +50,15 @@ def test_a_wrong_override_exits_with_the_reason(args: tuple[str, ...], error: st
 
 def test_every_policy_is_a_star() -> None:
     Policy.objects.create(name="api", rates="2/h")
+    Policy.objects.create(name="keys", rates="2/h", key="header", key_arg="X-Api-Key")
     run("override", "header:partner", "*", "50/s", "--for", "7d", "--reason", "partner")
     assert RateOverride.objects.get().policy is None
     assert run_json("unoverride", "header:partner", "api")["ended"] == 0
     assert run_json("unoverride", "header:partner", "*")["ended"] == 1
+
+
+def test_an_override_for_every_policy_of_a_kind_none_counts_is_refused() -> None:
+    Policy.objects.create(name="api", rates="2/h")  # counts addresses only
+    with pytest.raises(CommandError, match="No enabled policy counts a header"):
+        run("override", "header:partner", "*", "50/s", "--for", "7d", "--reason", "partner")
+    assert not RateOverride.objects.exists()

@@ -43,6 +43,7 @@ from django_ratelimits.offenders import (
     UnknownPolicy,
     policy_names,
 )
+from django_ratelimits.policies.registry import current
 
 # How admin's "Recent actions" marks each action: an override is added or deleted.
 _FLAGS = {
@@ -72,6 +73,9 @@ def offender_action(request: HttpRequest, site: AdminSite) -> HttpResponse:
         back = reverse(f"{site.name}:django_ratelimits_blocks")
     else:
         back = detail_url(site, operation.identity)
+    idle = operation.action in (Action.BLOCK, Action.ALLOW) and not current().counting(
+        operation.identity.kind
+    )
     if not form.cleaned_data["confirm"]:
         context = {
             **admin_context(request, site, gettext("Are you sure?")),
@@ -81,6 +85,7 @@ def offender_action(request: HttpRequest, site: AdminSite) -> HttpResponse:
             "detail_url": back,
             "back": form.cleaned_data["back"],
             "own": own(request, operation.identity),
+            "idle": idle,
         }
         return TemplateResponse(request, TEMPLATES + "confirm.html", context)
     try:
@@ -95,7 +100,16 @@ def offender_action(request: HttpRequest, site: AdminSite) -> HttpResponse:
         return HttpResponseRedirect(back)
     log(cast(int, request.user.pk), operation)
     messages.success(request, operation.describe())
+    if idle:
+        messages.warning(request, idle_warning(operation.identity.kind))
     return HttpResponseRedirect(back)
+
+
+def idle_warning(kind: str) -> str:
+    """What staff are told of a block or allow-listing that no enabled policy applies."""
+    return gettext(
+        "No enabled policy counts %(kind)s identities: no policy applies this until one does."
+    ) % {"kind": kind_label(kind)}
 
 
 def own(request: HttpRequest, identity: Identity) -> bool:

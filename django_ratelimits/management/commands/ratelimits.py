@@ -309,12 +309,19 @@ def _overriding(mode: str) -> Callable[[dict[str, Any]], Report]:
         identity, seconds = _identity(options["ident"]), options["seconds"]
         service = Offenders(get_engine)
         (service.block if mode == "block" else service.allow)(identity, seconds, by=_who())
-        data = {"action": mode, "identity": label(identity), "seconds": seconds}
+        idle = not current().counting(identity.kind)
+        data = {"action": mode, "identity": label(identity), "seconds": seconds, "idle": idle}
         effect = "denied" if mode == "block" else "admitted uncounted"
-        return data, (
+        text = (
             f"{label(identity)}: {mode}ed for {span(seconds)}; every check of it is {effect} "
             f"until then (end it early with: ratelimits lift {label(identity)})."
         )
+        if idle:
+            text += (
+                f" No enabled policy counts {identity.kind} identities: no policy applies "
+                "this until one does."
+            )
+        return data, text
 
     return apply
 
