@@ -10,6 +10,7 @@ override indexes, never scanning keys. Any Redis failure raises
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -19,7 +20,7 @@ from redis.exceptions import RedisClusterException, RedisError
 from django_ratelimits.engine import overrides, script
 from django_ratelimits.engine.core import Engine
 from django_ratelimits.engine.errors import BackendError
-from django_ratelimits.engine.keys import BAN_FIELD, HORIZON, OVERRIDE, label
+from django_ratelimits.engine.keys import BAN_FIELD, HORIZON, OVERRIDE, label, shard_share
 from django_ratelimits.engine.limits import Identity, Limit
 from django_ratelimits.engine.overrides import Note, Override
 
@@ -123,21 +124,29 @@ class Controls:
         except _REDIS_ERRORS as exc:
             raise BackendError(f"could not lift the override of {label(identity)}: {exc}") from exc
 
-    def active(self) -> ActiveOverrides:
-        """Every block and allow-listing in force (at most :data:`ACTIVE_MAX` per
-        shard), from the override indexes: two round trips after Redis' time."""
+    def active(self, offset: int = 0, limit: int | None = None) -> ActiveOverrides:
+        """The blocks and allow-listings in force, soonest to end first, from the override
+        indexes (two round trips after Redis' time): ``limit`` of them from ``offset``
+        (a page), or with no ``limit`` every one (at most :data:`ACTIVE_MAX` per shard).
+        Only the page's overrides are read."""
         engine = self.engine
-        shards = range(engine.keys.shards)
+        shards = engine.keys.shards
+        per_shard = ACTIVE_MAX if limit is None else shard_share(offset + limit, shards)
         try:
             now_us = engine.now_us()
             now_ms = now_us // 1000
             pipe = engine.client.pipeline(transaction=False)
-            for shard in shards:
+            for shard in range(shards):
                 index = engine.keys.override_index(shard)
                 pipe.zcount(index, f"({now_ms}", "+inf")
-                pipe.zrangebyscore(index, f"({now_ms}", "+inf", start=0, num=ACTIVE_MAX)
+                pipe.zrangebyscore(
+                    index, f"({now_ms}", "+inf", start=0, num=per_shard, withscores=True
+                )
             replies = pipe.execute()
-            idents = [m.decode() for members in replies[1::2] for m in members]
+            ending = heapq.merge(*replies[1::2], key=lambda member: member[1])
+            idents = [m.decode() for m, _ in ending]
+            if limit is not None:
+                idents = idents[offset : offset + limit]
             pipe = engine.client.pipeline(transaction=False)
             for who in idents:
                 keys = engine.keys.of_ident(who)

@@ -61,6 +61,18 @@ OVERRIDE = "x"
 BAN_FIELD = "!ban|"
 
 
+# Down to this depth every shard gives all its entries to a merge of the shards'
+# indexes (the offenders, the overrides in force), so the merge is exact.
+EXACT_DEPTH = 100
+
+
+def shard_share(want: int, shards: int) -> int:
+    """How many entries of each of ``shards`` indexes to read so that their merge holds
+    its first ``want``: all of them down to :data:`EXACT_DEPTH`, then about twice an even
+    share, which hashing identities to shards makes ample."""
+    return want if want <= EXACT_DEPTH else min(want, 2 * want // shards + 50)
+
+
 def key_part(value: str) -> str:
     """``value`` if it is short and safe in a key, else ``~`` and its digest.
 

@@ -27,7 +27,7 @@ from django_ratelimits.engine import hits as hit_entries
 from django_ratelimits.engine.core import Engine
 from django_ratelimits.engine.errors import BackendError
 from django_ratelimits.engine.hits import Hit
-from django_ratelimits.engine.keys import OVERRIDE
+from django_ratelimits.engine.keys import OVERRIDE, shard_share
 from django_ratelimits.engine.limits import Identity
 from django_ratelimits.engine.overrides import Override, decode
 
@@ -35,8 +35,6 @@ Order = Literal["last", "denials"]
 _ERRORS = (RedisError, RedisClusterException)
 # How far down the merged index a filtered page may look.
 SCAN_LIMIT = 5000
-# Down to this depth every shard gives all its entries, so the merge is exact.
-EXACT_DEPTH = 100
 
 
 @dataclass(frozen=True)
@@ -122,9 +120,8 @@ class OffenderReader:
 
         Records are read for the page's rows only, except where the rows
         cannot be known without them: sorted by denials (the period is checked
-        on the records) or filtered by policy. Each shard gives its top entries;
-        past the first :data:`EXACT_DEPTH`, only about twice its even share of
-        the merged list, which hashing makes ample. Sorted by denials over a
+        on the records) or filtered by policy. Each shard gives its top entries
+        (:func:`~django_ratelimits.engine.keys.shard_share`). Sorted by denials over a
         period shorter than the records' retention, the most denied of all may
         all be older than the period: the period's entries are read by time then
         (the :data:`SCAN_LIMIT` most recent) and ranked by their records' counts.
@@ -136,7 +133,7 @@ class OffenderReader:
         ranked_here = order == "denials" and not by_count
         scan = kind is not None or policy is not None or ranked_here
         want = SCAN_LIMIT if scan else offset + limit
-        per_shard = want if want <= EXACT_DEPTH else min(want, 2 * want // space.shards + 50)
+        per_shard = shard_share(want, space.shards)
         pipe = self._pipeline()
         for shard in range(space.shards):
             if by_count:

@@ -255,9 +255,10 @@ class Offenders:
         self._changed()
         return before
 
-    def active(self) -> ActiveOverrides:
-        """The blocks and allow-listings in force, soonest to end first."""
-        return self.controls.active()
+    def active(self, offset: int = 0, limit: int | None = None) -> ActiveOverrides:
+        """The blocks and allow-listings in force, soonest to end first: ``limit`` of them
+        from ``offset``, or every one."""
+        return self.controls.active(offset, limit)
 
     def perform(self, operation: Operation, *, by: str = "") -> None:
         """Do ``operation`` (see the methods above); ``by`` is who does it."""

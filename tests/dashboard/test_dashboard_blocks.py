@@ -225,3 +225,23 @@ def test_a_block_no_policy_applies_says_so(staff: Client) -> None:
     assert any("No enabled policy counts" in m for m in shown)
     asked = staff.post(reverse(ACTION), {**fields, "kind": "ip", "value": "203.0.113.7"})
     assert b'id="confirm-idle"' not in asked.content
+
+
+def test_the_active_blocks_page_shows_a_page_at_a_time(staff: Client, frozen_clock: Any) -> None:
+    """Bans on identities an attacker chooses can put tens of thousands of overrides in
+    force: the page reads and renders one page of them, soonest to end first."""
+    service = Offenders()
+    for n in range(250):  # the n-th ends after n + 1 minutes
+        service.block(Identity("header", f"key-{n:03d}"), 60 * (n + 1))
+    first = staff.get(reverse(BLOCKS))
+    rows = first.context["rows"]
+    assert [r["override"].label for r in rows[:2]] == ["header:key-000", "header:key-001"]
+    assert len(rows) == 100 and first.context["pages"] == 3
+    page = first.content.decode()
+    assert "250 in force." in page and f"{reverse(BLOCKS)}?page=2" in page
+    last = staff.get(reverse(BLOCKS), {"page": "3"})
+    labels = [r["override"].label for r in last.context["rows"]]
+    assert labels == [f"header:key-{n:03d}" for n in range(200, 250)]
+    assert last.context["next_url"] is None
+    for junk in ("0", "-1", "x", "9" * 40):  # any other page is the first, or the deepest
+        assert staff.get(reverse(BLOCKS), {"page": junk}).status_code == 200

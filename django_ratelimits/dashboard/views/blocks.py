@@ -24,24 +24,44 @@ from django_ratelimits.engine.keys import ident
 from django_ratelimits.offenders import Action, Offenders
 from django_ratelimits.offenders.text import duration
 
+# Rows of a page, and the deepest page shown (bans on client-chosen identities can hold
+# tens of thousands of overrides: a page is read and rendered, never the whole index).
+PER_PAGE = 100
+MAX_PAGE = 200
+
 
 def blocks_page(request: HttpRequest, site: AdminSite) -> HttpResponse:
     require_view(request)
+    page = _page(request.GET.get("page"))
     context: dict[str, Any] = {
         **admin_context(request, site, gettext("Active blocks and allow-listings")),
         "action_url": reverse(f"{site.name}:django_ratelimits_offender_action"),
         "can_lift": request.user.has_perm(Action.LIFT.permission),
+        "page": page,
     }
     try:
-        active = Offenders().active()
+        active = Offenders().active((page - 1) * PER_PAGE, PER_PAGE)
     except BackendError as exc:
         context["error"] = gettext("Could not read the blocks from Redis: %(error)s") % {
             "error": exc
         }
         return TemplateResponse(request, TEMPLATES + "blocks.html", context)
+    pages = max(1, min(MAX_PAGE, -(-active.total // PER_PAGE)))
+    here = reverse(f"{site.name}:django_ratelimits_blocks")
     context["rows"] = [_row(o, site) for o in active.overrides]
-    context["more"] = active.total - len(active.overrides)
+    context["total"] = active.total
+    context["pages"] = pages
+    context["previous_url"] = f"{here}?page={page - 1}" if page > 1 else None
+    context["next_url"] = f"{here}?page={page + 1}" if page < pages else None
+    context["more"] = max(0, active.total - MAX_PAGE * PER_PAGE)
     return TemplateResponse(request, TEMPLATES + "blocks.html", context)
+
+
+def _page(text: str | None) -> int:
+    """The page asked for: 1 unless a whole number, at most :data:`MAX_PAGE`."""
+    if text is None or not text.isdigit() or len(text) > 6:
+        return 1
+    return max(1, min(int(text), MAX_PAGE))
 
 
 def _row(override: ActiveOverride, site: AdminSite) -> dict[str, Any]:
