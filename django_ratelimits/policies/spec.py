@@ -236,11 +236,21 @@ class PolicySpec:
         return not self.methods or covers_method(self.methods, method)
 
 
+KNOWN_METHODS: Final = frozenset(
+    {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"}
+)
+"""The methods HTTP defines (RFC 9110, and PATCH): a limit on some of them counts any other."""
+
+
 def covers_method(methods: Collection[str], method: str) -> bool:
     """Whether a limit on ``methods`` (upper-case names) counts a ``method`` request.
 
     HEAD counts wherever GET does: Django runs a view's GET code for HEAD, so a
-    GET limit that let HEAD through would do the same work for free.
+    GET limit that let HEAD through would do the same work for free. A method HTTP
+    does not define (``FOO``, ``PROPFIND``) counts under every limit: a function view
+    that does not check the method runs the same code for it as for GET.
     """
     method = method.upper()
-    return method in methods or (method == "HEAD" and "GET" in methods)
+    return (
+        method in methods or (method == "HEAD" and "GET" in methods) or method not in KNOWN_METHODS
+    )

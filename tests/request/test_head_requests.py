@@ -83,3 +83,15 @@ def test_a_drf_throttle_on_a_get_policy_counts_head_requests_and_refuses_them(
 ) -> None:
     policy(name="head-drf", rates="2/h", methods="GET")
     assert head_then_get("/drf") == [200, 200, 429, 429]
+
+
+@pytest.mark.parametrize("path", ["/page", "/decorated", "/compat", "/compat-fn"])
+def test_a_method_http_does_not_define_counts_under_a_get_limit(frozen: None, path: str) -> None:
+    """A function view that does not check the method runs its GET code for ``FOO``
+    too: a GET limit counts it, as it counts HEAD."""
+    if path == "/page":
+        policy(name="head-path", rates="2/h", path=r"^/page", methods="GET")
+    client = Client()
+    sent = [client.generic("FOO", path).status_code for _ in range(2)]
+    assert [*sent, client.get(path).status_code] == [200, 200, 429]
+    assert client.generic("PROPFIND", path).status_code == 429
