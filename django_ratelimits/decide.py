@@ -18,7 +18,7 @@ enforced limit from counting, and the other way round; what it would have
 denied is recorded apart from denials), and so does each ``soft`` policy (a
 view's ``@ratelimit(block=False)``, whose denial refuses nothing: it never stops
 the other limits from counting a request that goes on, and counts only a request
-its identity's other policies let through). An identity's checks share one hit
+the other policies let through). An identity's checks share one hit
 entry per request, recorded as its policies' ``record_metadata`` asks (by
 default only when a policy denied, or would have denied, it). A client-chosen
 identity (header, callable, user) is gated by its policy's identity budget

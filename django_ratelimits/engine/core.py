@@ -189,18 +189,44 @@ class Engine:
 
         One round trip, but on a cluster where a gated identity lives in another
         slot than its client IP: that identity's group goes in a second one, and
-        only if its gate let it through.
+        only if its gate let it through. And on a cluster, a request with soft checks
+        whose other checks span several calls sends its soft checks last, in a round
+        of their own, charged only if no other check refused (else peeked): within one
+        call the script itself charges them only then.
         """
+        checks = list(checks)
         calls = self._prepare(checks, mode, cost)
-        token = _token(calls)
+        soft: list[Check] = []
+        if mode == "c" and _spread(calls) and any(c.soft for c in checks):
+            # A soft check is charged only if the request's refusing checks pass: where
+            # they span several calls (a cluster), their answers come first, then the
+            # soft checks in a round of their own (peeked if a refusing check refused).
+            soft = [c for c in checks if c.soft and c.limits]
+            calls = self._prepare([c for c in checks if not c.soft], mode, cost)
+        found, token = yield from self._round(calls, mode, cost, _token(calls))
+        if soft:
+            shadow = {limit for c in checks if c.shadow for limit in c.limits}
+            refused = any(not r.allowed and r.limit not in shadow for r in found.results)
+            after = "p" if refused else mode
+            calls = self._plan(soft, after, cost, token)
+            more, token = yield from self._round(calls, after, cost, token or _token(calls))
+            found = _Found(found.results + more.results, max(found.now_us, more.now_us), [])
+        held = () if token is None or mode != "c" else self._held(found.results, token)
+        return Decision(results=tuple(found.results), now_us=found.now_us, held=held)
+
+    def _round(
+        self, calls: list[_Call], mode: str, cost: int, token: bytes | None
+    ) -> Generator[list[_Call], list[Any], tuple[_Found, bytes | None]]:
+        """What ``calls`` found (``token``: the request id they send, if any), with the
+        second round trip of the gated identities they let through that live in another
+        slot than their client IP (a cluster); and the request id sent by then."""
         found = self._decode(calls, (yield calls))
         if found.later:
             calls = self._plan(found.later, mode, cost, token)
             token = token or _token(calls)
             more = self._decode(calls, (yield calls))
             found = _Found(found.results + more.results, max(found.now_us, more.now_us), [])
-        held = () if token is None or mode != "c" else self._held(found.results, token)
-        return Decision(results=tuple(found.results), now_us=found.now_us, held=held)
+        return found, token
 
     def _held(self, results: list[LimitResult], token: bytes) -> tuple[Held, ...]:
         """The slots ``token`` may hold: those of the concurrency limits that admitted
@@ -542,6 +568,14 @@ class Engine:
         if line is not None:
             return await line.send(wire.pack(command))
         return await client.execute_command(*command, **route)
+
+
+def _spread(calls: list[_Call]) -> bool:
+    """Whether the calls' answers come from several scripts: several calls, or a gated
+    identity decided in a second round trip (a cluster)."""
+    return len(calls) > 1 or any(
+        isinstance(part, _Gated) and part.own is None for call in calls for part in call.parts
+    )
 
 
 def _token(calls: list[_Call]) -> bytes | None:

@@ -267,9 +267,10 @@ class Check:
     a check is still all or nothing.
     A ``soft`` check is one whose denial refuses nothing (a view's
     ``@ratelimit(block=False)``): decided apart, so that its denial never stops the
-    identity's other limits from counting a request that goes on, and charged only
-    if the call's checks of its identity that are neither soft nor shadow all pass (a
-    refused request counts nowhere in that identity's windows).
+    other limits from counting a request that goes on, and charged only if the
+    request's checks that are neither soft nor shadow all pass (soft limits count the
+    requests that go on; on a cluster, where those checks span several calls, the soft
+    ones follow in a round of their own).
     """
 
     identity: Identity

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 import redis
 from redis.cluster import RedisCluster
 
-from django_ratelimits.engine import RATE_ALGORITHMS, Algorithm, Check, Engine, Identity, Limit
+from django_ratelimits.engine import (
+    RATE_ALGORITHMS,
+    Algorithm,
+    Check,
+    Engine,
+    Gate,
+    Identity,
+    Limit,
+)
 from django_ratelimits.engine.controls import Controls
 from django_ratelimits.exceptions import BackendError
 from django_ratelimits.rates import Rate, parse_rates
@@ -105,10 +114,55 @@ def test_a_refused_request_charges_no_soft_check_of_its_identity(
     other = Check(USER, limits("5/m", algorithm, "soft-user"), soft=True)
     for _ in range(4):
         engine.check([hard, soft, other])
-    # Three requests were refused by the address's hard limit: its soft limit counted
-    # only the one let through; another identity's soft check counts on its own.
+    # Three requests were refused by the address's hard limit: the soft limits, the
+    # address's and the user's, counted only the one let through.
     assert engine.peek([soft]).results[0].remaining == 4
-    assert engine.peek([other]).results[0].remaining == 1
+    assert engine.peek([other]).results[0].remaining == 4
+
+
+def _apart(engine: Engine, one: Identity, other: Identity) -> bool:
+    """Whether two identities' keys live in different slots (always, standalone)."""
+    return engine._slot(engine.keys.of(one).encoded_state) != engine._slot(
+        engine.keys.of(other).encoded_state
+    ) or not isinstance(engine.client, RedisCluster)
+
+
+@pytest.mark.parametrize("gated", ["refusing", "soft"])
+def test_a_soft_check_waits_for_a_refusing_check_decided_in_another_call(
+    redis_client: Any, gated: str
+) -> None:
+    """On a cluster a gated identity in another slot than its client IP is decided in a
+    second round trip: a soft check of it must still wait for its refusing check."""
+    engine = fresh_engine(redis_client, FakeClock(EPOCH_US))
+    client = Identity("ip", "198.51.100.4")
+    assert _apart(engine, USER, client)
+    gate = Gate(client, Rate(5, 3600))
+    hard = Check(USER, limits("1/m", Algorithm.FIXED_WINDOW, "hard"))
+    soft = Check(USER, limits("5/m", Algorithm.FIXED_WINDOW, "soft"), soft=True)
+    if gated == "refusing":
+        hard = replace(hard, gate=gate)
+    else:
+        soft = replace(soft, gate=gate)
+    decisions = [engine.check([soft, hard]) for _ in range(4)]
+    assert [d.allowed for d in decisions] == [True, False, False, False]
+    assert engine.peek([replace(soft, gate=None)]).results[0].remaining == 4
+
+
+def test_a_request_its_address_refuses_for_a_user_over_budget_costs_the_soft_check_nothing(
+    redis_client: Any,
+) -> None:
+    """A user past the address's identity budget is counted against the address, which
+    refuses: the user's soft check (under another budget, or none) is not charged."""
+    engine = fresh_engine(redis_client, FakeClock(EPOCH_US))
+    client = Identity("ip", "198.51.100.4")
+    hard = limits("1/m", Algorithm.FIXED_WINDOW, "hard")
+    gate = Gate(client, Rate(1, 3600))
+    engine.check([Check(Identity("user", "other"), hard, gate=gate)])  # takes the one place
+    soft = Check(USER, limits("5/m", Algorithm.FIXED_WINDOW, "soft"), soft=True)
+    decisions = [engine.check([Check(USER, hard, gate=gate), soft]) for _ in range(4)]
+    # Counted against the address (1/m): one let through, three refused.
+    assert [d.allowed for d in decisions] == [True, False, False, False]
+    assert engine.peek([soft]).results[0].remaining == 4
 
 
 def test_identities_are_decided_separately(redis_client: Any) -> None:

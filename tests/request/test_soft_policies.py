@@ -46,6 +46,11 @@ def members(request: HttpRequest) -> HttpResponse:
     return HttpResponse("members")
 
 
+@ratelimit("s-keyed", rate="5/m", key="header:x-api-key", block=False)  # default budget
+def keyed(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("keyed")
+
+
 def plain(request: HttpRequest) -> HttpResponse:
     return HttpResponse("plain")
 
@@ -56,6 +61,7 @@ urlpatterns = [
     path("loose", loose),
     path("members", members),
     path("plain", plain),
+    path("keyed", keyed),
     path("accounts/login/", plain),
 ]
 
@@ -133,3 +139,24 @@ def test_a_blocking_view_policy_refuses_where_its_decorator_is_never_reached(
     assert statuses("/members", 6) == [302, 302] + [429] * 4
     # The site policy counted the two let through, and no refused one.
     assert statuses("/plain", 4) == [200, 200, 200, 429]
+
+
+def test_a_refused_request_costs_a_soft_policy_under_another_budget_nothing(site: Any) -> None:
+    """The path's policy counts the same API key with no identity budget, the view's
+    soft policy with the default one: on a cluster their checks go in different calls,
+    and the soft one must still wait for the path's answer."""
+    Policy.objects.create(
+        name="s-keyed-path",
+        rates="1/m",
+        path=r"^/keyed",
+        key="header",
+        key_arg="x-api-key",
+        identity_budget="off",
+    )
+    get_registry().refresh()
+    client = Client(HTTP_X_API_KEY="k-1")
+    assert [client.get("/keyed").status_code for _ in range(5)] == [200] + [429] * 4
+    Policy.objects.filter(name="s-keyed-path").delete()
+    get_registry().refresh()
+    # Four refused requests cost s-keyed (5/m) nothing: this second one leaves 3.
+    assert client.get("/keyed").headers["RateLimit"].startswith('"s-keyed";r=3;')

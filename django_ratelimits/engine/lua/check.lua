@@ -12,8 +12,8 @@
 --       are one string: "<e or s><o or x><n, d or a><r or c>" (an enforced or a
 --       shadow group; decided by an override or never; no hit entry, or one
 --       recorded on a denial or on every hit; a group whose denial refuses the
---       request, or a soft one, charged only if its identity's refusing groups pass:
---       see run_group), then each limit's spec
+--       request, or a soft one, charged only if the call's refusing groups pass: see
+--       run_group), then each limit's spec
 --       "<algorithm>|<limit>|<window_us>|<capacity>|<policy>" (also the
 --       limit's field in the state HASH) after its length and ':', or after
 --       "<length>*<cost>:" when the limit charges its own cost instead of the
@@ -63,10 +63,8 @@ local now, now_ms, charge, cost, meta_cap, meta_ttl, retention, index_cap
 -- the default (record denials) makes no entry, so builds nothing.
 local PENDING, PENDING_STRIDE = {}, 5
 local pending, pending_every
--- The state keys of the enforced groups refused in this call that refuse their
--- request (REFUSING, kept between calls, `refusing` of them): a soft group of
--- one of these identities is not charged.
-local REFUSING = {}
+-- How many enforced groups that refuse their request were refused in this call: a
+-- soft group is charged only while there are none.
 local refusing
 
 -- The denied groups of this call (DENIAL_STRIDE slots each in DENIALS, a table kept
@@ -452,9 +450,10 @@ end
 -- sliding log), its arguments from ARGV[a] (limits, info). Puts four numbers per
 -- limit in OUT after its first `n`; returns where the next group starts and how
 -- many numbers OUT holds. A soft group (a view's policy whose denial refuses
--- nothing) comes after its identity's other groups (the engine orders them) and is
--- charged only if none of them that refuse its request was refused: a request
--- refused counts nowhere in its identity's windows.
+-- nothing) comes after the call's other groups (the engine orders them, and sends
+-- soft groups in a call of their own when a request spans several) and is charged
+-- only if none of those that refuse the request was refused: soft limits count the
+-- requests that go on.
 local function run_group(KEYS, ARGV, a, k, n)
   local set, info = limits_of(ARGV[a]), ARGV[a + 1]
   local state_key = KEYS[k]
@@ -499,13 +498,12 @@ local function run_group(KEYS, ARGV, a, k, n)
   end
   if charge then
     if not refused then
-      if not set.soft or index_in(REFUSING, refusing, state_key) > refusing then
+      if refusing == 0 or not set.soft then
         commit(state_key, WRITES, nw, live, values[1], logs)
       end
     else
       if not set.soft and not set.shadow then
         refusing = refusing + 1
-        REFUSING[refusing] = state_key
       end
       note_denial(state_key, info, set, at, override == 'b')
       if set.bans and override == nil and not set.shadow and set.overrides then
