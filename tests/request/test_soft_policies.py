@@ -46,8 +46,8 @@ def members(request: HttpRequest) -> HttpResponse:
     return HttpResponse("members")
 
 
-@ratelimit("s-keyed", rate="5/m", key="header:x-api-key", block=False)  # default budget
-def keyed(request: HttpRequest) -> HttpResponse:
+@ratelimit("s-keyed", block=False)  # its row comes from the test (no default: nothing
+def keyed(request: HttpRequest) -> HttpResponse:  # declared that other tests would see)
     return HttpResponse("keyed")
 
 
@@ -141,20 +141,19 @@ def test_a_blocking_view_policy_refuses_where_its_decorator_is_never_reached(
     assert statuses("/plain", 4) == [200, 200, 200, 429]
 
 
-def test_a_refused_request_costs_a_soft_policy_under_another_budget_nothing(site: Any) -> None:
-    """The path's policy counts the same API key with no identity budget, the view's
-    soft policy with the default one: on a cluster their checks go in different calls,
-    and the soft one must still wait for the path's answer."""
+def test_a_refused_request_costs_a_soft_policy_under_another_budget_nothing(
+    site: Any, django_user_model: Any
+) -> None:
+    """The path's policy counts the same user with no identity budget, the view's soft
+    policy with the default one: on a cluster their checks go in different calls, and
+    the soft one must still wait for the path's answer."""
+    Policy.objects.create(name="s-keyed", rates="5/m", key="user")  # the default budget
     Policy.objects.create(
-        name="s-keyed-path",
-        rates="1/m",
-        path=r"^/keyed",
-        key="header",
-        key_arg="x-api-key",
-        identity_budget="off",
+        name="s-keyed-path", rates="1/m", path=r"^/keyed", key="user", identity_budget="off"
     )
     get_registry().refresh()
-    client = Client(HTTP_X_API_KEY="k-1")
+    client = Client()
+    client.force_login(django_user_model.objects.create_user("soft-tester"))
     assert [client.get("/keyed").status_code for _ in range(5)] == [200] + [429] * 4
     Policy.objects.filter(name="s-keyed-path").delete()
     get_registry().refresh()
