@@ -29,10 +29,10 @@ from django.http import HttpRequest
 from django.utils.module_loading import import_string
 
 from django_ratelimits.conf import get_settings
-from django_ratelimits.decide import Planned, RateLimited, Verdict
-from django_ratelimits.engine import Algorithm, Check, Gate, Identity, get_engine
+from django_ratelimits.decide import Planned, RateLimited, Verdict, gate_of
+from django_ratelimits.engine import Algorithm, Check, Identity, get_engine
 from django_ratelimits.identity import ip_identity, meta_key
-from django_ratelimits.policies.spec import PolicySpec, covers_method, gated
+from django_ratelimits.policies.spec import PolicySpec, covers_method
 from django_ratelimits.rates import Rate
 
 __all__ = ["ALL", "UNSAFE", "Ratelimited", "Usage", "get_usage", "is_ratelimited", "ratelimit"]
@@ -310,8 +310,7 @@ def _decide(request: HttpRequest, spec: PolicySpec, identity: Identity, incremen
     user) passes the client address's identity budget (``IDENTITY_BUDGET``) first, as
     everywhere in the package: past it, it counts against the address, so that rotating
     it escapes nothing (``docs/client-ip.md``)."""
-    budget = get_settings().identity_budget_rate
-    gate = Gate(ip_identity(request), budget) if budget and gated(identity.kind) else None
+    gate = gate_of(request, identity, get_settings().identity_budget_rate)
     check = Check(identity, spec.limits, gate=gate)
     planned = Planned(request, (spec,), [check], observed=increment)
     return planned.run(

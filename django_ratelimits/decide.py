@@ -577,9 +577,7 @@ def _plan(
         budget = _budget(policy)
         alone = policy.name if soft and policy.name in soft and not policy.shadow else None
         for identity in identities(request, policy):
-            gate = None
-            if budget is not None and gated(identity.kind):
-                gate = Gate(ip_identity(request), budget)
+            gate = gate_of(request, identity, budget)
             group = (identity, policy.shadow, gate, alone)
             own = limits_for(registry, request, policy, identity)
             varied = varied or own is not policy.limits
@@ -606,6 +604,15 @@ def _plan(
         for (i, s, g, a), limits in groups.items()
     ]
     return applied, checks, _effective(applied, checks) if varied else ()
+
+
+def gate_of(request: HttpRequest, identity: Identity, budget: Rate | None) -> Gate | None:
+    """The identity budget ``identity`` must pass first: ``budget`` of the request's client
+    IP, for a kind the client chooses (header, callable, user); None for the IP itself,
+    or with no budget."""
+    if budget is None or not gated(identity.kind):
+        return None
+    return Gate(ip_identity(request), budget)
 
 
 def _budget(policy: PolicySpec) -> Rate | None:

@@ -388,7 +388,7 @@ def normalize_username(value: object) -> str | None:
 
 
 # Passes of normalize_username: each changes a text only by composing what the last one's
-# folding left apart; two settle every string tried (tests/request/test_identity.py).
+# folding left apart; two settle every string tried (tests/request/test_logins.py).
 _FOLD_PASSES: Final = 4
 
 

@@ -325,17 +325,16 @@ class Policy(models.Model):
             kinds = KeyKind(self.key).identity_kinds
         except ValueError:  # not a key: its field says so
             return
-        stranded = []
+        stranded: dict[str, list[str]] = {"key": [], "algorithm": []}  # by the field to blame
         for override in self.overrides.all()[:_OVERRIDES_CHECKED]:
             try:
                 rates_under(self, override.rates)
             except ValidationError:
-                stranded.append((str(override), "algorithm"))
+                stranded["algorithm"].append(str(override))
                 continue
             if override.identity_kind not in kinds:
-                stranded.append((str(override), "key"))
-        for field in ("key", "algorithm"):
-            names = [name for name, why in stranded if why == field]
+                stranded["key"].append(str(override))
+        for field, names in stranded.items():
             if names:
                 errors[field] = ValidationError(
                     _(

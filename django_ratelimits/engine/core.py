@@ -196,13 +196,14 @@ class Engine:
         """
         checks = list(checks)
         calls = self._prepare(checks, mode, cost)
-        soft: list[Check] = []
-        if mode == "c" and _spread(calls) and any(c.soft for c in checks):
+        soft = [c for c in checks if c.soft and c.limits] if mode == "c" else []
+        if soft and _spread(calls):
             # A soft check is charged only if the request's refusing checks pass: where
             # they span several calls (a cluster), their answers come first, then the
             # soft checks in a round of their own (peeked if a refusing check refused).
-            soft = [c for c in checks if c.soft and c.limits]
             calls = self._prepare([c for c in checks if not c.soft], mode, cost)
+        else:
+            soft = []
         found, token = yield from self._round(calls, mode, cost, _token(calls))
         if soft:
             shadow = {limit for c in checks if c.shadow for limit in c.limits}
