@@ -26,6 +26,7 @@ from django_ratelimits import (
     network_admin,  # noqa: F401  (registers the blocklist's admin)
 )
 from django_ratelimits.admin_overrides import PolicyTierInline, tier_who
+from django_ratelimits.admin_search import BoundedSearch
 from django_ratelimits.dashboard.urls import dashboard_urls
 from django_ratelimits.engine import Algorithm, Ban
 from django_ratelimits.models import OffenderDashboard, Policy
@@ -79,7 +80,7 @@ class KeyArgInput(forms.TextInput):
 
 
 @admin.register(Policy)
-class PolicyAdmin(admin.ModelAdmin):
+class PolicyAdmin(BoundedSearch):
     list_display = (
         "name",
         "enabled",

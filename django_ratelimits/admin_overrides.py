@@ -18,6 +18,7 @@ from django.utils import timezone
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
+from django_ratelimits.admin_search import BoundedSearch
 from django_ratelimits.models import PolicyTier, RateOverride
 from django_ratelimits.offenders.identities import NoSuchIdentity, parse
 from django_ratelimits.policies.tiers import Tier
@@ -83,7 +84,7 @@ class ExpiryFilter(admin.SimpleListFilter):
 
 
 @admin.register(RateOverride)
-class RateOverrideAdmin(admin.ModelAdmin):
+class RateOverrideAdmin(BoundedSearch):
     form = RateOverrideForm
     list_display = ("__str__", "policy", "rates", "expires_at", "in_force", "reason", "created_by")
     list_filter = (ExpiryFilter, "identity_kind", "policy")

@@ -21,6 +21,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from django_ratelimits.admin_search import BoundedSearch
 from django_ratelimits.identity import client_address, parse_address
 from django_ratelimits.models import BlockedNetwork, BlockedNetworkQuerySet
 from django_ratelimits.policies.networks import BROADEST_PREFIX, IPAddress, parse_network
@@ -86,7 +87,7 @@ class ExpiryFilter(admin.SimpleListFilter):
 
 
 @admin.register(BlockedNetwork)
-class BlockedNetworkAdmin(admin.ModelAdmin):
+class BlockedNetworkAdmin(BoundedSearch):
     form = BlockedNetworkForm
     fields = ("network", "reason", "enabled", "expires_at", "confirm_own_address")
     list_display = (
