@@ -189,8 +189,9 @@ class Policy(models.Model):
         max_length=100,
         blank=True,
         help_text=_(
-            "Comma-separated, e.g. “GET, POST”. Empty: every method. GET covers HEAD "
-            "too: Django answers HEAD with the GET code."
+            "Comma-separated, e.g. “GET, POST”. Empty: every method. GET covers every "
+            "method but POST, PUT, PATCH and DELETE (HEAD, OPTIONS, TRACE): a view that "
+            "does not check the method answers them with its GET code."
         ),
     )
     exempt_staff = models.BooleanField(_("exempt staff"), default=False)

@@ -241,16 +241,21 @@ KNOWN_METHODS: Final = frozenset(
 )
 """The methods HTTP defines (RFC 9110, and PATCH): a limit on some of them counts any other."""
 
+WRITE_METHODS: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+"""The methods that send a change: a GET limit counts every method but these."""
+
 
 def covers_method(methods: Collection[str], method: str) -> bool:
     """Whether a limit on ``methods`` (upper-case names) counts a ``method`` request.
 
-    HEAD counts wherever GET does: Django runs a view's GET code for HEAD, so a
-    GET limit that let HEAD through would do the same work for free. A method HTTP
-    does not define (``FOO``, ``PROPFIND``) counts under every limit: a function view
-    that does not check the method runs the same code for it as for GET.
+    A function view runs its GET code for any method it does not check for, so a GET
+    limit counts every method but the writes (:data:`WRITE_METHODS`): HEAD (Django
+    answers it with the GET code), OPTIONS, TRACE and CONNECT. A method HTTP does not
+    define (``FOO``, ``PROPFIND``) counts under every limit.
     """
     method = method.upper()
     return (
-        method in methods or (method == "HEAD" and "GET" in methods) or method not in KNOWN_METHODS
+        method in methods
+        or method not in KNOWN_METHODS
+        or ("GET" in methods and method not in WRITE_METHODS)
     )
