@@ -366,7 +366,7 @@ _LOGIN: Final = "_ratelimits_username"
 def normalize_username(value: object) -> str | None:
     """A username as a failed-login policy counts it: NFKC, case-folded, spaces
     trimmed and runs of them made one, at most :data:`USERNAME_MAX` characters;
-    ``None`` for nothing (or no string) to count.
+    ``None`` for nothing to count (``None``, or a value whose text is blank).
 
     ``Admin``, `` admin`` and ``ADMIN`` in full-width letters are one username:
     variants an attacker writes never count apart (``docs/logins.md``). Normalising
@@ -375,9 +375,12 @@ def normalize_username(value: object) -> str | None:
     not enough (``ß`` and a combining accent fold to ``ss`` and the accent, which NFKC
     then composes into ``ś``), so passes repeat until the text holds still.
     """
-    if not isinstance(value, str):
+    if value is None:
         return None
-    text = value[:USERNAME_MAX]
+    # A value that is not a string (a JSON login's ``{"username": 12345}``) counts as
+    # its text: Django's ModelBackend looks the user up by it, and a CharField lookup
+    # turns any value into its text, so it tries that account's password.
+    text = (value if isinstance(value, str) else str(value))[:USERNAME_MAX]
     for _ in range(_FOLD_PASSES):
         folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
         folded = " ".join(folded.split())[:USERNAME_MAX]

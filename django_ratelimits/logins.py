@@ -14,7 +14,8 @@ is never counted by the middleware. Instead:
   identity already over its limit) costs neither call; the cache counts it.
 * Django's ``user_login_failed`` signal charges the failed attempt: one engine
   call in check mode, for the request the signal carries.
-* ``user_logged_in`` clears the counters of policies with ``reset_on_success``.
+* ``user_logged_in`` clears the counters of policies with ``reset_on_success``: the
+  username's and the (IP, username) pair's, never the IP's.
 
 A policy's path pattern, when it has one, names the login URLs it guards;
 ``authenticate()`` without a request counts nothing. Sync and async
@@ -47,6 +48,12 @@ __all__ = ["BACKEND", "FailedLoginBackend", "logged_in", "login_failed"]
 logger = logging.getLogger("django_ratelimits")
 
 BACKEND: Final = "django_ratelimits.logins.FailedLoginBackend"
+
+RESET_KINDS: Final = frozenset({"username", "ip_username"})
+"""The identities a successful login clears: those that name the user who proved the
+password. Never the client IP alone, which others share and an attacker can log in
+from to his own account: clearing it would clear the failures (and the ban level) his
+guesses at other accounts earned."""
 
 
 class FailedLoginBackend:
@@ -126,7 +133,8 @@ def login_failed(
 
 
 def logged_in(sender: object, request: Any = None, user: Any = None, **_: Any) -> None:
-    """``user_logged_in``: clear the counters of the policies with ``reset_on_success``."""
+    """``user_logged_in``: clear the counters of the policies with ``reset_on_success``
+    that name the user who logged in (:data:`RESET_KINDS`), never the client IP's."""
     request = _http(request)
     if request is None:
         return
@@ -139,7 +147,8 @@ def logged_in(sender: object, request: Any = None, user: Any = None, **_: Any) -
     limits: dict[Identity, list[Limit]] = {}
     for spec in specs:
         for identity in identities(request, spec):
-            limits.setdefault(identity, []).extend(registry.every_limit(spec, identity))
+            if identity.kind in RESET_KINDS:
+                limits.setdefault(identity, []).extend(registry.every_limit(spec, identity))
     controls = Controls(get_engine())
     try:
         for identity, its_limits in limits.items():

@@ -130,8 +130,8 @@ class Policy(models.Model):
         _("reset on successful login"),
         default=False,
         help_text=_(
-            "Failed logins only: a successful login clears this policy's counters of its "
-            "IP and username."
+            "Failed logins only: a successful login clears this policy's counters of the "
+            "username (and of the IP and username pair), never the IP's alone."
         ),
     )
     cost = models.PositiveIntegerField(
@@ -300,6 +300,15 @@ class Policy(models.Model):
             errors["reset_on_success"] = ValidationError(
                 _("Only a policy that counts failed logins resets on a successful login."),
                 code="reset_needs_logins",
+            )
+        elif self.reset_on_success and self.key == KeyKind.IP:
+            errors["reset_on_success"] = ValidationError(
+                _(
+                    "A successful login clears only the username's counters, never the "
+                    "client IP's: anyone with an account could clear the failures an "
+                    "address made against others. Count by username too, or leave this off."
+                ),
+                code="reset_needs_username",
             )
         budget = _collect(errors, "identity_budget", parse_identity_budget, self.identity_budget)
         if budget is not None:

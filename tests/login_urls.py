@@ -1,9 +1,12 @@
-"""Login views for the failed-login tests: Django's, admin's, an async one and DRF's token view."""
+"""Login views for the failed-login tests: Django's, admin's, an async one, a JSON one and
+DRF's token view."""
 
 from __future__ import annotations
 
+import json
+
 from django.contrib import admin
-from django.contrib.auth import aauthenticate, alogin
+from django.contrib.auth import aauthenticate, alogin, authenticate, login
 from django.contrib.auth.views import LoginView
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import path
@@ -27,10 +30,22 @@ async def async_login(request: HttpRequest) -> HttpResponse:
     return HttpResponse("welcome")
 
 
+@csrf_exempt
+def json_login(request: HttpRequest) -> HttpResponse:
+    """Passes the decoded JSON values to ``authenticate()`` as they are, numbers included."""
+    body = json.loads(request.body)
+    user = authenticate(request, username=body.get("username"), password=body.get("password"))
+    if user is None:
+        return HttpResponse("wrong", status=401)
+    login(request, user)
+    return HttpResponse("welcome")
+
+
 urlpatterns = [
     path("accounts/login/", LoginView.as_view(template_name="admin/login.html")),
     path("admin/", admin.site.urls),
     path("async-login", async_login),
     path("api-token-auth/", obtain_auth_token),
     path("api/hello", hello),
+    path("json-login", json_login),
 ]
