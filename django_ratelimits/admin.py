@@ -296,7 +296,7 @@ def describe(spec: PolicySpec, enabled: bool = True) -> list[str]:
             )
         )
         if spec.reset_on_success:
-            sentences.append(gettext("A successful login clears the username's counters."))
+            sentences.append(gettext("A successful login clears the counters of its username."))
     exempt = _exemptions(spec)
     if exempt:
         sentences.append(gettext("Exempt: %(exempt)s.") % {"exempt": exempt})

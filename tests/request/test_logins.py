@@ -522,7 +522,10 @@ def test_admin_saves_a_failed_login_policy_and_previews_it(admin_client: Client)
     row = Policy.objects.get(name="logins")
     assert row.to_spec().failed_logins and row.reset_on_success
     page = admin_client.get(change_url(row)).content.decode()
-    assert "per username tried" in page and "A successful login clears the username's counters." in page
+    assert (
+        "per username tried" in page
+        and "A successful login clears the counters of its username." in page
+    )
     refused_form = admin_client.post(add_url(), form(name="bad", key="username"))
     assert "key" in refused_form.context["adminform"].form.errors
 
