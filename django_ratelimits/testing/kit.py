@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -48,6 +49,8 @@ logger = logging.getLogger("django_ratelimits")
 
 _DAY_US = 86_400 * 1_000_000
 _active: list[str] = []  # what is on now, innermost last (system check E100 reads it)
+_owner: int | None = None  # the thread that turned it on
+_lock = threading.Lock()
 
 
 def active() -> tuple[str, ...]:
@@ -57,11 +60,28 @@ def active() -> tuple[str, ...]:
 
 @contextmanager
 def _on(what: str) -> Iterator[None]:
-    _active.append(what)
+    """Notes ``what`` as on in the block. The kit changes the whole process (its
+    settings, registry and clock), and each part puts back on exit what it found on
+    entry: two threads whose blocks overlap would leave the first one's state behind,
+    limiting off for good. So it is refused in a thread while another has it on."""
+    global _owner
+    with _lock:
+        me = threading.get_ident()
+        if _active and _owner != me:
+            raise RuntimeError(
+                f"django_ratelimits.testing: {what}() entered in a thread while another "
+                f"thread has {', '.join(_active)}() on. The kit changes the whole process: "
+                "use it from one thread at a time (a test's), never in a view or a task."
+            )
+        _owner = me
+        _active.append(what)
     try:
         yield
     finally:
-        _active.remove(what)
+        with _lock:
+            _active.remove(what)
+            if not _active:
+                _owner = None
 
 
 def _settings(**changes: object) -> override_settings:

@@ -3,6 +3,8 @@ it (nor pytest), no setting turns on its clock, and a kit left on fails the chec
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from django.conf import settings
 from django.core.checks import run_checks
@@ -61,3 +63,39 @@ def test_a_kit_left_on_is_a_check_error() -> None:
     finally:
         entered.__exit__(None, None, None)
     assert kit_errors() == []
+
+
+def test_the_kit_refuses_a_second_thread_while_one_has_it_on() -> None:
+    """Two threads whose blocks overlap (a view or a task using the kit in a threaded
+    worker) would each put back what it found: the second to leave restores the
+    first's state, limiting off for good with nothing on for E100 to see (an attack
+    review). The second thread is refused before it changes anything."""
+    inside, leave = threading.Event(), threading.Event()
+    refused: list[BaseException] = []
+
+    def first() -> None:
+        with disable_ratelimits():
+            inside.set()
+            leave.wait(10)
+
+    def second() -> None:
+        inside.wait(10)
+        try:
+            with disable_ratelimits():
+                pass
+        except RuntimeError as error:
+            refused.append(error)
+        finally:
+            leave.set()
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(20)
+    [error] = refused
+    assert "another thread has disable_ratelimits() on" in str(error)
+    assert get_settings().enabled  # both left: limiting is on again
+    assert kit_errors() == []
+    with disable_ratelimits(), fake_clock():  # one thread may still nest them
+        assert not get_settings().enabled
