@@ -33,8 +33,16 @@ class CircuitBreaker:
     def is_open(self) -> bool:
         return self._opened_at is not None
 
+    def may_try(self) -> bool:
+        """Whether Redis may be asked: closed, or open long enough for a trial that no
+        request has taken yet. Takes nothing (see :meth:`allow`)."""
+        opened_at = self._opened_at
+        return opened_at is None or time.monotonic() - opened_at >= get_settings().breaker_cooldown
+
     def allow(self) -> bool:
-        """Whether to ask Redis now: closed, or open long enough for one trial."""
+        """Whether to ask Redis now: closed, or open long enough for one trial, which
+        this takes: call it just before asking, and :meth:`abandon` the trial if the
+        call ends neither in :meth:`success` nor in :meth:`failure`."""
         opened_at = self._opened_at
         if opened_at is None:
             return True
@@ -46,6 +54,15 @@ class CircuitBreaker:
                 return False  # another request took the trial
             self._opened_at = now
             return True
+
+    def abandon(self) -> None:
+        """The call that took the trial ended otherwise (an exception of the code around
+        it, a cancelled task): the trial is due again, so that the next request makes it
+        instead of the breaker staying open for a cooldown that tried nothing."""
+        if self._opened_at is not None:
+            with self._lock:
+                if self._opened_at is not None:
+                    self._opened_at = time.monotonic() - get_settings().breaker_cooldown
 
     def success(self) -> None:
         if self._failures or self._opened_at is not None:

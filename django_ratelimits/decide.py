@@ -326,7 +326,7 @@ class Planned:
         self.observer = metrics.observer() if observed else None
         if not self.checks:
             self.verdict = Verdict(self.applied, considered=self.considered)
-        elif not breaker.allow():
+        elif not breaker.may_try():
             self.verdict = self._refused(BackendError("circuit breaker open"))
 
     def run(
@@ -376,21 +376,31 @@ class Planned:
     def _call(
         self, call: Callable[[list[Check]], Decision], cache: DenialCache | None = None
     ) -> Verdict:
+        if not breaker.allow():  # another request took the trial
+            return self._refused(BackendError("circuit breaker open"))
         sent = None if cache is None else cache.sending()
         try:
             decision = self._ask(call)
         except BackendError as error:
             return self.failed(error, cache)
+        except BaseException:
+            breaker.abandon()
+            raise
         return self._received(decision, cache, sent)
 
     async def _acall(
         self, call: Callable[[list[Check]], Awaitable[Decision]], cache: DenialCache | None = None
     ) -> Verdict:
+        if not breaker.allow():
+            return self._refused(BackendError("circuit breaker open"))
         sent = None if cache is None else cache.sending()
         try:
             decision = await self._aask(call)
         except BackendError as error:
             return self.failed(error, cache)
+        except BaseException:
+            breaker.abandon()
+            raise
         return self._received(decision, cache, sent)
 
     def _received(

@@ -231,6 +231,32 @@ def test_redis_down_fails_open_or_closed_and_the_breaker_opens(site_redis: Any) 
     assert [f["fail_closed"] for f in failures] == [False] * 4 + [True]
 
 
+def test_a_trial_that_ends_in_an_exception_is_made_by_the_next_request(site_redis: Any) -> None:
+    """Half-open, the breaker gives one request the trial. A request that took it and
+    ended in an exception of its own (a cancelled task, code around the call) used to
+    keep the breaker open for another cooldown without asking Redis: limits failed open
+    that much longer. The trial is due again, and the next request makes it."""
+    import time
+
+    from django_ratelimits.breaker import breaker
+    from django_ratelimits.decide import Planned
+
+    row = policy(name="trial", rates="2/m", path=r"^/api/hello")
+    with override_settings(DJANGO_RATELIMITS=_config(BREAKER_COOLDOWN=3600)):
+        breaker._opened_at = time.monotonic() - 3601  # open, its cooldown over
+        request = RequestFactory().get("/api/hello")
+
+        def cancelled(checks: object) -> Any:
+            raise KeyboardInterrupt  # what a BaseException out of the call looks like
+
+        with pytest.raises(KeyboardInterrupt):
+            Planned(request, (row.to_spec(),)).run(cancelled)
+        assert breaker.is_open
+        statuses = [Client().get("/api/hello").status_code for _ in range(3)]
+    assert not breaker.is_open  # the next request made the trial, and Redis answered
+    assert statuses == [200, 200, 429]
+
+
 def _config(**extra: object) -> dict[str, object]:
     return {"REDIS": _redis_setting(), **extra}
 
