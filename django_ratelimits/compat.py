@@ -222,10 +222,16 @@ def _methods(method: Methods) -> frozenset[str]:
     return frozenset(m.upper() for m in methods if m is not None)
 
 
+def _every(method: Methods) -> bool:
+    """Whether ``method`` counts every method: ``ALL``, or any list holding ``None``
+    (``[None]`` would otherwise count nothing, silently)."""
+    return method == ALL or (not isinstance(method, str) and None in method)
+
+
 def _counts(request: HttpRequest, method: Methods) -> bool:
     """Whether ``method`` counts the request: HEAD counts where GET does, unlike
     django-ratelimit (Django answers HEAD with the view's GET code)."""
-    return method == ALL or covers_method(_methods(method), request.method or "GET")
+    return _every(method) or covers_method(_methods(method), request.method or "GET")
 
 
 def _rate(group: str, request: HttpRequest, rate: RateArg) -> tuple[int, int] | None:
@@ -286,7 +292,7 @@ def _policy_name(group: str, method: Methods) -> str:
     becomes a readable start and a digest of the whole, so different groups
     never share a name.
     """
-    if method != ALL:
+    if not _every(method):
         group += "@" + "+".join(sorted(_methods(method)))
     if _SAFE_NAME.fullmatch(group):
         return group

@@ -217,6 +217,18 @@ def test_only_the_given_methods_are_counted_or_limited(site_redis: Any) -> None:
     assert ratelimit.ALL is ALL and ratelimit.UNSAFE is UNSAFE  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize("method", [[None], [None, "POST"], (None,)])
+def test_a_method_list_holding_none_counts_every_method(site_redis: Any, method: Any) -> None:
+    """``ALL`` is ``(None,)``: a list holding None means the same, where it counted
+    nothing, silently (django-ratelimit raises on it)."""
+    view = view_with(key="ip", rate="2/h", method=method)
+    assert [view(factory.get("/")), view(factory.put("/")), view(factory.post("/"))] == [
+        False,
+        False,
+        True,
+    ]
+
+
 def test_stacked_decorators_on_different_methods_count_apart(site_redis: Any) -> None:
     @ratelimit(key="ip", rate="1/h", method="GET", block=False)
     @ratelimit(key="ip", rate="1/h", method="POST", block=False)
