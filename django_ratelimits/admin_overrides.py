@@ -19,8 +19,9 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from django_ratelimits.admin_search import BoundedSearch
+from django_ratelimits.engine import Identity
 from django_ratelimits.models import PolicyTier, RateOverride
-from django_ratelimits.offenders.identities import NoSuchIdentity, parse
+from django_ratelimits.offenders.identities import NoSuchIdentity, counted_now, parse
 from django_ratelimits.policies.tiers import Tier
 
 
@@ -93,7 +94,10 @@ class RateOverrideAdmin(BoundedSearch):
 
     @admin.display(description=_("in force"), boolean=True)
     def in_force(self, obj: RateOverride) -> bool:
-        return obj.expires_at > timezone.now()
+        """Not expired, and an identity the limiter counts under the settings now (an IP
+        saved before ``HASH_IPS`` or the prefixes changed is not: check W012)."""
+        identity = Identity(obj.identity_kind, obj.identity_value)
+        return obj.expires_at > timezone.now() and counted_now(identity)
 
     def save_model(self, request: HttpRequest, obj: RateOverride, form: Any, change: bool) -> None:
         if not change and request.user.is_authenticated:

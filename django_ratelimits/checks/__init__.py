@@ -25,16 +25,28 @@ below them, and nothing imports them but ``apps.ready`` (which registers them).
 ``W004``                  the policy table cannot be read, so E006 cannot tell
 ``W005``                  ``FailedLoginBackend`` is not first in ``AUTHENTICATION_BACKENDS``
 ``W011``                  a tier names a group that does not exist (it matches nobody)
+``W012``                  an IP override names the IP as counted before ``HASH_IPS``,
+                          ``IPV4_PREFIX`` or ``IPV6_PREFIX`` changed (it matches nobody)
 ========================  =========================================================
 
 ``setup`` holds E001 to E004, E007, E009 and W001; ``policies`` E005, E006, E008 and
 W004 (with ``references``, the places code names a policy); ``redis_server``
-W002 and W003; ``logins`` W005; ``tiers`` W011; ``bans`` E010; ``kit`` E100.
+W002 and W003; ``logins`` W005; ``tiers`` W011;
+``overrides`` W012; ``bans`` E010; ``kit`` E100.
 """
 
 from __future__ import annotations
 
-from django_ratelimits.checks import bans, kit, logins, policies, redis_server, setup, tiers
+from django_ratelimits.checks import (
+    bans,
+    kit,
+    logins,
+    overrides,
+    policies,
+    redis_server,
+    setup,
+    tiers,
+)
 from django_ratelimits.checks.common import REDIS_TAG, TAG
 from django_ratelimits.checks.redis_server import PING_TIMEOUT
 
@@ -45,6 +57,7 @@ __all__ = [
     "bans",
     "kit",
     "logins",
+    "overrides",
     "policies",
     "redis_server",
     "setup",

@@ -95,6 +95,21 @@ def ip_value(value: str) -> str:
     return counted_ip(address_group(value), config)
 
 
+def counted_now(identity: Identity) -> bool:
+    """Whether the limiter counts requests as ``identity`` under the settings now: false
+    for an IP (or the IP of an ``ip_username``) stored as counted before ``HASH_IPS``,
+    ``IPV4_PREFIX`` or ``IPV6_PREFIX`` changed (``203.0.113.5`` once the limiter counts
+    ``203.0.113.0/24``, or ``h:`` and a hash once it counts addresses). A hash made under
+    another secret has the counted form and cannot be told from a current one."""
+    if identity.kind not in ("ip", "ip_username"):
+        return True
+    address = identity.value.partition(" ")[0]
+    try:
+        return ip_value(address) == address
+    except NoSuchIdentity:
+        return False
+
+
 def address_group(value: str) -> str:
     """The address group the limiter counts ``value`` (an address or network) in. A
     network wider than one group is refused: the limiter counts each of its groups
