@@ -77,7 +77,9 @@ def user_behind(pk: object | None) -> str:
 
 
 def username_behind(name: str) -> str:
-    """``username:<name>`` for the username a login tried (in its IP's list)."""
+    """``username:<name>`` for the username a login tried (in its IP's list), cut to 150
+    printable characters: an entry stays short whatever was typed. The logins write it
+    and erasure looks for it (:func:`behind`), so a long or unprintable name is found."""
     return f"username:{printable(name, 150).replace('|', '/')}"
 
 
@@ -87,7 +89,10 @@ def ip_behind(address: str) -> str:
 
 
 def behind(identity: Identity) -> str:
-    """``identity`` as a hit entry names it behind another one (``user:42``, ``ip:...``)."""
+    """``identity`` as a hit entry names it behind another one (``user:42``, ``ip:...``,
+    a username as :func:`username_behind` writes it): what erasure looks for."""
+    if identity.kind == "username":
+        return username_behind(identity.value)
     return _named(identity.kind, identity.value)
 
 

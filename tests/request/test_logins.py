@@ -552,6 +552,31 @@ def test_forgetting_an_address_erases_the_usernames_it_tried(site: Any) -> None:
     assert [k for k in all_keys(engine.client) if address in k] == []
 
 
+@pytest.mark.parametrize(
+    ("name", "needle"),
+    [
+        ("a" * 140 + "@example.org", "a" * 60),
+        ("b" * 60 + "@" + "c" * 90 + ".example.org", "b" * 60 + "@"),
+        ("mallory\u200b@example.org", "mallory"),  # a zero-width space cannot be printed
+    ],
+    ids=["152-chars", "163-chars", "unprintable"],
+)
+def test_forgetting_a_username_erases_it_from_its_addresses_hits_however_written(
+    site: Any, name: str, needle: str
+) -> None:
+    """An address's hit entry names a username cut to 150 printable characters
+    (engine/hits.py): erasure looks for it as the entry writes it, not the full name."""
+    from django.core.management import call_command
+
+    from tests.dashboard.test_privacy import naming
+
+    policy(key="ip_and_username", record_metadata="every")
+    assert login(name).status_code == 200
+    assert naming(site, needle), "the address's list names the username"
+    call_command("ratelimits", "forget", f"username:{name}", stdout=io.StringIO())
+    assert naming(site, needle) == {}
+
+
 def test_a_locked_out_username_is_refused_without_redis_and_every_refusal_counted(
     site: Any, frozen_clock: Any
 ) -> None:
