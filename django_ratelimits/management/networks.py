@@ -21,7 +21,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import CommandError
 from django.utils import timezone
 
-from django_ratelimits.management.output import Data, table
+from django_ratelimits.management.output import Data, in_effect, table
 from django_ratelimits.models import BlockedNetwork
 from django_ratelimits.offenders.text import span
 from django_ratelimits.policies.networks import parse_network
@@ -69,7 +69,8 @@ def block_network(options: dict[str, Any]) -> Report:
     entry.save()
     until = "until unblocked" if seconds is None else f"for {span(seconds)}"
     return entry_data(entry), (
-        f"{entry.network}: blocked {until}; every worker refuses it within POLICY_REFRESH "
+        f"{entry.network}: blocked {until}; "
+        f"{in_effect('every worker refuses it within POLICY_REFRESH')} "
         f"(end it early with: ratelimits unblock-network {entry.network})."
     )
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from django_ratelimits.conf import get_settings
 from django_ratelimits.engine import LimitResult
 from django_ratelimits.engine.hits import ANONYMOUS, DENIED, SHADOW, Hit
 from django_ratelimits.engine.offenders import Offender
@@ -17,6 +18,17 @@ from django_ratelimits.engine.overrides import Override
 from django_ratelimits.offenders.text import span
 
 Data = dict[str, Any]
+
+SWITCHED_OFF = (
+    'limiting is switched off (DJANGO_RATELIMITS["ENABLED"] is False): no request is '
+    "refused or counted until it is on"
+)
+
+
+def in_effect(effect: str) -> str:
+    """``effect``, what an action does to requests; while ``ENABLED`` is False, that it
+    does nothing yet (the row or key is kept, and applies once limiting is on)."""
+    return effect if get_settings().enabled else SWITCHED_OFF
 
 
 def offender_data(offender: Offender, override: Override | None) -> Data:

@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from django_ratelimits.engine import Identity
 from django_ratelimits.engine.keys import label
-from django_ratelimits.management.output import Data, table
+from django_ratelimits.management.output import Data, in_effect, table
 from django_ratelimits.models import Policy, RateOverride
 from django_ratelimits.offenders.text import span
 
@@ -86,7 +86,8 @@ def override(identity: Identity, options: dict[str, Any], who: str) -> Report:
     row.save()
     data = {"action": "override", **_row_data(row)}
     return data, (
-        f"{label(identity)}: {row.rates} under {data['policy']} for {span(seconds)} "
+        f"{label(identity)}: {row.rates} under {data['policy']} for {span(seconds)}; "
+        f"{in_effect('every worker applies it within POLICY_REFRESH')} "
         f"(end it early with: ratelimits unoverride {label(identity)})."
     )
 

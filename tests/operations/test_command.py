@@ -320,7 +320,7 @@ def test_status_describes_redis_and_the_index(engine: Engine) -> None:
     assert data["policies"] == len(current().all()) >= 2
     assert data["breaker_open"] is False
     text = run("status")
-    assert text.startswith("Redis: reachable, ")
+    assert text.startswith("limiting: on\nRedis: reachable, ")
     assert "offender index: 4 identities (all shards)" in text
     assert "circuit breaker: closed" in text
     assert data["metrics"] is False and "metrics: off" in text
@@ -329,6 +329,39 @@ def test_status_describes_redis_and_the_index(engine: Engine) -> None:
     ):
         assert run_json("status")["metrics"] == "prometheus"
         assert "metrics: prometheus" in run("status")
+
+
+def switched_off() -> Any:
+    """``DJANGO_RATELIMITS["ENABLED"] = False``: the master switch off."""
+    return override_settings(DJANGO_RATELIMITS={**settings.DJANGO_RATELIMITS, "ENABLED": False})
+
+
+def test_status_says_whether_limiting_is_switched_on(engine: Engine) -> None:
+    assert run_json("status")["enabled"] is True
+    assert "limiting: on\n" in run("status")
+    with switched_off():
+        assert run_json("status")["enabled"] is False
+        text = run("status")
+    assert 'limiting: OFF (DJANGO_RATELIMITS["ENABLED"] is False)' in text
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["block", "ip:192.0.2.1", "--for", "1h"],
+        ["allow", "ip:192.0.2.1", "--for", "1h"],
+        ["override", "ip:192.0.2.1", "api", "9/h", "--for", "1h", "--reason", "r"],
+    ],
+    ids=lambda args: args[0],
+)
+def test_an_action_says_it_does_nothing_while_limiting_is_switched_off(
+    engine: Engine, args: list[str]
+) -> None:
+    policy(name="api", rates="3/m", key="ip")
+    with switched_off():
+        text = run(*args)
+    assert 'limiting is switched off (DJANGO_RATELIMITS["ENABLED"] is False)' in text
+    assert "every check" not in text
 
 
 # --------------------------------------------------------------------------- errors

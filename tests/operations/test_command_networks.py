@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from django_ratelimits.models import BlockedNetwork, PolicyVersion
 from django_ratelimits.policies import get_registry
-from tests.operations.test_command import run, run_json
+from tests.operations.test_command import run, run_json, switched_off
 
 pytestmark = pytest.mark.django_db
 
@@ -37,6 +37,13 @@ def test_block_list_and_unblock_a_network() -> None:
     assert run("unblock-network", "203.0.113.0/24").startswith("203.0.113.0/24: 1 entry removed")
     assert not BlockedNetwork.objects.exists()
     assert "nothing removed" in run("unblock-network", "203.0.113.0/24")
+
+
+def test_a_network_blocked_while_limiting_is_switched_off_says_it_is_not_refused() -> None:
+    with switched_off():
+        text = run("block-network", "203.0.113.0/24", "--reason", "scraper")
+    assert text.startswith("203.0.113.0/24: blocked until unblocked; limiting is switched off")
+    assert "refuses" not in text
 
 
 def test_a_single_address_and_a_mapped_one_are_stored_canonically() -> None:

@@ -66,6 +66,7 @@ from django_ratelimits.management.output import (
     ago,
     by_policy,
     hit_data,
+    in_effect,
     named,
     offender_data,
     override_data,
@@ -313,8 +314,9 @@ def _overriding(mode: str) -> Callable[[dict[str, Any]], Report]:
         data = {"action": mode, "identity": label(identity), "seconds": seconds, "idle": idle}
         effect = "denied" if mode == "block" else "admitted uncounted"
         text = (
-            f"{label(identity)}: {mode}ed for {span(seconds)}; every check of it is {effect} "
-            f"until then (end it early with: ratelimits lift {label(identity)})."
+            f"{label(identity)}: {mode}ed for {span(seconds)}; "
+            f"{in_effect(f'every check of it is {effect} until then')} "
+            f"(end it early with: ratelimits lift {label(identity)})."
         )
         if idle:
             text += (
@@ -368,6 +370,7 @@ def status(options: dict[str, Any]) -> Report:
             "topology": "cluster" if isinstance(engine.client, RedisCluster) else "standalone",
             "nodes": nodes,
         },
+        "enabled": config.enabled,
         "key_prefix": config.key_prefix,
         "shards": engine.keys.shards,
         "policies": len(current().all()),
@@ -380,8 +383,10 @@ def status(options: dict[str, Any]) -> Report:
         f"    {n['address']:<22} {n['role']:<8} Redis {n['version']:<8} PING {n['ping_ms']:.2f} ms"
         for n in nodes
     ]
+    switch = "on" if config.enabled else 'OFF (DJANGO_RATELIMITS["ENABLED"] is False)'
     text = "\n".join(
         [
+            f"limiting: {switch}",
             f"Redis: reachable, {data['redis']['topology']}, {len(nodes)} node(s):",
             *node_lines,
             f"keys: prefix {config.key_prefix!r}, {engine.keys.shards} shards",
