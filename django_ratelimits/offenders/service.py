@@ -42,7 +42,7 @@ from django_ratelimits.engine.offenders import (
     OffenderReader,
     Order,
 )
-from django_ratelimits.engine.overrides import Override
+from django_ratelimits.engine.overrides import BLOCKED_POLICY, Override
 from django_ratelimits.identity import IPNetwork
 from django_ratelimits.offenders.operations import Action, Operation
 from django_ratelimits.policies import current
@@ -53,11 +53,15 @@ ROW_HITS = 100  # metadata entries read for each row of a page, newest first
 
 
 class UnknownPolicy(ValueError):
-    """A policy named that no enabled policy (or declared default) has."""
+    """A policy named that no enabled policy (or declared default) has; with
+    ``enabled=False`` (a filter of what policies did), that no policy has at all."""
 
-    def __init__(self, name: str) -> None:
-        known = ", ".join(policy_names()) or "none"
-        super().__init__(f"no enabled policy is named {name!r} (enabled: {known})")
+    def __init__(self, name: str, *, enabled: bool = True) -> None:
+        if enabled:
+            what, known = "enabled policy", f"enabled: {', '.join(policy_names()) or 'none'}"
+        else:
+            what, known = "policy", f"policies: {', '.join(current().names()) or 'none'}"
+        super().__init__(f"no {what} is named {name!r} ({known})")
 
 
 @dataclass(frozen=True)
@@ -144,7 +148,11 @@ class Offenders:
         return Denials(self.engine)
 
     def listing(self, query: Query) -> OffenderList:
-        """The rows ``query`` asks for, newest (or most denied) first."""
+        """The rows ``query`` asks for, newest (or most denied) first. Raises
+        :class:`UnknownPolicy` for a ``query.policy`` that no policy (enabled or not, in a
+        row or declared) nor a block has: it could match nothing."""
+        if query.policy not in (None, BLOCKED_POLICY) and not current().knows(query.policy):
+            raise UnknownPolicy(query.policy, enabled=False)
         self._record_pending()
         if query.user is not None:
             return self._user_lookup(query)

@@ -239,6 +239,10 @@ class PolicyRegistry:
         """How many (policy, identity) overrides were loaded (expired or not since)."""
         return len(self._snapshot.overrides)
 
+    def names(self) -> tuple[str, ...]:
+        """Every name :meth:`knows`, sorted. No I/O."""
+        return tuple(sorted(self._snapshot.row_names | self._declared.keys()))
+
     def knows(self, name: str) -> bool:
         """Whether a row (enabled or disabled) or a declared default is named ``name``. No I/O."""
         return name in self._snapshot.row_names or name in self._declared

@@ -133,6 +133,29 @@ def test_offenders_sort_filter_and_paginate(engine: Engine) -> None:
     assert not {r["ident"] for r in first} & {r["ident"] for r in rest}
 
 
+def test_offenders_filter_by_any_policy_ever_named_and_refuse_other_names(
+    engine: Engine,
+) -> None:
+    """A disabled policy's, a declared default's and a block's denials can be asked for;
+    a name no policy has is an error that lists the names, not "none to show"."""
+    scripted(engine)
+    policy(name="retired", rates="1/m", enabled=False)
+    for name in ("retired", "login", "!blocked"):
+        run_json("offenders", "--policy", name)
+    with pytest.raises(CommandError, match=r"no policy is named 'Api' \(policies: .*\bapi\b"):
+        run("offenders", "--policy", "Api")
+
+
+def test_offenders_count_one_identity_in_the_singular(engine: Engine) -> None:
+    policy(name="one", rates="1/m", key="ip")
+    one = current().get("one")
+    assert one is not None
+    for _ in range(2):
+        engine.check([Check(Identity("ip", ATTACKER), one.limits)])
+    assert run("offenders").startswith("1 identity denied in the last 1h; rows 1-1")
+    assert run("offenders", "--shadow").startswith("0 identities shadow policies would")
+
+
 def test_offenders_show_blocks_in_force(engine: Engine) -> None:
     scripted(engine)
     Controls(engine).block(Identity("ip", ATTACKER), 3600)
@@ -376,6 +399,9 @@ def test_an_action_says_it_does_nothing_while_limiting_is_switched_off(
         (["block", "ip:192.0.2.1", "--for", "2y"], "is not a duration"),
         (["block", "ip:192.0.2.1"], "--for"),
         (["offenders", "--limit", "-1"], "is not a number"),
+        (["offenders", "--kind", "IP"], "invalid choice: 'IP'"),
+        (["offenders", "--kind", "ips"], "invalid choice: 'ips'"),
+        (["offenders", "--policy", "nope"], "no policy is named 'nope'"),
         (["reset", "ip:192.0.2.1", "--policy", "nope"], "no enabled policy is named 'nope'"),
         (["nonsense"], "invalid choice"),
     ],

@@ -50,6 +50,7 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils.translation import ngettext
 from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException, RedisError, ResponseError
 
@@ -60,6 +61,7 @@ from django_ratelimits.engine.controls import MAX_OVERRIDE
 from django_ratelimits.engine.errors import BackendError
 from django_ratelimits.engine.keys import label
 from django_ratelimits.engine.memory import memory_of, node_routes
+from django_ratelimits.engine.overrides import BLOCKED_POLICY
 from django_ratelimits.management import networks, rate_overrides
 from django_ratelimits.management.output import (
     Data,
@@ -78,6 +80,7 @@ from django_ratelimits.management.output import (
 from django_ratelimits.offenders import Offenders, Query, UnknownPolicy, parse_identity, user_names
 from django_ratelimits.offenders.text import parse_span, span
 from django_ratelimits.policies import current
+from django_ratelimits.policies.spec import IDENTITY_KINDS
 
 Report = tuple[Data, str]
 
@@ -101,10 +104,12 @@ class Command(BaseCommand):
             "--period", type=duration, default=3600, help="how far back: 5m, 1h, 24h (default 1h)"
         )
         listing.add_argument("--order", choices=("last", "denials"), default="last")
+        listing.add_argument("--kind", choices=IDENTITY_KINDS, help="only identities of this kind")
         listing.add_argument(
-            "--kind", help="only identities of this kind: ip, user, username, header..."
+            "--policy",
+            help=f"only identities this policy denied (a policy's name, or {BLOCKED_POLICY} "
+            "for blocks)",
         )
-        listing.add_argument("--policy", help="only identities this policy denied")
         listing.add_argument(
             "--shadow",
             action="store_true",
@@ -244,7 +249,9 @@ def offenders(options: dict[str, Any]) -> Report:
         "usernames": names,
     }
     denied = "shadow policies would have denied" if query.shadow else "denied"
-    head = f"{listing.total} identities {denied} in the last {span(period)}"
+    total = len(rows) if listing.total is None else listing.total  # None: a user's lookup
+    identities = ngettext("%(n)d identity", "%(n)d identities", total) % {"n": total}
+    head = f"{identities} {denied} in the last {span(period)}"
     if not rows:
         return data, f"{head}: none to show."
     lines = table(
