@@ -37,7 +37,7 @@ from django.http import HttpRequest, HttpResponseBase
 from django_ratelimits import blocklist, costs
 from django_ratelimits.decide import Verdict, adecide_policy, decide_policy
 from django_ratelimits.engine import Algorithm
-from django_ratelimits.inflight import arelease, release, release_when_done
+from django_ratelimits.inflight import arelease_after, release, release_when_done
 from django_ratelimits.policies.declare import declared
 from django_ratelimits.policies.parse import parse_ban
 from django_ratelimits.policies.registry import acurrent, current, get_registry
@@ -148,8 +148,8 @@ def ratelimit(
                     return release_when_done(refusal(request, verdict, {name}), verdict)
                 try:
                     response = await view(request, *args, **kwargs)
-                except BaseException:
-                    await arelease(verdict)
+                except BaseException as error:
+                    await arelease_after(verdict, error)
                     raise
                 return _finish(response, verdict)
 

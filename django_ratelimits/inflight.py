@@ -8,6 +8,11 @@ runs the closers :func:`release_when_done` adds. Django turns a view's
 exception into a 500 response, closed like any other; a view that raises past
 the decorator (no response to close) is given :func:`release` at once.
 
+One rule: a slot is given back once the view's work has ended, never before.
+On ASGI a client that goes away makes Django cancel the request's task: an
+async view stops there, but a sync view goes on in its thread (nothing can stop
+a thread), so :func:`arelease_after` queues the release behind it.
+
 Releasing is one small script call (:meth:`Engine.release
 <django_ratelimits.engine.core.Engine.release>`); a Redis failure is logged
 and never raised: the slot's lease frees it. Requests that hold no slot cost
@@ -16,9 +21,11 @@ nothing here.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 
+from asgiref.sync import sync_to_async
 from django.http import HttpResponseBase
 
 from django_ratelimits.decide import Verdict
@@ -26,7 +33,7 @@ from django_ratelimits.engine import get_engine
 from django_ratelimits.engine.concurrency import Held
 from django_ratelimits.engine.errors import BackendError
 
-__all__ = ["arelease", "release", "release_when_done"]
+__all__ = ["arelease_after", "release", "release_when_done"]
 
 logger = logging.getLogger("django_ratelimits")
 
@@ -54,13 +61,40 @@ def release(verdict: Verdict | None) -> None:
         _give_back(held)
 
 
-async def arelease(verdict: Verdict | None) -> None:
-    """:func:`release` for async code."""
-    for slots in _held(verdict):
+async def _agive_back(held: tuple[Held, ...]) -> None:
+    for slots in held:
         try:
             await get_engine().arelease(slots)
         except BackendError as error:
             _failed(slots, error)
+
+
+async def arelease_after(verdict: Verdict | None, error: BaseException) -> None:
+    """Give back ``verdict``'s slots once the view that raised ``error`` past the
+    caller has stopped: at once, unless ``error`` is the request's cancellation.
+
+    A cancelled request (on ASGI, the client went away) may still run sync code: a
+    sync view, or sync code an async view awaited, goes on in the request's
+    thread. Django runs that code with ``sync_to_async(thread_sensitive=True)``,
+    whose calls in one request run one at a time, in order, on one thread; the
+    release is queued behind them there, so it runs once they have returned (at
+    once when none runs: an async view's cancellation ends its work). The
+    cancelled caller waits for it, as Django's handler waits for that thread
+    anyway; should the wait itself be cancelled, the release still runs (else
+    the lease frees the slots).
+    """
+    held = _held(verdict)
+    if not held:
+        return
+    if not isinstance(error, asyncio.CancelledError):
+        await _agive_back(held)
+        return
+    logger.debug(
+        "request cancelled (the client went away?): its %d concurrency slot group(s) "
+        "are given back when its sync work, if any, returns",
+        len(held),
+    )
+    await asyncio.shield(sync_to_async(_give_back, thread_sensitive=True)(held))
 
 
 def _give_back(held: tuple[Held, ...]) -> None:

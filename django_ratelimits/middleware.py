@@ -29,7 +29,7 @@ from django.http import HttpRequest, HttpResponseBase
 
 from django_ratelimits import blocklist
 from django_ratelimits.decide import RateLimited, Verdict, adecide, decide
-from django_ratelimits.inflight import arelease, release, release_when_done
+from django_ratelimits.inflight import arelease_after, release, release_when_done
 from django_ratelimits.policies.registry import PolicyRegistry, acurrent, current
 from django_ratelimits.policies.spec import PolicySpec
 from django_ratelimits.resolved import resolved
@@ -76,8 +76,8 @@ class RateLimitMiddleware:
             return release_when_done(refusal(request, verdict, refusing), verdict)
         try:
             response = await self.get_response(request)  # type: ignore[misc]
-        except BaseException:
-            await arelease(request.ratelimit)  # type: ignore[attr-defined]
+        except BaseException as error:
+            await arelease_after(request.ratelimit, error)  # type: ignore[attr-defined]
             raise
         return _finish(response, request.ratelimit)  # type: ignore[attr-defined]
 

@@ -1,8 +1,11 @@
 """Views of the concurrency tests: each reports how many slots its client holds while
-it runs, streams, raises, or is decorated with a concurrency policy of its own."""
+it runs, streams, raises, or is decorated with a concurrency policy of its own; the
+held views run until the test lets them go (``Gate``)."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from collections.abc import AsyncIterator
 
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
@@ -18,6 +21,43 @@ def in_flight(policy: str, ip: str = "127.0.0.1") -> int:
     limit = get_registry().get(policy).limits[0]  # type: ignore[union-attr]
     result = get_engine().peek([Check(Identity("ip", ip), [limit])]).results[0]
     return limit.rate.limit - result.remaining
+
+
+class Gate:
+    """What a held view tells the test and waits for: ``started`` once it runs, then it
+    blocks until ``go``; ``finished`` once it returns."""
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+        self.go = threading.Event()
+        self.finished = threading.Event()
+
+    def reset(self) -> None:
+        for event in (self.started, self.go, self.finished):
+            event.clear()
+
+
+gate = Gate()
+
+
+def held(request: HttpRequest) -> HttpResponse:
+    gate.started.set()
+    gate.go.wait(30)
+    gate.finished.set()
+    return HttpResponse("done")
+
+
+async def aheld(request: HttpRequest) -> HttpResponse:
+    gate.started.set()
+    try:
+        await asyncio.Event().wait()  # until the request is cancelled
+    finally:
+        gate.finished.set()
+    return HttpResponse("never")
+
+
+def quick(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("quick")
 
 
 def report(request: HttpRequest) -> HttpResponse:
@@ -54,6 +94,16 @@ async def adecorated(request: HttpRequest) -> HttpResponse:
     return StreamingHttpResponse(iter([b"streamed"]))
 
 
+@ratelimit("t-cc-held", rate="1", algorithm="concurrency", lease=30)
+def decorated_held(request: HttpRequest) -> HttpResponse:
+    return held(request)
+
+
+@ratelimit("t-cc-held", rate="1", algorithm="concurrency", lease=30)
+def decorated_quick(request: HttpRequest) -> HttpResponse:
+    return quick(request)
+
+
 @ratelimit("t-cc-raise", rate="1", algorithm="concurrency")
 def decorated_boom(request: HttpRequest) -> HttpResponse:
     raise ValueError("the view failed")
@@ -64,6 +114,11 @@ urlpatterns = [
     path("inflight/stream", stream),
     path("inflight/astream", astream),
     path("inflight/boom", boom),
+    path("inflight/held", held),
+    path("inflight/aheld", aheld),
+    path("inflight/quick", quick),
+    path("decorated-held", decorated_held),
+    path("decorated-quick", decorated_quick),
     path("inflight/aboom", aboom),
     path("decorated", decorated),
     path("adecorated", adecorated),
