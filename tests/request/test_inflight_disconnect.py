@@ -4,7 +4,8 @@ view's work has ended, never before, and not a lease after.
 
 Django cancels the request's task on a disconnect. An async view stops there; a sync
 view goes on in its thread (nothing can stop it), so its slot must stay taken until it
-returns."""
+returns; and the response it returns then reaches nobody, never closed, so its slot
+must not wait for a ``close()`` that never comes."""
 
 from __future__ import annotations
 
@@ -15,16 +16,20 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.core.handlers.asgi import ASGIHandler
 from django.core.signals import request_finished, request_started
 from django.db import close_old_connections
-from django.test import override_settings
+from django.http import HttpRequest, HttpResponseBase
+from django.test import Client, override_settings
 
 from django_ratelimits.models import Policy
 from django_ratelimits.policies import get_registry
 from tests.request.inflight_urls import gate, in_flight
 
 pytestmark = pytest.mark.django_db
+
+WITHOUT_MIDDLEWARE = [m for m in settings.MIDDLEWARE if "ratelimits" not in m]
 
 
 def _scope(path: str) -> dict[str, Any]:
@@ -170,3 +175,64 @@ def test_a_client_gone_away_frees_an_async_views_slot_at_once(asgi: _Deferred) -
         assert await _get(handler, "/inflight/quick") == 200
 
     asyncio.run(run())
+
+
+def test_a_client_gone_away_frees_the_decorators_slot_once_its_sync_view_returns(
+    asgi: _Deferred,
+) -> None:
+    """``@ratelimit`` alone, sync view: held while the view runs on after the disconnect;
+    given back once it returns, although its response reaches nobody and is never
+    closed (it was held for the whole lease)."""
+    cancelled = asyncio.Event()
+
+    async def on_finished(**kwargs: Any) -> None:
+        cancelled.set()  # Django's handler gave the request up (the view still runs)
+
+    async def run() -> None:
+        with override_settings(MIDDLEWARE=WITHOUT_MIDDLEWARE):
+            handler = ASGIHandler()
+        first, task = _start(handler, "/decorated-held")
+        assert await asyncio.to_thread(gate.started.wait, 10)
+        first.go_away()
+        await asyncio.wait_for(cancelled.wait(), 10)
+        assert not gate.finished.is_set()
+        held = await asyncio.to_thread(in_flight, "t-cc-held")
+        assert (held, await _get(handler, "/decorated-quick")) == (1, 429), "freed too soon"
+        gate.go.set()
+        await asyncio.wait_for(task, 10)
+        await _until(lambda: in_flight("t-cc-held") == 0, "given back after the view ended")
+        assert await _get(handler, "/decorated-quick") == 200
+
+    request_finished.connect(on_finished)
+    try:
+        asyncio.run(run())
+    finally:
+        request_finished.disconnect(on_finished)
+
+
+class ReplacingMiddleware:
+    """A middleware that answers with a response of its own and drops the view's
+    without closing it."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponseBase:
+        from django.http import HttpResponse
+
+        self.get_response(request)
+        return HttpResponse("replaced")
+
+
+def test_a_response_dropped_unclosed_gives_its_slot_back(asgi: _Deferred) -> None:
+    """A middleware above that replaces the view's response without closing it: the
+    slot is given back when the dropped response goes, not at the end of its lease."""
+    middleware = [f"{__name__}.ReplacingMiddleware", *settings.MIDDLEWARE]
+    with override_settings(MIDDLEWARE=middleware):
+        client = Client()
+        assert client.get("/inflight/quick").content == b"replaced"
+        deadline = time.monotonic() + 10
+        while in_flight("cc"):
+            assert time.monotonic() < deadline, "the dropped response's slot leaked"
+            time.sleep(0.01)
+        assert client.get("/inflight/quick").content == b"replaced"
