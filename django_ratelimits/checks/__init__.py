@@ -9,7 +9,8 @@ below them, and nothing imports them but ``apps.ready`` (which registers them).
 ========================  =========================================================
 ``E001``                  ``RateLimitMiddleware`` comes before ``AuthenticationMiddleware``
 ``E002``                  ``DJANGO_RATELIMITS`` is invalid
-``E003``                  ``REDIS`` gives no usable client (a decoding one among them)
+``E003``                  ``REDIS`` gives no usable client (a decoding one, an unreadable URL or
+                          an option redis-py does not take among them)
 ``E004``                  ``TRUSTED_PROXIES`` trusts every address
 ``E005``                  a policy row's path pattern is one RE2 refuses
 ``E006``                  code names a policy that does not exist

@@ -15,7 +15,8 @@ from django.utils.module_loading import import_string
 
 from django_ratelimits.checks.common import TAG, valid_settings
 from django_ratelimits.conf import SETTING_NAME, InvalidSettings, RedisServer, get_settings
-from django_ratelimits.engine.connection import get_redis, url_decodes_responses
+from django_ratelimits.engine.aconnection import make_async_redis
+from django_ratelimits.engine.connection import UnusableRedis, get_redis
 
 RATELIMIT_MIDDLEWARE: Final = "django_ratelimits.middleware.RateLimitMiddleware"
 AUTH_MIDDLEWARE: Final = "django.contrib.auth.middleware.AuthenticationMiddleware"
@@ -77,20 +78,24 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
             )
             for problem in problems
         ]
+    try:
+        # The clients a request would make, sync and asyncio, made without the network:
+        # but for a cluster's sync client, which reads the slot map (W002's business).
+        if not (isinstance(config.redis, RedisServer) and config.redis.cluster):
+            get_redis(config)
+        make_async_redis(config)
+        return []
+    except UnusableRedis as error:
+        problem = str(error)
     if isinstance(config.redis, RedisServer):
-        if not url_decodes_responses(config.redis):
-            return []  # the rest of a URL is checked by conf; reaching it is W002's business
-        problem = f"{SETTING_NAME}['REDIS'] URL asks for decode_responses"
         hint = (
-            "Remove decode_responses from the URL's query: the engine reads bytes, and "
-            "redis-py decodes replies for any value there, even 'False'."
+            f"Correct {SETTING_NAME}['REDIS'] as said: a URL redis-py can read (a port and a "
+            "db that are numbers: look for an environment variable left unexpanded), "
+            "OPTIONS that redis-py's client and connection classes take, and no "
+            "decode_responses in the URL's query (the engine reads bytes, and redis-py "
+            "decodes replies for any value there, even 'False')."
         )
     else:
-        try:
-            get_redis(config)  # makes the cache's client; does not touch the network
-            return []
-        except ImproperlyConfigured as error:
-            problem = str(error)
         hint = (
             f"Set {SETTING_NAME}['REDIS'] to the alias of a django-redis cache "
             "or to a redis:// URL."

@@ -9,7 +9,8 @@ django-redis client classes (Sentinel, sharded) have no asyncio twin here:
 worker thread, so the event loop is never blocked either way.
 
 asyncio connections belong to the event loop that made them, so clients are
-kept per running loop.
+kept per running loop. Settings that give no client raise
+:class:`~django_ratelimits.engine.connection.UnusableRedis`, as the sync side does.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, TypeAlias
 
 import redis.asyncio
@@ -25,7 +26,7 @@ from django.conf import settings
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
 from django_ratelimits.conf import RateLimitSettings, RedisServer
-from django_ratelimits.engine.connection import bounded, default_alias
+from django_ratelimits.engine.connection import bounded, client_for, default_alias
 
 AsyncClient: TypeAlias = redis.asyncio.Redis | AsyncRedisCluster
 
@@ -45,18 +46,19 @@ def get_async_redis(config: RateLimitSettings) -> AsyncClient | None:
     with _lock:
         per_loop = _clients.setdefault(loop, {})
         if config not in per_loop:
-            per_loop[config] = _connect(config)
+            per_loop[config] = make_async_redis(config)
         return per_loop[config]
 
 
-def _connect(config: RateLimitSettings) -> AsyncClient | None:
+def make_async_redis(config: RateLimitSettings) -> AsyncClient | None:
+    """A new asyncio client for ``config``, or ``None`` if there is none. Touches no
+    network, and needs no running loop (the system checks make one)."""
     kwargs = bounded(config)
     target = config.redis
     if isinstance(target, RedisServer):
-        kwargs.update(target.options)
-        if target.cluster:
-            return AsyncRedisCluster.from_url(target.url, **kwargs)
-        return redis.asyncio.Redis.from_url(target.url, **kwargs)
+        cls = AsyncRedisCluster if target.cluster else redis.asyncio.Redis
+        make: Callable[..., AsyncClient] = cls.from_url
+        return client_for(target.url, make, {**kwargs, **target.options})
     cache: Mapping[str, Any] = settings.CACHES[target if target is not None else default_alias()]
     options: Mapping[str, Any] = cache.get("OPTIONS", {})
     if options.get("CLIENT_CLASS", _DEFAULT_CLIENT) != _DEFAULT_CLIENT:
@@ -70,4 +72,4 @@ def _connect(config: RateLimitSettings) -> AsyncClient | None:
     )
     if options.get("PASSWORD"):
         kwargs["password"] = options["PASSWORD"]
-    return redis.asyncio.Redis.from_url(str(location[0]).strip(), **kwargs)
+    return client_for(str(location[0]).strip(), redis.asyncio.Redis.from_url, kwargs)

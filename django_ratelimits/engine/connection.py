@@ -14,14 +14,16 @@ Clients are made on first use and kept, one per settings value, until
 ``DJANGO_RATELIMITS`` or ``CACHES`` changes. Making a standalone client does
 not touch the network; a cluster client reads the slot map when it is made,
 and a failure there is raised as :class:`~django_ratelimits.engine.errors.BackendError`.
-Configuration mistakes raise ``ImproperlyConfigured``.
+Configuration mistakes (a URL redis-py cannot read, an option it does not take
+among them) raise :class:`UnusableRedis`: a system check error, and to a request a
+Redis failure like any other.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
-from typing import Any, Final, TypeAlias
+from collections.abc import Callable, Mapping
+from typing import Any, Final, TypeAlias, TypeVar
 
 import redis
 from django.conf import settings
@@ -38,7 +40,7 @@ from redis.retry import Retry
 from django_ratelimits.conf import SETTING_NAME, RateLimitSettings, RedisServer
 from django_ratelimits.engine.errors import BackendError
 
-__all__ = ["RedisClient", "UnusableRedis", "get_redis", "url_decodes_responses"]
+__all__ = ["RedisClient", "UnusableRedis", "client_for", "get_redis"]
 
 RedisClient: TypeAlias = redis.Redis | RedisCluster
 
@@ -108,27 +110,43 @@ def bounded(config: RateLimitSettings) -> dict[str, Any]:
     }
 
 
-def url_decodes_responses(server: RedisServer) -> bool:
-    """Whether the URL asks for ``decode_responses`` (its query wins over OPTIONS, which
-    cannot ask: conf refuses it). Reads the URL only: no client, no network."""
+_Client = TypeVar("_Client")
+
+
+def client_for(url: str, make: Callable[..., _Client], options: Mapping[str, Any]) -> _Client:
+    """``make(url, **options)``: the ``from_url`` of a redis-py client class, sync or
+    asyncio, whose client the engine can use; otherwise :class:`UnusableRedis` saying why.
+
+    redis-py raises ValueError for a URL part it cannot read (a port or a db that is no
+    number, as an unexpanded ``${REDIS_PORT}`` leaves) and TypeError for an option (in
+    OPTIONS or the URL's query) that its classes do not take. A standalone client makes
+    its connections on first use, so one is made here, unconnected (no network): a
+    mistyped option is found now, not by every request's connection.
+    """
+    name = f"{SETTING_NAME}['REDIS']"
     try:
-        return bool(parse_url(server.url).get("decode_responses"))
-    except ValueError:
-        return False  # redis-py refuses the URL itself when the client is made
+        if parse_url(url).get("decode_responses"):  # redis-py decodes for any value
+            raise _decoding_error(f"{name} URL")
+        client = make(url, **options)
+        pool = getattr(client, "connection_pool", None)  # a cluster client has none
+        if pool is not None:
+            pool.connection_class(**pool.connection_kwargs)
+    except (TypeError, ValueError) as error:  # the message names the part, never the URL
+        made = getattr(make, "__self__", make)  # the class whose from_url refused
+        raise UnusableRedis(
+            f"{name} gives no {made.__module__}.{made.__qualname__} client: {error}"
+        ) from error
+    return client
 
 
 def _from_server(server: RedisServer, config: RateLimitSettings) -> RedisClient:
-    if url_decodes_responses(server):
-        raise _decoding_error(f"{SETTING_NAME}['REDIS'] URL")
-    kwargs: dict[str, Any] = {**bounded(config), **server.options}
+    options = {**bounded(config), **server.options}
     if not server.cluster:
-        client: RedisClient = redis.Redis.from_url(server.url, **kwargs)
-    else:
-        try:
-            client = RedisCluster.from_url(server.url, **kwargs)
-        except (redis.RedisError, RedisClusterException) as error:
-            raise BackendError(f"cannot reach the Redis Cluster: {error}") from error
-    return client
+        return client_for(server.url, redis.Redis.from_url, options)
+    try:
+        return client_for(server.url, RedisCluster.from_url, options)
+    except (redis.RedisError, RedisClusterException) as error:
+        raise BackendError(f"cannot reach the Redis Cluster: {error}") from error
 
 
 def _is_django_redis(cache: object) -> bool:
@@ -178,7 +196,8 @@ def _from_cache(alias: str) -> RedisClient:
 
     try:
         client: redis.Redis = get_redis_connection(alias)
-    except NotImplementedError as error:  # a client class without get_client()
+    # A client class without get_client(); a LOCATION or an option redis-py refuses.
+    except (NotImplementedError, TypeError, ValueError) as error:
         raise ImproperlyConfigured(f"{name}: {error}") from error
     if _decodes_responses(client):
         raise _decoding_error(name)

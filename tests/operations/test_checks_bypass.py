@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 from django.core.checks import CheckMessage, run_checks
-from django.test import Client, override_settings
+from django.test import AsyncClient, Client, override_settings
 
 from devtools.redis_harness import free_port
 from django_ratelimits.checks import TAG
@@ -84,6 +85,100 @@ def test_a_decoding_url_fails_requests_open_or_closed_never_500(
     finally:
         backend_failed.disconnect(dispatch_uid="t-decode")
     assert failures and "decode_responses" in str(failures[0]["error"])
+
+
+# ------------------------------------------------------------ E003: a client redis-py refuses
+
+# A port left as an unexpanded ${REDIS_PORT}, a db that is no number, an option mistyped (in
+# OPTIONS or the query): redis-py raises ValueError or TypeError making the client or its
+# first connection, so every check and every limited request would meet it.
+UNPARSEABLE = {
+    "port": ("redis://:s3cret@127.0.0.1:port/0", "Port could not be cast"),
+    "db": (f"{DEAD_URL}?db=abc", "Invalid value for 'db'"),
+}
+MISTYPED = {"max_conections": 50}
+
+
+@pytest.mark.parametrize("cluster", [False, True], ids=["standalone", "cluster"])
+@pytest.mark.parametrize("part", UNPARSEABLE)
+def test_a_url_redis_py_cannot_read_is_an_error_naming_the_part(part: str, cluster: bool) -> None:
+    url, said = UNPARSEABLE[part]
+    with override_settings(DJANGO_RATELIMITS={"REDIS": {"URL": url, "CLUSTER": cluster}}):
+        errors = found("E003")
+    assert len(errors) == 1
+    assert said in errors[0].msg and "s3cret" not in errors[0].msg
+    assert "unexpanded" in (errors[0].hint or "")
+
+
+@pytest.mark.parametrize("cluster", [False, True], ids=["standalone", "cluster"])
+def test_a_mistyped_client_option_is_an_error_naming_it(cluster: bool) -> None:
+    redis = {"URL": DEAD_URL, "CLUSTER": cluster, "OPTIONS": MISTYPED}
+    with override_settings(DJANGO_RATELIMITS={"REDIS": redis}):
+        errors = found("E003")
+    assert len(errors) == 1 and "'max_conections'" in errors[0].msg
+
+
+def test_a_mistyped_option_in_the_url_query_is_an_error_naming_it() -> None:
+    with override_settings(DJANGO_RATELIMITS={"REDIS": f"{DEAD_URL}?max_conections=5"}):
+        errors = found("E003")
+    assert len(errors) == 1 and "'max_conections'" in errors[0].msg
+
+
+@pytest.mark.parametrize("cluster", [False, True], ids=["standalone", "cluster"])
+def test_options_redis_py_takes_pass(cluster: bool) -> None:
+    options = {"max_connections": 50, "health_check_interval": 5, "client_name": "shop"}
+    redis = {"URL": DEAD_URL, "CLUSTER": cluster, "OPTIONS": options}
+    with override_settings(DJANGO_RATELIMITS={"REDIS": redis}):
+        assert found("E003") == []
+
+
+UNUSABLE = {
+    "port": lambda url: url.rsplit(":", 1)[0] + ":port/0",
+    "db": lambda url: f"{url}?db=abc",
+    "option": lambda url: {"URL": url, "OPTIONS": MISTYPED},
+}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("redis_client", ["standalone"], indirect=True)
+@pytest.mark.parametrize("mistake", UNUSABLE)
+def test_a_client_redis_py_refuses_fails_requests_open_or_closed_never_500(
+    site_redis: Any, redis_standalone: Any, mistake: str
+) -> None:
+    Policy.objects.create(name="open", rates="1/h", path=r"^/api/hello")
+    Policy.objects.create(name="closed", rates="100/h", path=r"^/api/other", fail_closed=True)
+    get_registry().refresh()
+    failures: list[Any] = []
+    backend_failed.connect(lambda **kw: failures.append(kw), weak=False, dispatch_uid="t-refuse")
+    try:
+        redis = UNUSABLE[mistake](redis_standalone.url)
+        with override_settings(DJANGO_RATELIMITS={"REDIS": redis}):
+            client = Client()
+            assert [client.get("/api/hello").status_code for _ in range(3)] == [200] * 3
+            assert client.get("/api/other").status_code == 503
+
+            async def run() -> list[int]:
+                return [(await AsyncClient().get("/async")).status_code for _ in range(3)]
+
+            assert asyncio.run(run()) == [200] * 3
+    finally:
+        backend_failed.disconnect(dispatch_uid="t-refuse")
+    assert failures and "gives no" in str(failures[0]["error"])  # then the breaker opens
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("redis_client", ["cluster"], indirect=True)
+def test_a_cluster_option_only_the_asyncio_client_refuses_fails_async_requests_open(
+    site_redis: Any, redis_cluster: Any
+) -> None:
+    # The sync RedisCluster drops keywords it does not know; the asyncio one raises.
+    redis = {"URL": redis_cluster.url, "CLUSTER": True, "OPTIONS": MISTYPED}
+    with override_settings(DJANGO_RATELIMITS={"REDIS": redis}):
+
+        async def run() -> list[int]:
+            return [(await AsyncClient().get("/async")).status_code for _ in range(3)]
+
+        assert asyncio.run(run()) == [200] * 3
 
 
 # --------------------------------------------------------------------------- E006: unknown names
