@@ -44,6 +44,7 @@ __all__ = [
     "RateLimitSettings",
     "RedisServer",
     "get_settings",
+    "unmapped",
 ]
 
 SETTING_NAME: Final = "DJANGO_RATELIMITS"
@@ -100,6 +101,21 @@ DOTTED_PATH: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9
 """The dotted path of a module attribute, as settings and policies name code."""
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 """An IP network, as ``TRUSTED_PROXIES`` and a policy's exempt networks hold them."""
+
+
+def unmapped(network: IPNetwork) -> IPNetwork:
+    """``network``, or the IPv4 network an IPv4-mapped one stands for: ``::ffff:10.0.0.0/104``
+    is ``10.0.0.0/8`` (the prefix less 96), ``::ffff:0:0/96`` every IPv4 address.
+
+    A client or proxy address is matched in its IPv4 form (a server bound to ``[::]``
+    shows an IPv4 peer as ``::ffff:10.0.0.1``), so a network read from settings or a
+    form is too: left IPv6, the mapped network would match no address at all.
+    """
+    if network.version == 6 and network.prefixlen >= 96:
+        ipv4 = network.network_address.ipv4_mapped
+        if ipv4 is not None:
+            return ipaddress.IPv4Network((ipv4, network.prefixlen - 96))
+    return network
 
 
 def _name(attribute: str) -> str:
@@ -366,7 +382,8 @@ def _identity_budget(value: object) -> Rate | None:
 
 
 def _networks(value: object) -> tuple[IPNetwork, ...]:
-    """``TRUSTED_PROXIES``: a list of addresses or CIDRs (``"10.0.0.0/8"``)."""
+    """``TRUSTED_PROXIES``: a list of addresses or CIDRs (``"10.0.0.0/8"``), an
+    IPv4-mapped one as its IPv4 network (:func:`unmapped`)."""
     name = _name("trusted_proxies")
     if isinstance(value, str) or not isinstance(value, list | tuple):
         raise ImproperlyConfigured(
@@ -375,7 +392,7 @@ def _networks(value: object) -> tuple[IPNetwork, ...]:
     networks = []
     for item in value:
         try:
-            networks.append(ipaddress.ip_network(item, strict=False))
+            networks.append(unmapped(ipaddress.ip_network(item, strict=False)))
         except (TypeError, ValueError):
             raise ImproperlyConfigured(
                 f"{name} has {_describe(item)}, which is not an IP address or CIDR"

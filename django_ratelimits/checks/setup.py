@@ -117,7 +117,8 @@ def check_trusted_proxies(**kwargs: Any) -> list[CheckMessage]:
             f"trusts every address: any client can choose its own address with "
             f"{config.client_ip_header} and escape every limit.",
             hint="List only the addresses or networks of your own proxies and load "
-            "balancers, e.g. ['10.0.0.0/8'] or ['127.0.0.1'].",
+            "balancers, e.g. ['10.0.0.0/8'] or ['127.0.0.1']. An IPv4-mapped network is "
+            "read as the IPv4 network it maps: '::ffff:0:0/96' is 0.0.0.0/0.",
             id="django_ratelimits.E004",
         )
     ]

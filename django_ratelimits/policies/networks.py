@@ -22,7 +22,7 @@ from typing import Final
 from django.core.exceptions import ValidationError
 from django.utils.translation import gettext_lazy as _
 
-from django_ratelimits.conf import IPNetwork
+from django_ratelimits.conf import IPNetwork, unmapped
 from django_ratelimits.policies.parse import cidr_error
 
 __all__ = ["BROADEST_PREFIX", "NETWORK_MAX_LENGTH", "BlockedEntry", "NetworkIndex", "parse_network"]
@@ -35,8 +35,6 @@ NETWORK_MAX_LENGTH: Final = 64
 BROADEST_PREFIX: Final[Mapping[int, int]] = {4: 8, 6: 16}
 """The shortest prefix an entry may have, per IP version: a /0 (every address) or a
 /4 is a mistake that would lock out everyone, the admins included, and is refused."""
-
-_MAPPED: Final = 0xFFFF  # ::ffff:0:0/96, the IPv4-mapped addresses, shifted right by 32
 
 
 def parse_network(text: str) -> IPNetwork:
@@ -53,10 +51,7 @@ def parse_network(text: str) -> IPNetwork:
             _("Enter an IP address or network such as 203.0.113.0/24 or 2001:db8::/32."),
             code="network",
         )
-    network = _network(item)
-    value = int(network.network_address)
-    if network.version == 6 and network.prefixlen >= 96 and value >> 32 == _MAPPED:
-        network = ipaddress.IPv4Network((value & 0xFFFF_FFFF, network.prefixlen - 96))
+    network = unmapped(_network(item))
     broadest = BROADEST_PREFIX[network.version]
     if network.prefixlen < broadest:
         raise ValidationError(

@@ -17,7 +17,7 @@ from django.utils.module_loading import import_string
 from django.utils.translation import gettext_lazy as _
 
 from django_ratelimits import key_functions
-from django_ratelimits.conf import DOTTED_PATH, HEADER_NAME, IPNetwork
+from django_ratelimits.conf import DOTTED_PATH, HEADER_NAME, IPNetwork, unmapped
 from django_ratelimits.engine.limits import (
     MAX_BAN_AFTER,
     MAX_BAN_SECONDS,
@@ -311,7 +311,8 @@ def parse_methods(text: str) -> frozenset[str]:
 
 
 def parse_cidrs(text: str) -> tuple[IPNetwork, ...]:
-    """Addresses and networks, one per line or comma-separated, without duplicates."""
+    """Addresses and networks, one per line or comma-separated, without duplicates; an
+    IPv4-mapped one as its IPv4 network, which is what mapped clients are matched as."""
     items = [item for item in _SEPARATORS.split(text) if item]
     if len(items) > MAX_NETWORKS:
         raise ValidationError(
@@ -320,7 +321,7 @@ def parse_cidrs(text: str) -> tuple[IPNetwork, ...]:
     networks: dict[IPNetwork, None] = {}
     for item in items:
         try:
-            networks[ipaddress.ip_network(item)] = None
+            networks[unmapped(ipaddress.ip_network(item))] = None
         except ValueError:
             raise cidr_error(item) from None
     return tuple(networks)

@@ -236,6 +236,7 @@ def test_filters(board: dict[str, Any]) -> None:
     assert shown(policy="hello") == {f"ip:{OFFICE}", f"user:{alice.pk}"}
     assert shown(kind="user") == {f"user:{alice.pk}"}
     assert shown(ip="198.51.100.0/24") == {f"ip:{OFFICE}"}
+    assert shown(ip="::ffff:198.51.100.0/120") == {f"ip:{OFFICE}"}  # as IPv4 (198.51.100.0/24)
     assert shown(ip=ATTACKER) == {f"ip:{ATTACKER}"}
     assert shown(ip="2001:db8::/32") == {"ip:2001:db8::/64"}
     assert shown(ip="10.0.0.0/8") == set()

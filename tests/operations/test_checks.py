@@ -206,6 +206,15 @@ def test_a_decoding_cache_client_is_an_error() -> None:
     assert "decode_responses" in found[0].msg
 
 
+def test_the_ipv4_mapped_network_of_every_ipv4_address_is_an_error() -> None:
+    # ::ffff:0:0/96 is every IPv4 address as a server bound to [::] shows it.
+    config = {"REDIS": DEAD_URL, "TRUSTED_PROXIES": ["::ffff:0:0/96"]}
+    with override_settings(DJANGO_RATELIMITS=config):
+        found = [m for m in messages() if m.id == "django_ratelimits.E004"]
+    assert len(found) == 1
+    assert "0.0.0.0/0" in found[0].msg and "::ffff:0:0/96" in (found[0].hint or "")
+
+
 @pytest.mark.parametrize("everything", ["0.0.0.0/0", "::/0"])
 def test_trusting_every_address_is_an_error(everything: str) -> None:
     config = {"REDIS": DEAD_URL, "TRUSTED_PROXIES": ["10.0.0.0/8", everything]}

@@ -290,6 +290,18 @@ def test_trusted_proxies_become_networks() -> None:
     ]
 
 
+def test_ipv4_mapped_trusted_proxies_become_ipv4_networks() -> None:
+    # As a server bound to [::] logs an IPv4 peer: the peer is matched as IPv4.
+    mapped = ["::ffff:10.0.0.1", "::ffff:192.0.2.0/120", "::ffff:0:0/96", "::fffe:0:0/95"]
+    config = settings_from({"TRUSTED_PROXIES": mapped})
+    assert [str(n) for n in config.trusted_proxies] == [
+        "10.0.0.1/32",
+        "192.0.2.0/24",
+        "0.0.0.0/0",
+        "::fffe:0:0/95",  # wider than the mapped block: IPv6, as written
+    ]
+
+
 @pytest.mark.parametrize(
     ("value", "message"),
     [

@@ -45,6 +45,13 @@ def test_clean_stores_canonical_forms() -> None:
     assert policy.allow_cidrs == "10.0.0.0/8\n2001:db8::/32\n::1/128"
 
 
+def test_clean_stores_an_ipv4_mapped_network_as_ipv4() -> None:
+    # Clients are matched in their IPv4 form; a mapped network would match none.
+    policy = make(allow_cidrs="::ffff:10.1.0.0/112, 10.1.0.0/16, ::ffff:192.0.2.1")
+    policy.full_clean(validate_unique=False)
+    assert policy.allow_cidrs == "10.1.0.0/16\n192.0.2.1/32"
+
+
 # (fields, the field the error is filed under, a fragment of the message)
 INVALID = [
     ({"rates": "10/x"}, "rates", "unknown unit 'x'"),

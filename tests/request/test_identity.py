@@ -265,6 +265,15 @@ def test_ipv4_mapped_peer_is_ipv4() -> None:
     assert ip_via("::ffff:10.0.0.1", x_forwarded_for="1.2.3.4") == "1.2.3.4"
 
 
+@pytest.mark.parametrize("listed", ["::ffff:10.0.0.1", "::ffff:10.0.0.0/104"])
+@pytest.mark.parametrize("peer", ["::ffff:10.0.0.1", "10.0.0.1"])
+def test_an_ipv4_mapped_trusted_proxy_is_trusted(listed: str, peer: str) -> None:
+    # TRUSTED_PROXIES copied from the log of a server bound to [::], the peer shown
+    # either way: the header is read, the proxy is not counted as the client.
+    with configured(trusted_proxies=[listed]):
+        assert client_ip(request(peer, x_forwarded_for="203.0.113.7")) == "203.0.113.7"
+
+
 def test_peer_with_a_port() -> None:
     assert client_ip(request("203.0.113.7:5000")) == "203.0.113.7"
 

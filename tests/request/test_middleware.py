@@ -115,6 +115,13 @@ def test_staff_and_allow_listed_networks_are_exempt(site_redis: Any) -> None:
     assert [other.get("/api/hello").status_code for _ in range(2)] == [200, 429]
 
 
+def test_an_ipv4_mapped_allow_listed_network_exempts_its_ipv4_clients(site_redis: Any) -> None:
+    policy(name="api", rates="1/m", path=r"^/api/", allow_cidrs="::ffff:10.1.0.0/112")
+    for remote in ("10.1.2.3", "::ffff:10.1.2.4"):
+        allowed = Client(REMOTE_ADDR=remote)
+        assert [allowed.get("/api/hello").status_code for _ in range(3)] == [200] * 3
+
+
 def test_an_allow_listed_single_ipv6_address_is_exempt_inside_its_64(site_redis: Any) -> None:
     policy(name="api", rates="1/m", path=r"^/api/", allow_cidrs="2001:db8::7/128")
     listed = Client(REMOTE_ADDR="2001:db8::7")
