@@ -1,9 +1,11 @@
-"""Checks of the project's setup: middleware order, ``DJANGO_RATELIMITS``, proxies,
-django-ratelimit settings that would be silently ignored, and a metrics backend that
-is not installed (E001 to E004, E007, E009, W001)."""
+"""Checks of the project's setup: middleware order, ``DJANGO_RATELIMITS`` (and a setting
+named almost like it), proxies, django-ratelimit settings that would be silently
+ignored, and a metrics backend that is not installed (E001 to E004, E007, E009, W001,
+W006)."""
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 from collections.abc import Sequence
 from typing import Any, Final
@@ -101,6 +103,31 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
             "or to a redis:// URL."
         )
     return [Error(problem, hint=hint, id="django_ratelimits.E003")]
+
+
+# How alike a settings name must be to DJANGO_RATELIMITS for W006: DJANGO_RATELIMIT,
+# DJANGO_RATE_LIMITS, DJANGO_RATELIMTS are (0.94 to 0.97), no name Django defines is.
+_MISSPELLING_CUTOFF: Final = 0.85
+
+
+@register(TAG)
+def check_setting_name(**kwargs: Any) -> list[CheckMessage]:
+    """W006: a setting named almost ``DJANGO_RATELIMITS`` (``DJANGO_RATELIMIT``, as the
+    django-ratelimit package is named): nothing reads it, so every key it holds keeps
+    its default, silently. django-ratelimit's ``RATELIMIT_*`` names are E007's."""
+    names = [n for n in dir(settings) if n != SETTING_NAME and not n.startswith("RATELIMIT_")]
+    close = difflib.get_close_matches(SETTING_NAME, names, n=5, cutoff=_MISSPELLING_CUTOFF)
+    return [
+        Warning(
+            f"The setting {name} is not read: did you mean {SETTING_NAME}? Every key it "
+            f"holds is ignored and keeps its default.",
+            hint=f"Rename it {SETTING_NAME}, or silence django_ratelimits.W006 "
+            "(SILENCED_SYSTEM_CHECKS) if another package reads it.",
+            obj=name,
+            id="django_ratelimits.W006",
+        )
+        for name in sorted(close)
+    ]
 
 
 @register(TAG)

@@ -22,6 +22,7 @@ from django.test import override_settings
 from devtools.redis_harness import RedisClusterHarness, RedisServer, free_port
 from django_ratelimits import checks, identity
 from django_ratelimits.checks import REDIS_TAG, TAG, redis_server
+from django_ratelimits.conf import get_settings
 from django_ratelimits.middleware import RateLimitMiddleware
 from django_ratelimits.models import Policy
 from tests.operations.eviction import blind_url, redis_with
@@ -204,6 +205,28 @@ def test_a_decoding_cache_client_is_an_error() -> None:
         found = [m for m in messages() if m.id == "django_ratelimits.E003"]
     assert len(found) == 1
     assert "decode_responses" in found[0].msg
+
+
+@pytest.mark.parametrize("typo", ["DJANGO_RATELIMIT", "DJANGO_RATE_LIMITS", "DJANGORATELIMITS"])
+@pytest.mark.parametrize("alone", [True, False], ids=["alone", "beside-the-real-one"])
+def test_a_setting_named_almost_django_ratelimits_is_a_warning(typo: str, alone: bool) -> None:
+    # DJANGO_RATELIMIT, as the django-ratelimit package is named: nothing reads it, so
+    # TRUSTED_PROXIES, HASH_IPS... would keep their defaults without a word.
+    with override_settings(**{typo: {"TRUSTED_PROXIES": ["10.0.0.0/8"], "HASH_IPS": True}}):
+        if alone:
+            del settings.DJANGO_RATELIMITS  # no setting_changed: the cache is cleared here
+            get_settings.cache_clear()
+        try:
+            found = [m for m in messages() if m.id == "django_ratelimits.W006"]
+        finally:
+            get_settings.cache_clear()
+    assert [(m.obj, m.level) for m in found] == [(typo, logging.WARNING)]
+    assert "did you mean DJANGO_RATELIMITS?" in found[0].msg
+
+
+def test_the_real_name_and_django_ratelimit_settings_give_no_w006() -> None:
+    with override_settings(RATELIMIT_ENABLE=True, RATELIMIT_USE_CACHE="default"):
+        assert "django_ratelimits.W006" not in ids()
 
 
 def test_the_ipv4_mapped_network_of_every_ipv4_address_is_an_error() -> None:
