@@ -128,15 +128,22 @@ def client_for(url: str, make: Callable[..., _Client], options: Mapping[str, Any
         if parse_url(url).get("decode_responses"):  # redis-py decodes for any value
             raise _decoding_error(f"{name} URL")
         client = make(url, **options)
-        pool = getattr(client, "connection_pool", None)  # a cluster client has none
-        if pool is not None:
-            pool.connection_class(**pool.connection_kwargs)
+        _one_unconnected(client)
     except (TypeError, ValueError) as error:  # the message names the part, never the URL
         made = getattr(make, "__self__", make)  # the class whose from_url refused
         raise UnusableRedis(
             f"{name} gives no {made.__module__}.{made.__qualname__} client: {error}"
         ) from error
     return client
+
+
+def _one_unconnected(client: object) -> None:
+    """Make one connection of ``client``'s pool, unconnected (no network): redis-py
+    raises TypeError for an option its connection class does not take only then, so
+    every request's first connection would (a cluster client has no pool of its own)."""
+    pool = getattr(client, "connection_pool", None)
+    if pool is not None:
+        pool.connection_class(**pool.connection_kwargs)
 
 
 def _from_server(server: RedisServer, config: RateLimitSettings) -> RedisClient:
@@ -196,6 +203,7 @@ def _from_cache(alias: str) -> RedisClient:
 
     try:
         client: redis.Redis = get_redis_connection(alias)
+        _one_unconnected(client)  # a mistyped CONNECTION_POOL_KWARGS key
     # A client class without get_client(); a LOCATION or an option redis-py refuses.
     except (NotImplementedError, TypeError, ValueError) as error:
         raise ImproperlyConfigured(f"{name}: {error}") from error

@@ -256,3 +256,46 @@ def test_an_unknown_name_is_logged_once_however_many_requests_use_it(
     logged = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
     assert len([m for m in logged if "'serach'" in m]) == 1
     assert len([m for m in logged if "'typo-api'" in m]) == 1
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("redis_client", ["standalone"], indirect=True)
+def test_a_cache_whose_pool_options_redis_py_refuses_fails_requests_open_never_500(
+    site_redis: Any, redis_standalone: Any
+) -> None:
+    """A django-redis cache alias whose ``CONNECTION_POOL_KWARGS`` holds a typo: the pool
+    is made, and the first connection raises TypeError. Every limited request met it."""
+    from django.core.cache import caches
+    from django_redis.pool import ConnectionFactory
+
+    # A LOCATION of its own: django-redis keeps one pool per LOCATION for the process.
+    location = redis_standalone.url.rsplit("/", 1)[0] + "/13"
+    cache = {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": location,
+        "OPTIONS": {"CONNECTION_POOL_KWARGS": MISTYPED},
+    }
+    Policy.objects.create(name="open", rates="1/h", path=r"^/api/hello")
+    Policy.objects.create(name="closed", rates="100/h", path=r"^/api/other", fail_closed=True)
+    get_registry().refresh()
+    with override_settings(
+        CACHES={
+            "typo": cache,
+            "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+        },
+        DJANGO_RATELIMITS={"REDIS": "typo"},
+    ):
+        try:
+            [error] = found("E003")
+            assert "'max_conections'" in error.msg
+            client = Client()
+            assert [client.get("/api/hello").status_code for _ in range(3)] == [200] * 3
+            assert client.get("/api/other").status_code == 503
+
+            async def run() -> list[int]:
+                return [(await AsyncClient().get("/async")).status_code for _ in range(3)]
+
+            assert asyncio.run(run()) == [200] * 3
+        finally:
+            caches["typo"].close()
+            ConnectionFactory._pools.pop(location, None)
