@@ -26,12 +26,13 @@ below them, and nothing imports them but ``apps.ready`` (which registers them).
 ``W004``                  the policy table cannot be read, so E006 cannot tell
 ``W005``                  ``FailedLoginBackend`` is not first in ``AUTHENTICATION_BACKENDS``
 ``W006``                  a setting is named almost ``DJANGO_RATELIMITS`` (nothing reads it)
+``W007``                  the django-redis cache rate limits use sets no socket timeouts
 ``W011``                  a tier names a group that does not exist (it matches nobody)
 ``W012``                  an IP override names the IP as counted before ``HASH_IPS``,
                           ``IPV4_PREFIX`` or ``IPV6_PREFIX`` changed (it matches nobody)
 ========================  =========================================================
 
-``setup`` holds E001 to E004, E007, E009, W001 and W006; ``policies`` E005, E006, E008 and
+``setup`` holds E001 to E004, E007, E009, W001, W006 and W007; ``policies`` E005, E006, E008 and
 W004 (with ``references``, the places code names a policy); ``redis_server``
 W002 and W003; ``logins`` W005; ``tiers`` W011;
 ``overrides`` W012; ``bans`` E010; ``kit`` E100.

@@ -1,24 +1,25 @@
 """Checks of the project's setup: middleware order, ``DJANGO_RATELIMITS`` (and a setting
 named almost like it), proxies, django-ratelimit settings that would be silently
-ignored, and a metrics backend that is not installed (E001 to E004, E007, E009, W001,
-W006)."""
+ignored, a metrics backend that is not installed, and a cache without socket timeouts
+(E001 to E004, E007, E009, W001, W006, W007)."""
 
 from __future__ import annotations
 
 import difflib
 import importlib.util
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
+from redis.connection import parse_url
 
 from django_ratelimits.checks.common import TAG, valid_settings
 from django_ratelimits.conf import SETTING_NAME, InvalidSettings, RedisServer, get_settings
 from django_ratelimits.engine.aconnection import make_async_redis
-from django_ratelimits.engine.connection import UnusableRedis, get_redis
+from django_ratelimits.engine.connection import UnusableRedis, default_alias, get_redis
 
 RATELIMIT_MIDDLEWARE: Final = "django_ratelimits.middleware.RateLimitMiddleware"
 AUTH_MIDDLEWARE: Final = "django.contrib.auth.middleware.AuthenticationMiddleware"
@@ -103,6 +104,61 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
             "or to a redis:// URL."
         )
     return [Error(problem, hint=hint, id="django_ratelimits.E003")]
+
+
+# The timeouts W007 looks for: a django-redis OPTIONS key, and the redis-py keyword it
+# becomes (in CONNECTION_POOL_KWARGS or the LOCATION's query).
+_TIMEOUTS: Final = (
+    ("SOCKET_CONNECT_TIMEOUT", "socket_connect_timeout"),
+    ("SOCKET_TIMEOUT", "socket_timeout"),
+)
+
+
+@register(TAG)
+def check_cache_timeouts(**kwargs: Any) -> list[CheckMessage]:
+    """W007: the django-redis cache rate limits use sets no socket timeouts. The package's
+    own ``SOCKET_TIMEOUT`` applies only to clients it makes from a URL; django-redis sets
+    none by default, so a Redis that hangs (not down: stopped, or swapping) holds every
+    limited request as long as the operating system lets it, and the breaker never
+    opens."""
+    try:
+        config = get_settings()
+        if isinstance(config.redis, RedisServer):
+            return []
+        alias = config.redis if config.redis is not None else default_alias()
+    except ImproperlyConfigured:
+        return []  # E002's or E003's
+    caches: Mapping[str, Any] = settings.CACHES
+    cache = caches.get(alias)
+    if not isinstance(cache, Mapping):
+        return []  # E003's
+    options = cache.get("OPTIONS") or {}
+    pool = options.get("CONNECTION_POOL_KWARGS") or {}
+    location = cache.get("LOCATION")
+    first = location[0] if isinstance(location, list | tuple) and location else location
+    try:
+        query = parse_url(str(first).split(",")[0]) if first else {}
+    except ValueError:
+        query = {}  # E003's
+    missing = [
+        name
+        for name, key in _TIMEOUTS
+        if options.get(name) is None and pool.get(key) is None and query.get(key) is None
+    ]
+    if not missing:
+        return []
+    return [
+        Warning(
+            f"The cache {alias!r} that rate limits use sets no {' and no '.join(missing)}: "
+            "a Redis that hangs holds every limited request as long as the operating "
+            "system lets it.",
+            hint=f"Add {{'SOCKET_CONNECT_TIMEOUT': 0.25, 'SOCKET_TIMEOUT': 0.25}} to that "
+            f"cache's OPTIONS, or set {SETTING_NAME}['REDIS'] to a URL of its own, whose "
+            f"clients take {SETTING_NAME}['SOCKET_TIMEOUT'].",
+            obj=alias,
+            id="django_ratelimits.W007",
+        )
+    ]
 
 
 # How alike a settings name must be to DJANGO_RATELIMITS for W006: DJANGO_RATELIMIT,

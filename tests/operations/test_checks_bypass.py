@@ -299,3 +299,45 @@ def test_a_cache_whose_pool_options_redis_py_refuses_fails_requests_open_never_5
         finally:
             caches["typo"].close()
             ConnectionFactory._pools.pop(location, None)
+
+
+# --------------------------------------------------------------------------- W007: no timeouts
+
+
+def _cache(**options: Any) -> dict[str, Any]:
+    return {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": DEAD_URL,
+        "OPTIONS": options,
+    }
+
+
+@pytest.mark.parametrize(
+    ("cache", "missing"),
+    [
+        (_cache(), ["SOCKET_CONNECT_TIMEOUT", "SOCKET_TIMEOUT"]),
+        (_cache(SOCKET_CONNECT_TIMEOUT=0.25), ["SOCKET_TIMEOUT"]),
+        (_cache(CONNECTION_POOL_KWARGS={"socket_timeout": 1}), ["SOCKET_CONNECT_TIMEOUT"]),
+        (_cache(SOCKET_CONNECT_TIMEOUT=0.25, SOCKET_TIMEOUT=0.25), []),
+        ({**_cache(), "LOCATION": f"{DEAD_URL}?socket_timeout=1&socket_connect_timeout=1"}, []),
+    ],
+)
+def test_a_cache_without_socket_timeouts_is_a_warning(
+    cache: dict[str, Any], missing: list[str]
+) -> None:
+    """A hung Redis (stopped, swapping) holds every limited request as long as the
+    operating system lets it when the cache the limits use sets no timeouts, which is
+    django-redis' default; the package's SOCKET_TIMEOUT applies to URL clients only."""
+    with override_settings(CACHES={"default": cache}, DJANGO_RATELIMITS={}):
+        warnings = found("W007")
+    assert [
+        name
+        for name in ("SOCKET_CONNECT_TIMEOUT", "SOCKET_TIMEOUT")
+        if any(name in w.msg for w in warnings)
+    ] == missing
+    assert len(warnings) == (1 if missing else 0)
+
+
+def test_a_url_of_its_own_takes_the_packages_timeouts() -> None:
+    with override_settings(CACHES={"default": _cache()}, DJANGO_RATELIMITS={"REDIS": DEAD_URL}):
+        assert found("W007") == []
