@@ -661,7 +661,10 @@ class RateOverride(models.Model):
         blank=True,
         related_name="overrides",
         verbose_name=_("policy"),
-        help_text=_("Empty: every policy that counts this kind of identity."),
+        help_text=_(
+            "Empty: every policy that counts requests of this kind of identity (not "
+            "concurrency or failed-login policies: name one to override it)."
+        ),
     )
     identity_kind = models.CharField(_("identity kind"), max_length=16)
     identity_value = models.CharField(_("identity"), max_length=1000)
@@ -703,8 +706,9 @@ class RateOverride(models.Model):
         elif self.identity_kind and not _counted_by_a_policy(self.identity_kind):
             errors["policy"] = ValidationError(
                 _(
-                    "No enabled policy counts a %(kind)s by rates over time: this override "
-                    "would apply to nothing."
+                    "No enabled policy counts the requests of a %(kind)s by rates over time "
+                    "(an override for every policy leaves concurrency and failed-login "
+                    "policies alone): this override would apply to nothing."
                 ),
                 code="kind_not_counted",
                 params={"kind": self.identity_kind},
@@ -726,11 +730,13 @@ _OVERRIDES_CHECKED = 1000
 
 
 def _counted_by_a_policy(kind: str) -> bool:
-    """Whether an enabled policy that counts rates over time counts identities of ``kind``
-    (an override for every policy applies to those, and spares concurrency policies)."""
+    """Whether an enabled policy that counts requests by rates over time counts
+    identities of ``kind`` (an override for every policy applies to those, and spares
+    concurrency and failed-login policies: ``rate_overrides._spared``)."""
     keys = (
         Policy.objects.filter(enabled=True)
         .exclude(algorithm=Algorithm.CONCURRENCY)
+        .exclude(counts=Counts.FAILED_LOGINS)
         .values_list("key", flat=True)
         .distinct()
     )

@@ -3,8 +3,9 @@
 Each :class:`RateOverride` row compiles to a :class:`OwnRates`; the registry
 compiles them all into one :class:`OverrideTable` at each reload, so that the
 request path asks a dict, never the database. An override for every policy is
-expanded into each policy that counts identities of its kind; an override for
-one policy wins over one for every policy. Expired overrides are not loaded,
+expanded into each policy that counts identities of its kind, but concurrency and
+failed-login policies (:func:`_spared`); an override for one policy wins over one
+for every policy. Expired overrides are not loaded,
 and one that expires after the load stops applying at its ``expires_at``
 (the registry's wall clock), without an edit.
 
@@ -49,8 +50,8 @@ class OverrideTable:
             for name in names:
                 spec = by_name.get(name)
                 if spec is not None and own.identity.kind in spec.key.identity_kinds:
-                    if not own.policy and spec.algorithm is Algorithm.CONCURRENCY:
-                        continue  # rates over time are not slots: every policy's spares it
+                    if not own.policy and _spared(spec):
+                        continue
                     found = table.setdefault((name, own.identity), [])
                     found.append((spec.limits_of(own.rates), own.expires_at))
         self._table = table
@@ -64,3 +65,11 @@ class OverrideTable:
             if until > now:
                 return limits
         return None
+
+
+def _spared(spec: PolicySpec) -> bool:
+    """Whether an override for every policy leaves ``spec`` alone: a concurrency policy
+    (rates over time are not slots), and a failed-login policy (rates of requests are not
+    a number of password guesses: raising a partner's API rates for every policy would
+    lift its address's login lockout). An override naming the policy applies to it."""
+    return spec.algorithm is Algorithm.CONCURRENCY or spec.failed_logins

@@ -59,6 +59,6 @@ def test_every_policy_is_a_star() -> None:
 
 def test_an_override_for_every_policy_of_a_kind_none_counts_is_refused() -> None:
     Policy.objects.create(name="api", rates="2/h")  # counts addresses only
-    with pytest.raises(CommandError, match="No enabled policy counts a header"):
+    with pytest.raises(CommandError, match="No enabled policy counts the requests of a header"):
         run("override", "header:partner", "*", "50/s", "--for", "7d", "--reason", "partner")
     assert not RateOverride.objects.exists()

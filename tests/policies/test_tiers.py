@@ -12,7 +12,7 @@ from django.utils import timezone
 from django_ratelimits.engine import Identity
 from django_ratelimits.models import Policy, PolicyTier, RateOverride
 from django_ratelimits.policies.rate_overrides import OverrideTable, OwnRates
-from django_ratelimits.policies.spec import KeyKind, PolicySpec
+from django_ratelimits.policies.spec import Counts, KeyKind, PolicySpec
 from django_ratelimits.policies.tiers import Tier, parse_attribute_path, read_attribute
 from django_ratelimits.rates import MAX_LIMIT, parse_rates
 
@@ -119,6 +119,36 @@ def test_one_policy_overrides_beat_every_policy_ones_and_kinds_must_be_counted()
     assert table.limits("by-user", ip, 50.0) is None  # by-user never counts an IP
     assert table.limits("by-ip", ip, 100.0) is None  # expired
     assert len(table) == 1
+
+
+def test_an_override_for_every_policy_leaves_failed_login_policies_alone() -> None:
+    """Raising a partner address's rates for every policy must not lift its login
+    lockout (an operator review): an override names a failed-login policy to reach it."""
+    api = PolicySpec("api", parse_rates("10/h"))
+    logins = PolicySpec("logins", parse_rates("3/15m"), counts=Counts.FAILED_LOGINS)
+    ip = Identity("ip", "203.0.113.7")
+    every = OwnRates(ip, parse_rates("10000/h"), 100.0)
+    table = OverrideTable([every], [api, logins])
+    assert table.limits("logins", ip, 50.0) is None
+    assert table.limits("api", ip, 50.0) is not None
+    named = OverrideTable([OwnRates(ip, parse_rates("5/15m"), 100.0, "logins")], [logins])
+    assert named.limits("logins", ip, 50.0) is not None
+
+
+def test_an_override_for_every_policy_needs_a_policy_counting_requests() -> None:
+    Policy.objects.create(name="logins", rates="3/15m", key="ip", counts="failed_logins")
+    row = RateOverride(
+        identity_kind="ip",
+        identity_value="203.0.113.7",
+        rates="10000/h",
+        expires_at=timezone.now() + timedelta(days=1),
+        reason="partner",
+    )
+    with pytest.raises(ValidationError) as raised:
+        row.full_clean()
+    assert "failed-login" in str(raised.value.message_dict["policy"])
+    Policy.objects.create(name="api", rates="10/h", key="ip")
+    row.full_clean()
 
 
 def test_an_override_that_ends_first_gives_way_to_the_one_it_hid() -> None:
