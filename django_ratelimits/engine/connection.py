@@ -140,10 +140,15 @@ def client_for(url: str, make: Callable[..., _Client], options: Mapping[str, Any
 def _one_unconnected(client: object) -> None:
     """Make one connection of ``client``'s pool, unconnected (no network): redis-py
     raises TypeError for an option its connection class does not take only then, so
-    every request's first connection would (a cluster client has no pool of its own)."""
+    every request's first connection would (a cluster client has no pool of its own).
+    A value it refuses raises ValueError, or its own error for some (``protocol=4``,
+    ``ssl_cert_reqs=bogus``): made without the network, that is a value too."""
     pool = getattr(client, "connection_pool", None)
     if pool is not None:
-        pool.connection_class(**pool.connection_kwargs)
+        try:
+            pool.connection_class(**pool.connection_kwargs)
+        except redis.RedisError as error:
+            raise ValueError(str(error)) from error
 
 
 def _from_server(server: RedisServer, config: RateLimitSettings) -> RedisClient:

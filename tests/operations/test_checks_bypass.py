@@ -136,7 +136,17 @@ UNUSABLE = {
     "port": lambda url: url.rsplit(":", 1)[0] + ":port/0",
     "db": lambda url: f"{url}?db=abc",
     "option": lambda url: {"URL": url, "OPTIONS": MISTYPED},
+    # Values redis-py refuses with its own error, not ValueError, making a connection.
+    "protocol": lambda url: {"URL": url, "OPTIONS": {"protocol": 4}},
+    "ssl_cert_reqs": lambda url: url.replace("redis://", "rediss://") + "?ssl_cert_reqs=bogus",
 }
+
+
+@pytest.mark.parametrize("mistake", ["protocol", "ssl_cert_reqs"])
+def test_an_option_value_redis_py_refuses_with_its_own_error_is_e003(mistake: str) -> None:
+    with override_settings(DJANGO_RATELIMITS={"REDIS": UNUSABLE[mistake](DEAD_URL)}):
+        errors = found("E003")
+    assert len(errors) == 1 and mistake.split("_")[0] in errors[0].msg.lower()
 
 
 @pytest.mark.django_db
