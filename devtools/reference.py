@@ -181,13 +181,17 @@ class ReferenceEngine:
         # What the checks without a gate count: a gate's fallback leaves those out.
         counted = {(c.identity, limit.spec) for c in checks if c.gate is None for limit in c.limits}
         for chk in checks:
-            who, limits = chk.identity, chk.limits
+            # Each limit with what it charges: its own cost (a policy's), else the call's.
+            who, limits = (
+                chk.identity,
+                list(zip(chk.limits, chk.costs or [cost] * len(chk.limits), strict=True)),
+            )
             if chk.gate is not None and not self._passes(chk, chk.gate, now, charge=charge):
                 who = chk.gate.client
-                limits = tuple(limit for limit in limits if (who, limit.spec) not in counted)
+                limits = [(lim, c) for lim, c in limits if (who, lim.spec) not in counted]
             pending: list[tuple[tuple[str, str], Any]] = []
             all_allowed = True
-            for limit in limits:
+            for limit, charged in limits:
                 key = (self.keys.of(who).state, limit.spec)
                 allowed, remaining, retry, reset, new = MODELS[limit.algorithm](
                     self.state.get(key),
@@ -195,7 +199,7 @@ class ReferenceEngine:
                     limit.rate.limit,
                     limit.rate.window_us,
                     limit.capacity,
-                    cost,
+                    charged,
                 )
                 out.append((who, allowed, remaining, retry, reset))
                 all_allowed = all_allowed and allowed

@@ -75,6 +75,19 @@ def test_remaining_counts_down_and_reset_is_whole_quota(
 
 
 @pytest.mark.parametrize("algorithm", RATE_ALGORITHMS)
+def test_a_limit_of_its_own_cost_is_charged_that_cost(
+    redis_client: Any, algorithm: Algorithm
+) -> None:
+    """A policy's cost per request (``Check.costs``) is charged whole, by every algorithm:
+    the sliding log wrote the call's cost (1) instead, and admitted 6 requests of cost 5
+    under 10/h (found by an exactness review)."""
+    engine = fresh_engine(redis_client, FakeClock(EPOCH_US))
+    costly = [Check(IP, limits("10/h", algorithm), costs=(5,))]
+    assert [engine.check(costly).allowed for _ in range(4)] == [True, True, False, False]
+    assert engine.peek([Check(IP, limits("10/h", algorithm))]).results[0].remaining == 0
+
+
+@pytest.mark.parametrize("algorithm", RATE_ALGORITHMS)
 def test_a_denied_identity_is_charged_nothing(redis_client: Any, algorithm: Algorithm) -> None:
     """All or nothing per identity: the 10/s rate is untouched while 2/m denies."""
     engine = fresh_engine(redis_client, FakeClock(EPOCH_US))

@@ -49,6 +49,8 @@ steps = st.lists(
         st.tuples(st.just("advance"), st.integers(0, 200_000_000)),
         st.tuples(st.just("check"), st.integers(1, 4), st.sampled_from(["ip", "user", "both"])),
         st.tuples(st.just("peek"), st.integers(0, 4), st.sampled_from(["ip", "both"])),
+        # Each limit charging a cost of its own (a policy's cost per request).
+        st.tuples(st.just("costly"), st.integers(1, 4), st.sampled_from(["ip", "both"])),
     ),
     min_size=1,
     max_size=60,
@@ -67,11 +69,12 @@ def _replay(client: Any, limits: list[Limit], start: int, ops: list[tuple[Any, .
         who = {"ip": IDENTITIES[:1], "user": IDENTITIES[1:], "both": IDENTITIES}[op[2]]
         checks = [Check(identity, limits) for identity in who]
         cost = min(op[1], capacity)
-        if op[0] == "check":
-            got = outcomes(engine.check(checks, cost=cost))
-        else:
-            got = outcomes(engine.peek(checks, cost=cost))
-        expected = model.run(checks, clock.now_us(), cost, charge=op[0] == "check")
+        if op[0] == "costly" and limits[0].algorithm is not Algorithm.CONCURRENCY:
+            costs = tuple(min(op[1] + i, limit.capacity) for i, limit in enumerate(limits))
+            checks = [Check(identity, limits, costs=costs) for identity in who]
+        charge = op[0] != "peek"
+        got = outcomes((engine.check if charge else engine.peek)(checks, cost=cost))
+        expected = model.run(checks, clock.now_us(), cost, charge=charge)
         assert got == expected, (op, limits)
 
 

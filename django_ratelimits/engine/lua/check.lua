@@ -269,7 +269,7 @@ local function commit(state_key, writes, nw, live, horizon, logs)
   end
   if logs then
     for _, p in ipairs(logs) do
-      p[4].commit(p[1], now, p[2], cost, p[3])
+      p[4].commit(p[1], now, p[2], p[5], p[3])
     end
   end
 end
@@ -479,7 +479,7 @@ local function run_group(KEYS, ARGV, a, k, n)
         alg.peek(KEYS[lk], now, limit, window, capacity, lcost)
       if allowed then
         logs = logs or {}
-        logs[#logs + 1] = {KEYS[lk], window, new, alg}
+        logs[#logs + 1] = {KEYS[lk], window, new, alg, lcost}
       end
       lk = lk + 1
     else
