@@ -10,6 +10,7 @@ import pytest
 from django_ratelimits.engine import Ban, Check, Engine, Identity, Limit
 from django_ratelimits.engine.controls import Controls
 from django_ratelimits.engine.limits import MAX_BAN_AFTER, MAX_BAN_SECONDS
+from django_ratelimits.engine.offenders import OffenderReader
 from django_ratelimits.engine.overrides import Note
 from django_ratelimits.rates import Rate
 from django_ratelimits.testing import FakeClock
@@ -126,6 +127,25 @@ def test_shadow_groups_and_peeks_never_ban(redis_client: Any) -> None:
         engine.check(shadow)
         engine.peek(checks(), cost=1)
     assert Controls(engine).override(IP) is None
+
+
+def test_a_soft_check_of_a_refused_request_is_no_denial_and_never_bans(
+    redis_client: Any,
+) -> None:
+    """A request another check refuses does not go on, so a soft check (a view's
+    block=False policy) beside it is only looked at: on standalone Redis its denials were
+    noted and banned its identity, where a cluster's soft round only peeked (found by an
+    exactness review)."""
+    engine = fresh_engine(redis_client, FakeClock(EPOCH_US))
+    user = Identity("user", "7")
+    site = Check(IP, [Limit("site", Rate(1, 3600))])
+    soft = Check(user, [Limit("soft", Rate(1, 3600), ban=BAN)], soft=True)
+    assert engine.check([site, soft]).allowed  # both spent now
+    for _ in range(5):
+        decision = engine.check([site, soft])
+        assert [r.allowed for r in decision.results] == [False, False]
+    assert Controls(engine).override(user) is None
+    assert OffenderReader(engine).detail(user).offender is None  # no denial of it recorded
 
 
 def test_a_policy_without_a_ban_never_bans(redis_client: Any) -> None:

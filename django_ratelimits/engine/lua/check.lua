@@ -496,11 +496,11 @@ local function run_group(KEYS, ARGV, a, k, n)
     n = n + 4
     refused = refused or not allowed
   end
-  if charge then
+  -- A soft group after a refusal is only looked at, as the soft round of a cluster
+  -- peeks it: the request does not go on, so it is neither charged nor a denial.
+  if charge and not (set.soft and refusing > 0) then
     if not refused then
-      if refusing == 0 or not set.soft then
-        commit(state_key, WRITES, nw, live, values[1], logs)
-      end
+      commit(state_key, WRITES, nw, live, values[1], logs)
     else
       if not set.soft and not set.shadow then
         refusing = refusing + 1
