@@ -15,12 +15,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import Final
 
 from redis.exceptions import ClusterDownError, ClusterError, TryAgainError
 
 from django_ratelimits.conf import get_settings
 
 logger = logging.getLogger("django_ratelimits")
+
+CLOSED: Final = 0.0
+"""What :meth:`CircuitBreaker.allow` gives when the breaker is closed: no trial taken."""
 
 
 class CircuitBreaker:
@@ -39,29 +43,32 @@ class CircuitBreaker:
         opened_at = self._opened_at
         return opened_at is None or time.monotonic() - opened_at >= get_settings().breaker_cooldown
 
-    def allow(self) -> bool:
-        """Whether to ask Redis now: closed, or open long enough for one trial, which
-        this takes: call it just before asking, and :meth:`abandon` the trial if the
-        call ends neither in :meth:`success` nor in :meth:`failure`."""
+    def allow(self) -> float | None:
+        """Whether to ask Redis now: ``None`` if not; else :data:`CLOSED` when the
+        breaker is closed, or the trial this call took (open long enough for one), which
+        :meth:`abandon` gives back if the request ends neither in :meth:`success` nor in
+        :meth:`failure`."""
         opened_at = self._opened_at
         if opened_at is None:
-            return True
+            return CLOSED
         now = time.monotonic()
         if now - opened_at < get_settings().breaker_cooldown:
-            return False
+            return None
         with self._lock:
             if self._opened_at != opened_at:
-                return False  # another request took the trial
+                return None  # another request took the trial
             self._opened_at = now
-            return True
+            return now
 
-    def abandon(self) -> None:
-        """The call that took the trial ended otherwise (an exception of the code around
-        it, a cancelled task): the trial is due again, so that the next request makes it
-        instead of the breaker staying open for a cooldown that tried nothing."""
-        if self._opened_at is not None:
+    def abandon(self, trial: float) -> None:
+        """The request that took ``trial`` (what :meth:`allow` gave) ended without asking
+        Redis (the cache of denials answered it) or in an exception of its own (a
+        cancelled task): the trial is due again, so that the next request makes it
+        instead of the breaker staying open for a cooldown that tried nothing. Nothing
+        for a request that took no trial, or one that another has since settled."""
+        if trial != CLOSED and self._opened_at == trial:
             with self._lock:
-                if self._opened_at is not None:
+                if self._opened_at == trial:
                     self._opened_at = time.monotonic() - get_settings().breaker_cooldown
 
     def success(self) -> None:

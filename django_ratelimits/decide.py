@@ -343,15 +343,28 @@ class Planned:
         before the password, is counted; one that only asks is not)."""
         if self.verdict is not None:
             return self.verdict
-        cache = _cache()
-        if cache is None:
-            return self._call(call)
-        if cache.epoch_due():
-            cache.read_epoch()
-        verdict = self._cached(cache, charge, counted) or self._call(call, cache)
-        if cache.flush_due():
-            cache.flush()
-        return verdict
+        # The trial of a half-open breaker is taken before the cache of denials may read
+        # Redis: one request tries a Redis that may hang, not every request at once.
+        trial = breaker.allow()
+        if trial is None:  # open, or another request took the trial
+            return self._refused(BackendError("circuit breaker open"))
+        try:
+            cache = _cache()
+            if cache is None:
+                return self._call(call)
+            if cache.epoch_due():
+                cache.read_epoch()
+            verdict = self._cached(cache, charge, counted)
+            if verdict is None:
+                verdict = self._call(call, cache)
+            else:
+                breaker.abandon(trial)  # Redis was not asked
+            if cache.flush_due():
+                cache.flush()
+            return verdict
+        except BaseException:
+            breaker.abandon(trial)  # an exception of the request's own (a cancelled task)
+            raise
 
     async def arun(
         self,
@@ -363,44 +376,45 @@ class Planned:
         """:meth:`run` with an async ``call`` (``acheck`` or ``apeek``)."""
         if self.verdict is not None:
             return self.verdict
-        cache = _cache()
-        if cache is None:
-            return await self._acall(call)
-        if cache.epoch_due():
-            await cache.aread_epoch()
-        verdict = self._cached(cache, charge, counted) or await self._acall(call, cache)
-        if cache.flush_due():
-            await cache.aflush()
-        return verdict
+        trial = breaker.allow()
+        if trial is None:
+            return self._refused(BackendError("circuit breaker open"))
+        try:
+            cache = _cache()
+            if cache is None:
+                return await self._acall(call)
+            if cache.epoch_due():
+                await cache.aread_epoch()
+            verdict = self._cached(cache, charge, counted)
+            if verdict is None:
+                verdict = await self._acall(call, cache)
+            else:
+                breaker.abandon(trial)
+            if cache.flush_due():
+                await cache.aflush()
+            return verdict
+        except BaseException:
+            breaker.abandon(trial)
+            raise
 
     def _call(
         self, call: Callable[[list[Check]], Decision], cache: DenialCache | None = None
     ) -> Verdict:
-        if not breaker.allow():  # another request took the trial
-            return self._refused(BackendError("circuit breaker open"))
         sent = None if cache is None else cache.sending()
         try:
             decision = self._ask(call)
         except BackendError as error:
             return self.failed(error, cache)
-        except BaseException:
-            breaker.abandon()
-            raise
         return self._received(decision, cache, sent)
 
     async def _acall(
         self, call: Callable[[list[Check]], Awaitable[Decision]], cache: DenialCache | None = None
     ) -> Verdict:
-        if not breaker.allow():
-            return self._refused(BackendError("circuit breaker open"))
         sent = None if cache is None else cache.sending()
         try:
             decision = await self._aask(call)
         except BackendError as error:
             return self.failed(error, cache)
-        except BaseException:
-            breaker.abandon()
-            raise
         return self._received(decision, cache, sent)
 
     def _received(
