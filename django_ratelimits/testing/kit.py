@@ -19,6 +19,7 @@ checks: ``runserver``, ``migrate``) in a process where one is left on.
 from __future__ import annotations
 
 import logging
+import contextvars
 import secrets
 import threading
 import time
@@ -49,7 +50,8 @@ logger = logging.getLogger("django_ratelimits")
 
 _DAY_US = 86_400 * 1_000_000
 _active: list[str] = []  # what is on now, innermost last (system check E100 reads it)
-_owner: int | None = None  # the thread that turned it on
+_holder: contextvars.ContextVar[object] = contextvars.ContextVar("ratelimits_kit_holder")
+_owner: object | None = None  # the holder token of the code that turned it on
 _lock = threading.Lock()
 
 
@@ -63,17 +65,23 @@ def _on(what: str) -> Iterator[None]:
     """Notes ``what`` as on in the block. The kit changes the whole process (its
     settings, registry and clock), and each part puts back on exit what it found on
     entry: two threads whose blocks overlap would leave the first one's state behind,
-    limiting off for good. So it is refused in a thread while another has it on."""
+    limiting off for good. So it is refused in code that does not descend from the
+    code that turned it on: another thread (a view or a task in a threaded server).
+    What runs in that code's context may nest parts freely, an ``async`` test of a
+    Django test case too (its event loop runs in another thread, in a copy of the
+    test's context, while the test's thread waits)."""
     global _owner
     with _lock:
-        me = threading.get_ident()
-        if _active and _owner != me:
+        if _active and _holder.get(None) is not _owner:
+            on = ", ".join(f"{part}()" for part in _active)
             raise RuntimeError(
                 f"django_ratelimits.testing: {what}() entered in a thread while another "
-                f"thread has {', '.join(_active)}() on. The kit changes the whole process: "
-                "use it from one thread at a time (a test's), never in a view or a task."
+                f"thread has {on} on. The kit changes the whole process: use it from one "
+                "test at a time, never in a view or a task."
             )
-        _owner = me
+        if not _active:
+            _owner = object()
+            _holder.set(_owner)
         _active.append(what)
     try:
         yield

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from django.test import Client, TestCase
+from django.test import AsyncClient, Client, TestCase
 
 from devtools.redis_harness import RedisServer
-from django_ratelimits.testing import RateLimitTestCase, RateLimitTestMixin
+from django_ratelimits.testing import RateLimitTestCase, RateLimitTestMixin, override_policies
 from tests.kit.project import project_settings
 
 
@@ -54,3 +54,13 @@ class UnlimitedTests(OnTheHarnessRedis, RateLimitTestCase):
     def test_nothing_is_limited(self) -> None:
         client = Client()
         self.assertEqual([client.post("/login").status_code for _ in range(5)], [200] * 5)
+
+
+class AsyncTests(OnTheHarnessRedis, RateLimitTestCase):
+    async def test_an_async_test_nests_a_part_with_with(self) -> None:
+        """Django runs an async test on an event loop in another thread while the test's
+        thread, which entered the class's parts in setUp, waits: the kit's guard against
+        two threads lets it nest (docs/testing.md: "in an async test use `with`")."""
+        with override_policies({"name": "kit-async", "rate": "1/m", "path": "^/api/"}):
+            statuses = [(await AsyncClient().get("/api/items")).status_code for _ in range(2)]
+        self.assertEqual(statuses, [200, 429])
