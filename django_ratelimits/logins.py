@@ -144,6 +144,8 @@ def logged_in(sender: object, request: Any = None, user: Any = None, **_: Any) -
         return
     if login_username(request) is None and user is not None:
         set_login_username(request, user.get_username())
+    if not _counts_only(user, login_username(request)):
+        return
     limits: dict[Identity, list[Limit]] = {}
     for spec in specs:
         for identity in identities(request, spec):
@@ -155,6 +157,22 @@ def logged_in(sender: object, request: Any = None, user: Any = None, **_: Any) -
             controls.reset(identity, its_limits)
     except BackendError as error:  # the login succeeded; only the reset is lost
         logger.warning("could not reset failed-login counters after a login: %s", error)
+
+
+def _counts_only(user: Any, counted: str | None) -> bool:
+    """Whether the username ``counted`` (normalised) counts ``user``'s logins alone, so
+    that its success may clear what it counted. Normalising folds distinct usernames into
+    one counter (``Alice`` and ``alice``; ``straße`` and ``strasse``): a success of one
+    account must not clear the failures guessed against another (an attacker's own
+    account whose name folds to his victim's). So the account's username must be the
+    counted text itself, and no other account's may equal it but for case (one query, on
+    a login only). Accounts apart by more than case (``ß``, full-width letters) still
+    share a counter: ``docs/logins.md`` says so."""
+    if user is None or counted is None or user.get_username() != counted:
+        return False
+    model = type(user)
+    others = model._default_manager.filter(**{f"{model.USERNAME_FIELD}__iexact": counted})
+    return not others.exclude(pk=user.pk).exists()
 
 
 def _planned(

@@ -18,8 +18,8 @@ checks: ``runserver``, ``migrate``) in a process where one is left on.
 
 from __future__ import annotations
 
-import logging
 import contextvars
+import logging
 import secrets
 import threading
 import time

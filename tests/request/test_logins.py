@@ -140,6 +140,24 @@ def test_logging_in_to_ones_own_account_clears_nothing_of_another(site: Any, key
     assert refused(login("alice"))
 
 
+@pytest.mark.parametrize(("victim", "attacker"), [("alice", "Alice"), ("Carol", "carol")])
+def test_an_account_whose_name_folds_to_anothers_clears_nothing(
+    site: Any, victim: str, attacker: str
+) -> None:
+    """Normalised, two usernames apart only by case are one counter: the success of one
+    account must not clear the failures guessed against the other (a review: an
+    attacker's own account named like his victim's cleared its count, 10 guesses
+    through 3/15m)."""
+    User.objects.get_or_create(username=victim, defaults={"password": "x"})
+    User.objects.create_user(attacker, password="own-pass")
+    policy(key="username", reset_on_success=True)
+    ips = iter(f"203.0.113.{n}" for n in range(1, 50))
+    assert [login(victim, ip=next(ips)).status_code for _ in range(2)] == [200, 200]
+    assert login(attacker, "own-pass", ip=next(ips)).status_code == 302
+    assert login(victim, ip=next(ips)).status_code == 200
+    assert refused(login(victim, ip=next(ips)))
+
+
 def test_a_successful_login_keeps_the_ban_level_of_its_address(
     site: Any, frozen_clock: Any
 ) -> None:
