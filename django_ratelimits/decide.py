@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Final
@@ -226,41 +226,51 @@ async def adecide(
     )
 
 
-def decide_policy(request: HttpRequest, name: str) -> Verdict:
+def decide_policy(
+    request: HttpRequest, name: str, *, chain: Sequence[str] = (), soft: Iterable[str] = ()
+) -> Verdict:
     """The request's verdict (``request.ratelimit``) once the policy ``name`` is decided too.
 
-    Unchanged when the middleware decided it already, or when it is disabled,
-    unknown (logged) or not for this method.
+    ``chain`` names the other policies of the view's decorators (those it wraps), and
+    ``soft`` those applied with ``block=False``: the first decorator a request reaches
+    decides them all in one call, all or nothing per identity, as the middleware does,
+    so that a policy an inner decorator refuses costs the outer ones nothing. Unchanged
+    when the middleware decided them already, or for a policy disabled, unknown
+    (logged) or not for this method.
     """
-    verdict, spec = _undecided(current(), request, name)
-    if spec is None:
+    verdict, specs = _undecided(current(), request, (name, *chain))
+    if not specs:
         return verdict
-    return _store(request, verdict, decide(request, [spec]))
+    return _store(request, verdict, decide(request, specs, frozenset(soft)))
 
 
-async def adecide_policy(request: HttpRequest, name: str) -> Verdict:
+async def adecide_policy(
+    request: HttpRequest, name: str, *, chain: Sequence[str] = (), soft: Iterable[str] = ()
+) -> Verdict:
     """:func:`decide_policy` for async code."""
-    verdict, spec = _undecided(await acurrent(), request, name)
-    if spec is None:
+    verdict, specs = _undecided(await acurrent(), request, (name, *chain))
+    if not specs:
         return verdict
-    return _store(request, verdict, await adecide(request, [spec]))
+    return _store(request, verdict, await adecide(request, specs, frozenset(soft)))
 
 
 def _undecided(
-    registry: PolicyRegistry, request: HttpRequest, name: str
-) -> tuple[Verdict, PolicySpec | None]:
-    """The request's verdict so far, and the policy ``name`` if it still needs deciding."""
+    registry: PolicyRegistry, request: HttpRequest, names: Sequence[str]
+) -> tuple[Verdict, list[PolicySpec]]:
+    """The request's verdict so far, and those of the policies ``names`` still to decide."""
     verdict: Verdict = getattr(request, "ratelimit", None) or Verdict(())
-    if verdict.covers(name):
-        return verdict, None
-    spec = registry.get(name)
-    if spec is None:
-        if not registry.knows(name):
-            _report_unknown(name)
-        return verdict, None
-    if spec.failed_logins or not spec.applies_to_method(request.method or "GET"):
-        return verdict, None  # failed logins count only through django_ratelimits.logins
-    return verdict, spec
+    method = request.method or "GET"
+    specs: list[PolicySpec] = []
+    for name in dict.fromkeys(names):  # in order, each once
+        if verdict.covers(name):
+            continue
+        spec = registry.get(name)
+        if spec is None:
+            if not registry.knows(name):
+                _report_unknown(name)
+        elif not spec.failed_logins and spec.applies_to_method(method):
+            specs.append(spec)  # failed logins count only through django_ratelimits.logins
+    return verdict, specs
 
 
 def _store(request: HttpRequest, before: Verdict, new: Verdict) -> Verdict:

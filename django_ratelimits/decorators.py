@@ -17,8 +17,11 @@ A request from a blocked network is refused (403) before anything else, even
 with ``block=False``: a blocklist entry is an admin's decision, not a policy's
 verdict (:mod:`django_ratelimits.blocklist`).
 
-When ``RateLimitMiddleware`` is installed it decides the view's policies
-together with its own in one round trip, and refuses the request itself when a
+Stacked on one view, the first decorator a request reaches decides every policy
+of the stack in one round trip, all or nothing per identity (a policy an inner
+decorator refuses costs the outer ones nothing), and refuses for any of them
+applied with ``block=True``. When ``RateLimitMiddleware`` is installed it decides
+the view's policies together with its own in one round trip, and refuses the request itself when a
 policy the view applies with ``block=True`` denies it (so that a decorator an
 outer one never reaches, as ``@login_required``'s redirect, still refuses); the
 decorator then only enforces the verdict.
@@ -137,15 +140,21 @@ def ratelimit(
         )
 
     def decorator(view: View) -> View:
+        # The policies of the decorators this one wraps: the first one a request reaches
+        # decides them all in one call, and refuses for any of them applied with
+        # block=True, as the middleware does (an inner one may never be reached).
+        chain: tuple[str, ...] = getattr(view, VIEW_POLICIES, ())
+        soft = frozenset((*getattr(view, VIEW_SOFT, ()), *(() if block else (name,))))
+        refusing = {n for n in (name, *chain) if n not in soft}
         if iscoroutinefunction(view):
 
             @functools.wraps(view)
             async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
                 if (blocked := blocklist.refusal(request, await acurrent())) is not None:
                     return blocked
-                verdict = await adecide_policy(request, name)
-                if block and verdict.blocked({name}):
-                    return release_when_done(refusal(request, verdict, {name}), verdict)
+                verdict = await adecide_policy(request, name, chain=chain, soft=soft)
+                if refusing and verdict.blocked(refusing):
+                    return release_when_done(refusal(request, verdict, refusing), verdict)
                 try:
                     response = await view(request, *args, **kwargs)
                 except BaseException as error:
@@ -160,9 +169,9 @@ def ratelimit(
             def sync_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
                 if (blocked := blocklist.refusal(request, current())) is not None:
                     return blocked
-                verdict = decide_policy(request, name)
-                if block and verdict.blocked({name}):
-                    return release_when_done(refusal(request, verdict, {name}), verdict)
+                verdict = decide_policy(request, name, chain=chain, soft=soft)
+                if refusing and verdict.blocked(refusing):
+                    return release_when_done(refusal(request, verdict, refusing), verdict)
                 try:
                     response = view(request, *args, **kwargs)
                 except BaseException:
@@ -171,9 +180,9 @@ def ratelimit(
                 return _finish(response, verdict)
 
             wrapper = sync_wrapper
-        setattr(wrapper, VIEW_POLICIES, (*getattr(view, VIEW_POLICIES, ()), name))
-        if not block:
-            setattr(wrapper, VIEW_SOFT, (*getattr(view, VIEW_SOFT, ()), name))
+        setattr(wrapper, VIEW_POLICIES, (*chain, name))
+        if soft:
+            setattr(wrapper, VIEW_SOFT, tuple(soft))
         return wrapper  # type: ignore[no-any-return]
 
     return decorator
