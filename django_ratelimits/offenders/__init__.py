@@ -16,7 +16,7 @@ into pages or terminal output:
 
 from __future__ import annotations
 
-from django_ratelimits.offenders.identities import NoSuchIdentity, resolve
+from django_ratelimits.offenders.identities import RECORDED_KINDS, NoSuchIdentity, resolve
 from django_ratelimits.offenders.identities import parse as parse_identity
 from django_ratelimits.offenders.operations import DURATIONS, VIEW_PERMISSION, Action, Operation
 from django_ratelimits.offenders.service import (
@@ -32,6 +32,7 @@ from django_ratelimits.offenders.users import user_names
 
 __all__ = [
     "DURATIONS",
+    "RECORDED_KINDS",
     "VIEW_PERMISSION",
     "Action",
     "IdentityReport",

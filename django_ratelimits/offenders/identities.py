@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Any
+from typing import Any, Final
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
@@ -41,6 +41,11 @@ from django_ratelimits.identity import (
 from django_ratelimits.policies.spec import IDENTITY_KINDS
 
 VALUE_MAX = 1000
+RECORDED_KINDS: Final = (*IDENTITY_KINDS, "get", "post")
+"""Every kind of identity whose denials the package records, so every kind the offender
+listing can be filtered by: the kinds policies count, and those of the compat layer's
+``get:`` and ``post:`` keys (:mod:`django_ratelimits.compat`). Staff cannot name an
+identity of the last two (:func:`resolve`)."""
 _HASH = re.compile(re.escape(HASHED) + "[0-9a-f]{32}")
 
 

@@ -16,16 +16,20 @@ import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
-from django.test import override_settings
+from django.http import HttpRequest, HttpResponse
+from django.test import RequestFactory, override_settings
 from redis.cluster import RedisCluster
 
 from devtools.redis_harness import free_port
+from django_ratelimits.compat import ratelimit as compat_ratelimit
 from django_ratelimits.engine import Check, Engine, Identity, get_engine
 from django_ratelimits.engine.controls import Controls
 from django_ratelimits.engine.offenders import OffenderReader
 from django_ratelimits.management.commands import ratelimits
 from django_ratelimits.models import Policy
+from django_ratelimits.offenders import RECORDED_KINDS
 from django_ratelimits.policies import current, get_registry
+from django_ratelimits.policies.spec import GATED_KINDS
 from django_ratelimits.testing import FakeClock
 from tests.operations.eviction import blind_url, redis_with
 
@@ -144,6 +148,27 @@ def test_offenders_filter_by_any_policy_ever_named_and_refuse_other_names(
         run_json("offenders", "--policy", name)
     with pytest.raises(CommandError, match=r"no policy is named 'Api' \(policies: .*\bapi\b"):
         run("offenders", "--policy", "Api")
+
+
+@compat_ratelimit(group="cmd-compat-fields", key="post:username", rate="1/h", block=False)
+@compat_ratelimit(group="cmd-compat-fields", key="get:q", rate="1/h", block=False)
+def compat_fields(request: HttpRequest) -> HttpResponse:
+    """A django-ratelimit style view: it counts a form field (kind ``post``) and a query
+    parameter (kind ``get``), neither a kind any policy counts."""
+    return HttpResponse("limited" if request.limited else "ok")  # type: ignore[attr-defined]
+
+
+def test_offenders_filter_by_the_kinds_the_compat_layer_records(site_redis: Any) -> None:
+    for _ in range(2):
+        compat_fields(RequestFactory().post("/?q=shoes", {"username": "zed"}))
+    every = {row["identity"] for row in run_json("offenders")["offenders"]}
+    assert every == {"post:zed", "get:shoes"}
+    for kind in ("post", "get"):
+        rows = run_json("offenders", "--kind", kind)["offenders"]
+        assert [row["identity"] for row in rows] == [
+            f"{kind}:" + ("zed" if kind == "post" else "shoes")
+        ]
+    assert set(GATED_KINDS) <= set(RECORDED_KINDS)  # every kind a budget holds is listed
 
 
 def test_offenders_count_one_identity_in_the_singular(engine: Engine) -> None:

@@ -77,10 +77,16 @@ from django_ratelimits.management.output import (
     show_text,
     table,
 )
-from django_ratelimits.offenders import Offenders, Query, UnknownPolicy, parse_identity, user_names
+from django_ratelimits.offenders import (
+    RECORDED_KINDS,
+    Offenders,
+    Query,
+    UnknownPolicy,
+    parse_identity,
+    user_names,
+)
 from django_ratelimits.offenders.text import parse_span, span
 from django_ratelimits.policies import current
-from django_ratelimits.policies.spec import IDENTITY_KINDS
 
 Report = tuple[Data, str]
 
@@ -104,7 +110,7 @@ class Command(BaseCommand):
             "--period", type=duration, default=3600, help="how far back: 5m, 1h, 24h (default 1h)"
         )
         listing.add_argument("--order", choices=("last", "denials"), default="last")
-        listing.add_argument("--kind", choices=IDENTITY_KINDS, help="only identities of this kind")
+        listing.add_argument("--kind", choices=RECORDED_KINDS, help="only identities of this kind")
         listing.add_argument(
             "--policy",
             help=f"only identities this policy denied (a policy's name, or {BLOCKED_POLICY} "
