@@ -45,6 +45,7 @@ from django_ratelimits.engine.offenders import (
 from django_ratelimits.engine.overrides import BLOCKED_POLICY, Override
 from django_ratelimits.identity import IPNetwork
 from django_ratelimits.offenders.operations import Action, Operation
+from django_ratelimits.offenders.text import span
 from django_ratelimits.policies import current
 from django_ratelimits.policies.spec import GATED_KINDS
 from django_ratelimits.rates import Rate
@@ -54,14 +55,17 @@ ROW_HITS = 100  # metadata entries read for each row of a page, newest first
 
 class UnknownPolicy(ValueError):
     """A policy named that no enabled policy (or declared default) has; with
-    ``enabled=False`` (a filter of what policies did), that no policy has at all."""
+    ``recorded``, a filter of what policies did that no policy has at all (a row, enabled
+    or disabled, or a declared default) and no denial ``recorded`` names either."""
 
-    def __init__(self, name: str, *, enabled: bool = True) -> None:
-        if enabled:
-            what, known = "enabled policy", f"enabled: {', '.join(policy_names()) or 'none'}"
+    def __init__(self, name: str, *, recorded: str | None = None) -> None:
+        if recorded is None:
+            known = ", ".join(policy_names()) or "none"
+            message = f"no enabled policy is named {name!r} (enabled: {known})"
         else:
-            what, known = "policy", f"policies: {', '.join(current().names()) or 'none'}"
-        super().__init__(f"no {what} is named {name!r} ({known})")
+            known = ", ".join(current().names()) or "none"
+            message = f"no policy is named {name!r} and no {recorded} names it (policies: {known})"
+        super().__init__(message)
 
 
 @dataclass(frozen=True)
@@ -148,12 +152,25 @@ class Offenders:
         return Denials(self.engine)
 
     def listing(self, query: Query) -> OffenderList:
-        """The rows ``query`` asks for, newest (or most denied) first. Raises
-        :class:`UnknownPolicy` for a ``query.policy`` that no policy (enabled or not, in a
-        row or declared) nor a block has: it could match nothing."""
-        if query.policy not in (None, BLOCKED_POLICY) and not current().knows(query.policy):
-            raise UnknownPolicy(query.policy, enabled=False)
+        """The rows ``query`` asks for, newest (or most denied) first.
+
+        A ``query.policy`` may name any policy (a row, enabled or not, or a declared
+        default), a block (:data:`BLOCKED_POLICY`), or a name only the records know (a
+        group of the compat layer, which no registry holds, or a deleted row's): a
+        name the registry does not know is taken if a denial recorded names it. Else it
+        could match nothing, and :class:`UnknownPolicy` says so, rather than an empty
+        listing that reads as "no offenders"."""
         self._record_pending()
+        found, name = self._listing(query), query.policy
+        if name is None or name == BLOCKED_POLICY or found.rows or current().knows(name):
+            return found
+        if self._recorded(name, query.shadow):  # nothing in this period, or on this page
+            return found
+        retention = span(self.engine.offender_retention)
+        recorded = f"{'would-be ' if query.shadow else ''}denial of the last {retention}"
+        raise UnknownPolicy(name, recorded=recorded)
+
+    def _listing(self, query: Query) -> OffenderList:
         if query.user is not None:
             return self._user_lookup(query)
         reader, end = self.reader, query.offset + query.limit + 1  # one more tells has_next
@@ -297,6 +314,15 @@ class Offenders:
         cache = cache_for(self.engine)
         if cache is not None:
             cache.flush()
+
+    def _recorded(self, policy: str, shadow: bool) -> bool:
+        """Whether a denial (a would-be denial with ``shadow``) still recorded names
+        ``policy``: as far back as the records go, and as far down the index as a
+        filtered page looks."""
+        page = self.reader.page(
+            period=self.engine.offender_retention, limit=1, policy=policy, shadow=shadow
+        )
+        return bool(page.offenders)
 
     def _user_lookup(self, query: Query) -> OffenderList:
         identity = Identity("user", query.user or "")
