@@ -517,6 +517,52 @@ def test_on_the_command_line_a_failure_is_one_line_and_exit_status_1(tmp_path: P
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
 
+def test_on_the_command_line_a_policy_a_view_declares_is_known(
+    tmp_path: Path, redis_standalone: Any
+) -> None:
+    """The command runs no system checks, so nothing else imports the URLconf: it does,
+    and t-async, declared by a @ratelimit in tests/urls.py, can be asked for there."""
+    (tmp_path / "cli_settings.py").write_text(
+        "from tests.settings import *  # noqa: F403\n"
+        f"DJANGO_RATELIMITS = {{'REDIS': {redis_standalone.url!r}}}\n"
+        "ROOT_URLCONF = 'tests.urls'\n"
+        "DATABASES = {'default': {'ENGINE': 'django.db.backends.sqlite3', "
+        f"'NAME': {str(tmp_path / 'db.sqlite3')!r}}}}}\n"
+    )
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "cli_settings",
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]),
+    }
+
+    def command(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "manage.py", *args],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    assert command("migrate", "-v0").returncode == 0
+    done = command("ratelimits", "offenders", "--policy", "t-async")
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout.startswith("0 identities denied in the last 1h: none to show.")
+    typo = command("ratelimits", "offenders", "--policy", "t-asink")
+    assert typo.returncode == 1
+    assert "no policy is named 't-asink'" in typo.stderr and "t-async" in typo.stderr
+
+
+def test_a_urlconf_that_fails_to_import_is_a_warning(engine: Engine) -> None:
+    err = io.StringIO()
+    with override_settings(ROOT_URLCONF="tests.no_such_urls"):
+        call_command("ratelimits", "offenders", stdout=io.StringIO(), stderr=err)
+    assert err.getvalue().startswith(
+        "warning: ROOT_URLCONF could not be imported (ModuleNotFoundError: "
+    )
+
+
 def test_status_reports_what_a_full_redis_does(tmp_path: Path) -> None:
     with (
         redis_with(tmp_path, "noeviction", maxmemory="2mb") as server,

@@ -28,7 +28,9 @@ named by id or username and must exist, a ``username:`` (a username tried at
 login, see ``docs/logins.md``) is normalised as failed-login policies count it
 (``username:Admin`` is ``username:admin``); one that no request could be counted
 as exits with status 1 and the reason. When Redis fails the command exits with
-status 1 and one line saying why, never a traceback. A block or allow-listing
+status 1 and one line saying why, never a traceback. ``ROOT_URLCONF`` is imported
+first, so that the policies views declare with ``@ratelimit`` are known here as on the
+site (no system check does it: the command runs none). A block or allow-listing
 is noted as set by ``<login name> (manage.py)`` on the active-blocks page.
 ``docs/operations.md`` describes each subcommand and its JSON.
 
@@ -48,8 +50,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.urls import get_resolver
 from django.utils.translation import ngettext
 from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException, RedisError, ResponseError
@@ -176,6 +180,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         subcommand: Callable[[dict[str, Any]], Report] = SUBCOMMANDS[options["subcommand"]]
+        self.declare_view_policies()
         try:
             data, text = subcommand(options)
         except BackendError as exc:
@@ -187,6 +192,21 @@ class Command(BaseCommand):
         except UnknownPolicy as exc:
             raise CommandError(str(exc)) from exc
         self.stdout.write(json.dumps(data, indent=2) if options["as_json"] else text)
+
+    def declare_view_policies(self) -> None:
+        """Import ``ROOT_URLCONF``, as a request to the site does, so that the policies
+        its views declare with ``@ratelimit`` are known here as there: no system check
+        imported it (this command runs none). One that fails to import is a warning
+        (the site is broken; the command still works, without those policies)."""
+        if not getattr(settings, "ROOT_URLCONF", None):
+            return
+        try:
+            get_resolver().url_patterns  # noqa: B018  (imports the URLconf modules)
+        except Exception as exc:
+            self.stderr.write(
+                f"warning: ROOT_URLCONF could not be imported ({type(exc).__name__}: {exc}): "
+                "the policies its views declare with @ratelimit are unknown here"
+            )
 
 
 # --------------------------------------------------------------------------- arguments
