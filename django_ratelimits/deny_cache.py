@@ -10,8 +10,11 @@ ban) denied it (a block is cached until its end, and never refuses a request on 
 way back to admin: :mod:`django_ratelimits.way_back`). A limit is a policy's
 rate, algorithm and burst, so a policy edit leaves its old entries unused.
 
-A denial by a policy that bans (docs/bans.md) is not cached: the check script
-counts each towards the ban, which then is a block, cached like staff's.
+A denial by a policy that bans (docs/bans.md) is not cached, and no check with a
+banning limit is answered here (nor a look beside one) but by a block: the check
+script counts each denial towards the ban, which then is a block, cached like
+staff's. Another limit's cached denial answering for the check would keep the
+denials from the script, and the ban from ever landing.
 
 Bounded: at most ``DENIAL_CACHE`` entries (least recently used first out;
 0 turns the cache off), each held at most :data:`HOLD_MAX_US`.
@@ -179,6 +182,11 @@ class DenialCache:
                 if check.shadow or (check.soft and refusing):
                     continue
                 found = self._denials(check, now)
+                if check.overrides and _bans(check) and not any(r.blocked for r in found):
+                    # The script counts each denial of a banning limit towards its ban
+                    # (a look's too, once the login records it): only the ban, a block,
+                    # answers here for a check with one, and for a look beside it.
+                    return None
                 if not found:
                     if look:
                         continue
@@ -318,6 +326,11 @@ class DenialCache:
 
     async def aread_epoch(self) -> None:
         await asyncio.to_thread(self.read_epoch)
+
+
+def _bans(check: Check) -> bool:
+    """Whether a limit of ``check`` bans (docs/bans.md)."""
+    return any(limit.ban is not None for limit in check.limits)
 
 
 _current: DenialCache | None = None

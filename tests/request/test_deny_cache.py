@@ -102,6 +102,26 @@ def test_a_banning_policy_s_denials_reach_redis_and_its_ban_is_cached(
     assert calls.n <= 7  # the ban is learnt as a block (after the epoch is read)
 
 
+def test_a_ban_lands_though_another_policy_of_the_identity_is_denied_from_the_cache(
+    frozen_clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two policies count the address in one check: "api" bans after 3 denials, "site"
+    does not, and both run out together. The cached denial of "site" must not answer
+    for the check, else no later denial reaches the script that counts them towards
+    "api"'s ban (a review found 10 denials and no ban)."""
+    policy(ban_after=3, ban_within="1h", ban_for="1h")
+    policy(name="site")
+    me = Client(REMOTE_ADDR=ADDRESS)
+    assert flood(me, 2) == [200, 200]
+    calls = EngineCalls(monkeypatch)
+    assert flood(me, 3) == [429] * 3
+    assert calls.n == 3, "a denial was refused by the cache, uncounted towards the ban"
+    override = Controls(get_engine()).override(ME)
+    assert override is not None and override.level == 1
+    assert flood(me, 50) == [429] * 50
+    assert calls.n <= 5  # the ban is learnt as a block, which answers for the check
+
+
 def test_other_clients_are_not_refused_by_someone_else_s_denial(frozen_clock: FakeClock) -> None:
     policy(rates="1/h")
     assert flood(Client(REMOTE_ADDR=ADDRESS), 3) == [200, 429, 429]

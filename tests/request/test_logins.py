@@ -628,6 +628,21 @@ def test_a_locked_out_username_is_refused_without_redis_and_every_refusal_counte
     assert login("alice", RIGHT, ip=addresses[0]).status_code == 302
 
 
+def test_an_address_s_ban_lands_though_the_username_it_tries_is_refused_from_the_cache(
+    site: Any, frozen_clock: Any
+) -> None:
+    """One address against one account: the address's policy bans after 3 refusals,
+    the username's does not, and both are over together. The cache must not answer the
+    look from the username's denial, else none of the address's refusals reaches the
+    script that counts them towards its ban."""
+    policy(name="login-ip", key="ip", ban_after=3, ban_within="1h", ban_for="1h")
+    policy(name="login-user", key="username")
+    assert [login("alice").status_code for _ in range(3)] == [200] * 3
+    assert all(refused(login("alice")) for _ in range(6))
+    override = Offenders().inspect(Identity("ip", "198.51.100.7")).detail.override
+    assert override is not None and override.level == 1, "6 refusals and no ban"
+
+
 def test_an_address_over_its_limit_is_refused_without_redis_whatever_username_it_tries(
     site: Any, frozen_clock: Any
 ) -> None:
