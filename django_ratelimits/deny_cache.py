@@ -8,7 +8,9 @@ until its retry time, without Redis (issue 12; ``docs/flood.md``).
 cache never refuses longer than Redis would), and whether a staff block (or a
 ban) denied it (a block is cached until its end, and never refuses a request on its
 way back to admin: :mod:`django_ratelimits.way_back`). A limit is a policy's
-rate, algorithm and burst, so a policy edit leaves its old entries unused.
+rate, algorithm and burst, so a policy edit leaves its old entries unused. An entry
+keeps what the denied request cost under its limit, and refuses only requests that
+cost as much or more (a cheaper one may fit before the retry time).
 
 A denial by a policy that bans (docs/bans.md) is not cached, and no check with a
 banning limit is answered here (nor a look beside one) but by a block: the check
@@ -41,6 +43,7 @@ import threading
 import time
 from collections import OrderedDict, defaultdict
 from collections.abc import Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Final, NamedTuple
 
@@ -71,10 +74,18 @@ HOLD_MAX_US: Final = 60_000_000
 
 
 class Sending(NamedTuple):
-    """An engine call as the cache saw it go: the epoch it learns under, and when."""
+    """An engine call as the cache saw it go: the epoch it learns under, when, and the
+    checks it sent (what each limit's denial cost: None if not known, then nothing
+    but a block is learnt)."""
 
     epoch: int | None
     at_us: int
+    checks: Sequence[Check] | None = None
+
+
+# The checks the cache was last asked about in this thread or task: the engine call
+# that follows (:meth:`DenialCache.sending`) sends them, and learns their costs.
+_asked: ContextVar[Sequence[Check] | None] = ContextVar("ratelimits_denial_checks", default=None)
 
 
 @dataclass(frozen=True)
@@ -85,6 +96,7 @@ class _Entry:
     reset_until_us: int
     remaining: int
     blocked: bool
+    cost: int  # what the denied request cost under the limit (a block: 0, it refuses all)
     origin_us: int  # Redis' time of the denial (engine/denials.py: batches)
     learnt_us: int  # on the cache's clock, when Redis' time was origin_us (about)
     epoch: int
@@ -153,8 +165,12 @@ class DenialCache:
 
     def sending(self) -> Sending:
         """What an engine call sent now learns under: the epoch (read, if due, just
-        before; None if never read, and then nothing is learnt) and the time."""
-        return Sending(self._epoch, self.now_us())
+        before; None if never read, and then nothing is learnt), the time, and the
+        checks :meth:`refuse` was just asked about (those the call sends)."""
+        checks = _asked.get()
+        if checks is not None:
+            _asked.set(None)
+        return Sending(self._epoch, self.now_us(), checks)
 
     # ------------------------------------------------------------------ refusing
 
@@ -170,7 +186,10 @@ class DenialCache:
         so it never answers for the others; and a request they refuse charges it
         nothing); a block only for a check overrides decide. With ``count`` (a
         refused request, not a question) the refusal goes in the next batch.
+        A denial refuses only requests that cost at least what the denied one did
+        under its limit (a cheaper one may fit before the retry time).
         """
+        _asked.set(checks)
         if not self._entries:
             return None
         now = self.now_us()
@@ -204,7 +223,8 @@ class DenialCache:
     def _denials(self, check: Check, now: int) -> list[LimitResult]:
         """The cached denials of ``check`` in force now, as results (lock held)."""
         results = []
-        for limit in check.limits:
+        costs = check.costs
+        for i, limit in enumerate(check.limits):
             key = (check.identity, limit)
             entry = self._entries.get(key)
             if entry is None:
@@ -213,6 +233,8 @@ class DenialCache:
                 del self._entries[key]
                 continue
             if entry.blocked and not check.overrides:
+                continue
+            if (costs[i] if costs else 1) < entry.cost:  # a cheaper request: Redis decides
                 continue
             self._entries.move_to_end(key)
             retry = entry.until_us + entry.slack_us - now
@@ -269,6 +291,7 @@ class DenialCache:
             return
         sent_us = sent.at_us
         slack = max(0, self.now_us() - sent_us)
+        costs = _costs(sent.checks)
         with self._lock:
             if sent.epoch != self._epoch:
                 return
@@ -276,11 +299,15 @@ class DenialCache:
                 # A concurrency denial ends when a slot is released, not at a time.
                 if r.allowed or r.limit.policy not in enforced or r.limit.is_concurrency:
                     continue
-                if (r.remaining > 0 or r.limit.ban is not None) and not r.blocked:
-                    # A request that costs more than 1 is denied with quota left, which
-                    # a cheaper one may use: only an exhausted limit refuses them all.
+                if r.limit.ban is not None and not r.blocked:
                     # A banning policy's denials must reach the check script, which
                     # counts them towards the ban; the ban, a block, is cached.
+                    continue
+                # Until its retry time a denial of cost c (c - 1 left at most, on any
+                # algorithm) holds for every request of cost c or more, never for a
+                # cheaper one, which may fit sooner: the entry keeps c.
+                cost = 0 if r.blocked else costs.get((r.identity, r.limit))
+                if cost is None:  # the request's cost unknown, so is what its denial holds for
                     continue
                 key = (r.identity, r.limit)
                 self._entries[key] = _Entry(
@@ -290,6 +317,7 @@ class DenialCache:
                     reset_until_us=sent_us + r.reset_after_us,
                     remaining=r.remaining,
                     blocked=r.blocked,
+                    cost=cost,
                     origin_us=decision.now_us,
                     learnt_us=sent_us,
                     epoch=sent.epoch,
@@ -326,6 +354,20 @@ class DenialCache:
 
     async def aread_epoch(self) -> None:
         await asyncio.to_thread(self.read_epoch)
+
+
+def _costs(checks: Sequence[Check] | None) -> dict[tuple[Identity, Limit], int]:
+    """What a request of ``checks`` costs under each (identity, limit): the check's own
+    cost for it, else the call's, which is 1 on every path the cache answers (a check,
+    a login's look; a compat peek's 0 is never denied). The most, should two checks
+    name one."""
+    costs: dict[tuple[Identity, Limit], int] = {}
+    for check in checks or ():
+        own = check.costs or (1,) * len(check.limits)
+        for limit, cost in zip(check.limits, own, strict=True):
+            key = (check.identity, limit)
+            costs[key] = max(cost, costs.get(key, 0))
+    return costs
 
 
 def _bans(check: Check) -> bool:

@@ -14,9 +14,11 @@ from typing import Any
 
 import pytest
 import redis
+from django.http import HttpRequest
 from django.test import Client, RequestFactory
 from redis.cluster import RedisCluster
 
+from django_ratelimits import costs
 from django_ratelimits.compat import get_usage, is_ratelimited
 from django_ratelimits.decide import adecide
 from django_ratelimits.deny_cache import BATCH_REQUESTS, BATCH_US, DenialCache, cache_for
@@ -47,6 +49,17 @@ def policy(**fields: Any) -> None:
 
 def flood(client: Client, n: int) -> list[int]:
     return [client.get("/api/hello").status_code for _ in range(n)]
+
+
+def cost_from_header(request: HttpRequest) -> int:
+    return int(request.META.get("HTTP_X_COST", "1"))
+
+
+costs.register("priced", cost_from_header)  # the cost the test sends, under "priced"
+
+
+def priced(client: Client, cost: int) -> int:
+    return client.get("/api/hello", HTTP_X_COST=str(cost)).status_code
 
 
 def denials(identity: Identity = ME) -> int:
@@ -120,6 +133,44 @@ def test_a_ban_lands_though_another_policy_of_the_identity_is_denied_from_the_ca
     assert override is not None and override.level == 1
     assert flood(me, 50) == [429] * 50
     assert calls.n <= 5  # the ban is learnt as a block, which answers for the check
+
+
+def test_a_costly_denial_never_refuses_a_cheaper_request_redis_would_admit(
+    frozen_clock: FakeClock,
+) -> None:
+    """A token bucket of 10/m (a token every 6 s), emptied: a request of cost 5 is
+    denied for 30 s. 7 s later a token is back, and Redis admits a request of cost 1:
+    the cache must not refuse it for 23 s more."""
+    policy(name="priced", rates="10/m", algorithm="token_bucket")
+    me = Client(REMOTE_ADDR=ADDRESS)
+    assert priced(me, 10) == 200
+    # The first denial makes the worker read the epoch; the second is learnt under it.
+    assert [priced(me, 5), priced(me, 5)] == [429, 429]
+    frozen_clock.advance(7)
+    cheap = me.get("/api/hello", HTTP_X_COST="1")
+    assert cheap.status_code == 200, f"refused, Retry-After {cheap.get('Retry-After')}"
+
+
+def test_a_denial_refuses_requests_that_cost_as_much_or_more_without_redis(
+    frozen_clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Requests that cost the same (a policy's cost) or more are refused from the cache
+    until the retry time, as Redis would; one that costs less is asked of Redis."""
+    policy(name="priced", rates="10/m", algorithm="token_bucket")
+    me = Client(REMOTE_ADDR=ADDRESS)
+    assert priced(me, 8) == 200  # 2 tokens left: a request of 5 is denied with quota left
+    assert [priced(me, 5), priced(me, 5)] == [429, 429]
+    calls = EngineCalls(monkeypatch)
+    frozen_clock.advance(6)  # 3 tokens
+    assert [priced(me, 5), priced(me, 9), priced(me, 10)] == [429] * 3
+    assert calls.n == 0
+    assert priced(me, 3) == 200  # Redis admits it: the cache did not answer
+    assert calls.n == 1
+    # A denial of cost 1 refuses every cost, until a token is back.
+    assert [priced(me, 1), priced(me, 1), priced(me, 4)] == [429] * 3
+    assert calls.n == 2
+    frozen_clock.advance(6)
+    assert priced(me, 1) == 200
 
 
 def test_other_clients_are_not_refused_by_someone_else_s_denial(frozen_clock: FakeClock) -> None:
