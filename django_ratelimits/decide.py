@@ -410,7 +410,7 @@ class Planned:
     def _call(
         self, call: Callable[[list[Check]], Decision], cache: DenialCache | None = None
     ) -> Verdict:
-        sent = None if cache is None else cache.sending()
+        sent = None if cache is None else cache.sending(self.checks)
         try:
             decision = self._ask(call)
         except BackendError as error:
@@ -420,7 +420,7 @@ class Planned:
     async def _acall(
         self, call: Callable[[list[Check]], Awaitable[Decision]], cache: DenialCache | None = None
     ) -> Verdict:
-        sent = None if cache is None else cache.sending()
+        sent = None if cache is None else cache.sending(self.checks)
         try:
             decision = await self._aask(call)
         except BackendError as error:

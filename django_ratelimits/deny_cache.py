@@ -43,7 +43,6 @@ import threading
 import time
 from collections import OrderedDict, defaultdict
 from collections.abc import Sequence
-from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Final, NamedTuple
 
@@ -75,17 +74,11 @@ HOLD_MAX_US: Final = 60_000_000
 
 class Sending(NamedTuple):
     """An engine call as the cache saw it go: the epoch it learns under, when, and the
-    checks it sent (what each limit's denial cost: None if not known, then nothing
-    but a block is learnt)."""
+    checks it sent (what each limit's request cost, which its denial holds for)."""
 
     epoch: int | None
     at_us: int
-    checks: Sequence[Check] | None = None
-
-
-# The checks the cache was last asked about in this thread or task: the engine call
-# that follows (:meth:`DenialCache.sending`) sends them, and learns their costs.
-_asked: ContextVar[Sequence[Check] | None] = ContextVar("ratelimits_denial_checks", default=None)
+    checks: Sequence[Check]
 
 
 @dataclass(frozen=True)
@@ -163,13 +156,10 @@ class DenialCache:
                 self._entries.clear()
             self._epoch, self._epoch_at, self._wanted = epoch, at, False
 
-    def sending(self) -> Sending:
-        """What an engine call sent now learns under: the epoch (read, if due, just
-        before; None if never read, and then nothing is learnt), the time, and the
-        checks :meth:`refuse` was just asked about (those the call sends)."""
-        checks = _asked.get()
-        if checks is not None:
-            _asked.set(None)
+    def sending(self, checks: Sequence[Check]) -> Sending:
+        """What an engine call sent now with ``checks`` learns under: the epoch (read,
+        if due, just before; None if never read, and then nothing is learnt), the time,
+        and the checks (what each limit's request cost)."""
         return Sending(self._epoch, self.now_us(), checks)
 
     # ------------------------------------------------------------------ refusing
@@ -189,7 +179,6 @@ class DenialCache:
         A denial refuses only requests that cost at least what the denied one did
         under its limit (a cheaper one may fit before the retry time).
         """
-        _asked.set(checks)
         if not self._entries:
             return None
         now = self.now_us()
@@ -307,7 +296,7 @@ class DenialCache:
                 # algorithm) holds for every request of cost c or more, never for a
                 # cheaper one, which may fit sooner: the entry keeps c.
                 cost = 0 if r.blocked else costs.get((r.identity, r.limit))
-                if cost is None:  # the request's cost unknown, so is what its denial holds for
+                if cost is None:  # an identity no check names (a gate's fallback): not learnt
                     continue
                 key = (r.identity, r.limit)
                 self._entries[key] = _Entry(
@@ -356,13 +345,13 @@ class DenialCache:
         await asyncio.to_thread(self.read_epoch)
 
 
-def _costs(checks: Sequence[Check] | None) -> dict[tuple[Identity, Limit], int]:
+def _costs(checks: Sequence[Check]) -> dict[tuple[Identity, Limit], int]:
     """What a request of ``checks`` costs under each (identity, limit): the check's own
     cost for it, else the call's, which is 1 on every path the cache answers (a check,
     a login's look; a compat peek's 0 is never denied). The most, should two checks
     name one."""
     costs: dict[tuple[Identity, Limit], int] = {}
-    for check in checks or ():
+    for check in checks:
         own = check.costs or (1,) * len(check.limits)
         for limit, cost in zip(check.limits, own, strict=True):
             key = (check.identity, limit)
