@@ -149,28 +149,38 @@ def test_an_option_value_redis_py_refuses_with_its_own_error_is_e003(mistake: st
     assert len(errors) == 1 and mistake.split("_")[0] in errors[0].msg.lower()
 
 
+def open_and_closed_policies() -> None:
+    Policy.objects.create(name="open", rates="1/h", path=r"^/api/hello")
+    Policy.objects.create(name="closed", rates="100/h", path=r"^/api/other", fail_closed=True)
+    get_registry().refresh()
+
+
+def assert_fail_open_or_closed() -> None:
+    """Sync and async requests meet the unusable client as a Redis fault: the fail-open
+    policy lets them through, the fail-closed one answers 503; never a 500."""
+    client = Client()
+    assert [client.get("/api/hello").status_code for _ in range(3)] == [200] * 3
+    assert client.get("/api/other").status_code == 503
+
+    async def run() -> list[int]:
+        return [(await AsyncClient().get("/async")).status_code for _ in range(3)]
+
+    assert asyncio.run(run()) == [200] * 3
+
+
 @pytest.mark.django_db
 @pytest.mark.parametrize("redis_client", ["standalone"], indirect=True)
 @pytest.mark.parametrize("mistake", UNUSABLE)
 def test_a_client_redis_py_refuses_fails_requests_open_or_closed_never_500(
     site_redis: Any, redis_standalone: Any, mistake: str
 ) -> None:
-    Policy.objects.create(name="open", rates="1/h", path=r"^/api/hello")
-    Policy.objects.create(name="closed", rates="100/h", path=r"^/api/other", fail_closed=True)
-    get_registry().refresh()
+    open_and_closed_policies()
     failures: list[Any] = []
     backend_failed.connect(lambda **kw: failures.append(kw), weak=False, dispatch_uid="t-refuse")
     try:
         redis = UNUSABLE[mistake](redis_standalone.url)
         with override_settings(DJANGO_RATELIMITS={"REDIS": redis}):
-            client = Client()
-            assert [client.get("/api/hello").status_code for _ in range(3)] == [200] * 3
-            assert client.get("/api/other").status_code == 503
-
-            async def run() -> list[int]:
-                return [(await AsyncClient().get("/async")).status_code for _ in range(3)]
-
-            assert asyncio.run(run()) == [200] * 3
+            assert_fail_open_or_closed()
     finally:
         backend_failed.disconnect(dispatch_uid="t-refuse")
     assert failures and "gives no" in str(failures[0]["error"])  # then the breaker opens
@@ -285,9 +295,7 @@ def test_a_cache_whose_pool_options_redis_py_refuses_fails_requests_open_never_5
         "LOCATION": location,
         "OPTIONS": {"CONNECTION_POOL_KWARGS": MISTYPED},
     }
-    Policy.objects.create(name="open", rates="1/h", path=r"^/api/hello")
-    Policy.objects.create(name="closed", rates="100/h", path=r"^/api/other", fail_closed=True)
-    get_registry().refresh()
+    open_and_closed_policies()
     with override_settings(
         CACHES={
             "typo": cache,
@@ -298,14 +306,7 @@ def test_a_cache_whose_pool_options_redis_py_refuses_fails_requests_open_never_5
         try:
             [error] = found("E003")
             assert "'max_conections'" in error.msg
-            client = Client()
-            assert [client.get("/api/hello").status_code for _ in range(3)] == [200] * 3
-            assert client.get("/api/other").status_code == 503
-
-            async def run() -> list[int]:
-                return [(await AsyncClient().get("/async")).status_code for _ in range(3)]
-
-            assert asyncio.run(run()) == [200] * 3
+            assert_fail_open_or_closed()
         finally:
             caches["typo"].close()
             ConnectionFactory._pools.pop(location, None)
