@@ -4,6 +4,15 @@ import django.db.models.deletion
 from django.db import migrations, models
 
 
+def clear_reset_by_ip(apps, schema_editor):
+    """A success no longer clears a client IP's failed-login counters (an attacker could
+    clear them by signing in to an account of his own): on a policy counting by ip
+    alone, reset on success means nothing, and admin refuses it. Cleared, so that the
+    row says what the limiter does and its next edit is not refused for it."""
+    Policy = apps.get_model("django_ratelimits", "Policy")
+    Policy.objects.filter(reset_on_success=True, key="ip").update(reset_on_success=False)
+
+
 class Migration(migrations.Migration):
 
     dependencies = [
@@ -26,4 +35,5 @@ class Migration(migrations.Migration):
             name='policy',
             field=models.ForeignKey(blank=True, help_text='Empty: every policy that counts requests of this kind of identity (not concurrency or failed-login policies: name one to override it).', null=True, on_delete=django.db.models.deletion.CASCADE, related_name='overrides', to='django_ratelimits.policy', verbose_name='policy'),
         ),
+        migrations.RunPython(clear_reset_by_ip, migrations.RunPython.noop),
     ]
