@@ -182,10 +182,7 @@ class ReferenceEngine:
         counted = {(c.identity, limit.spec) for c in checks if c.gate is None for limit in c.limits}
         for chk in checks:
             # Each limit with what it charges: its own cost (a policy's), else the call's.
-            who, limits = (
-                chk.identity,
-                list(zip(chk.limits, chk.costs or [cost] * len(chk.limits), strict=True)),
-            )
+            who, limits = chk.identity, list(zip(chk.limits, chk.charges(cost), strict=True))
             if chk.gate is not None and not self._passes(chk, chk.gate, now, charge=charge):
                 who = chk.gate.client
                 limits = [(lim, c) for lim, c in limits if (who, lim.spec) not in counted]

@@ -44,6 +44,7 @@ __all__ = [
     "RateLimitSettings",
     "RedisServer",
     "get_settings",
+    "ip_network",
     "unmapped",
 ]
 
@@ -116,6 +117,13 @@ def unmapped(network: IPNetwork) -> IPNetwork:
         if ipv4 is not None:
             return ipaddress.IPv4Network((ipv4, network.prefixlen - 96))
     return network
+
+
+def ip_network(text: str, *, strict: bool = True) -> IPNetwork:
+    """``ipaddress.ip_network(text, strict=strict)``, an IPv4-mapped one as its IPv4
+    network (:func:`unmapped`): how a network read from settings, a form or the command
+    is parsed. Raises ``ValueError`` as ``ip_network`` does."""
+    return unmapped(ipaddress.ip_network(text, strict=strict))
 
 
 def _name(attribute: str) -> str:
@@ -392,7 +400,7 @@ def _networks(value: object) -> tuple[IPNetwork, ...]:
     networks = []
     for item in value:
         try:
-            networks.append(unmapped(ipaddress.ip_network(item, strict=False)))
+            networks.append(ip_network(item, strict=False))
         except (TypeError, ValueError):
             raise ImproperlyConfigured(
                 f"{name} has {_describe(item)}, which is not an IP address or CIDR"

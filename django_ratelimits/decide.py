@@ -268,8 +268,8 @@ def _undecided(
         if spec is None:
             if not registry.knows(name):
                 _report_unknown(name)
-        elif not spec.failed_logins and spec.applies_to_method(method):
-            specs.append(spec)  # failed logins count only through django_ratelimits.logins
+        elif spec.counts_request(method):
+            specs.append(spec)
     return verdict, specs
 
 

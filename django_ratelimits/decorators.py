@@ -21,10 +21,10 @@ Stacked on one view, the first decorator a request reaches decides every policy
 of the stack in one round trip, all or nothing per identity (a policy an inner
 decorator refuses costs the outer ones nothing), and refuses for any of them
 applied with ``block=True``. When ``RateLimitMiddleware`` is installed it decides
-the view's policies together with its own in one round trip, and refuses the request itself when a
-policy the view applies with ``block=True`` denies it (so that a decorator an
-outer one never reaches, as ``@login_required``'s redirect, still refuses); the
-decorator then only enforces the verdict.
+the view's policies together with its own in one round trip, and refuses the
+request itself when a policy the view applies with ``block=True`` denies it (so
+that a decorator an outer one never reaches, as ``@login_required``'s redirect,
+still refuses); the decorator then only enforces the verdict.
 """
 
 from __future__ import annotations

@@ -347,13 +347,12 @@ class DenialCache:
 
 def _costs(checks: Sequence[Check]) -> dict[tuple[Identity, Limit], int]:
     """What a request of ``checks`` costs under each (identity, limit): the check's own
-    cost for it, else the call's, which is 1 on every path the cache answers (a check,
-    a login's look; a compat peek's 0 is never denied). The most, should two checks
-    name one."""
+    cost for it, else the call's (:meth:`Check.charges`), which is 1 on every path the
+    cache answers (a check, a login's look; a compat peek's 0 is never denied). The
+    most, should two checks name one."""
     costs: dict[tuple[Identity, Limit], int] = {}
     for check in checks:
-        own = check.costs or (1,) * len(check.limits)
-        for limit, cost in zip(check.limits, own, strict=True):
+        for limit, cost in zip(check.limits, check.charges(1), strict=True):
             key = (check.identity, limit)
             costs[key] = max(cost, costs.get(key, 0))
     return costs

@@ -113,8 +113,7 @@ def _policies(
             spec is not None
             and spec.name not in refusing
             and spec.name not in soft
-            and not spec.failed_logins  # counted by django_ratelimits.logins only
-            and spec.applies_to_method(method)
+            and spec.counts_request(method)
         ):
             policies.append(spec)
             (soft if name in view.soft else refusing).add(name)

@@ -16,7 +16,7 @@ from django.core.exceptions import ValidationError
 from django.http import QueryDict
 from django.utils.translation import gettext_lazy as _
 
-from django_ratelimits.conf import get_settings, unmapped
+from django_ratelimits.conf import get_settings, ip_network
 from django_ratelimits.engine.offenders import SCAN_LIMIT, Order
 from django_ratelimits.engine.overrides import BLOCKED_POLICY
 from django_ratelimits.offenders import (
@@ -114,7 +114,7 @@ class FilterForm(forms.Form):
                 code="hashed",
             )
         try:
-            return unmapped(ipaddress.ip_network(text, strict=False))
+            return ip_network(text, strict=False)
         except ValueError:
             raise ValidationError(
                 _("Enter an IP address or a network such as 203.0.113.0/24."), code="invalid"

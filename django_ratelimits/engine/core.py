@@ -7,7 +7,6 @@ import struct
 import weakref
 from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field, replace
-from itertools import repeat
 from typing import Any, Protocol
 
 from redis import Redis
@@ -320,8 +319,7 @@ class Engine:
         for chk in planned:
             if cost <= 1 and not chk.costs:  # 1 (or 0 to peek) fits every limit: none to refuse
                 continue
-            charges = chk.costs or repeat(cost, len(chk.limits))
-            for limit, charged in zip(chk.limits, charges, strict=True):
+            for limit, charged in zip(chk.limits, chk.charges(cost), strict=True):
                 if charged < least:
                     raise ValueError(f"cost must be at least {least}, not {charged}")
                 if charged > limit.capacity and not limit.is_concurrency:

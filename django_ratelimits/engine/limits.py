@@ -282,3 +282,8 @@ class Check:
     overrides: bool = True
     costs: tuple[int, ...] = ()
     soft: bool = False
+
+    def charges(self, cost: int) -> tuple[int, ...]:
+        """What each of ``limits`` charges in a call of ``cost``: its own cost, when
+        ``costs`` gives one, else the call's."""
+        return self.costs or (cost,) * len(self.limits)

@@ -21,14 +21,13 @@
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from typing import Any, Final
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 
-from django_ratelimits.conf import get_settings, unmapped
+from django_ratelimits.conf import get_settings, ip_network
 from django_ratelimits.engine import Identity
 from django_ratelimits.identity import (
     HASHED,
@@ -125,7 +124,7 @@ def address_group(value: str) -> str:
     address = parse_address(value)
     if address is None:
         try:
-            network = unmapped(ipaddress.ip_network(value.strip(), strict=False))
+            network = ip_network(value.strip(), strict=False)
         except ValueError:
             raise NoSuchIdentity(f"{value!r} is not an IP address or network") from None
         prefix = config.ipv4_prefix if network.version == 4 else config.ipv6_prefix

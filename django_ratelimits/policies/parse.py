@@ -17,7 +17,7 @@ from django.utils.module_loading import import_string
 from django.utils.translation import gettext_lazy as _
 
 from django_ratelimits import key_functions
-from django_ratelimits.conf import DOTTED_PATH, HEADER_NAME, IPNetwork, unmapped
+from django_ratelimits.conf import DOTTED_PATH, HEADER_NAME, IPNetwork, ip_network
 from django_ratelimits.engine.limits import (
     MAX_BAN_AFTER,
     MAX_BAN_SECONDS,
@@ -321,7 +321,7 @@ def parse_cidrs(text: str) -> tuple[IPNetwork, ...]:
     networks: dict[IPNetwork, None] = {}
     for item in items:
         try:
-            networks[unmapped(ipaddress.ip_network(item))] = None
+            networks[ip_network(item)] = None
         except ValueError:
             raise cidr_error(item) from None
     return tuple(networks)

@@ -235,6 +235,12 @@ class PolicySpec:
     def applies_to_method(self, method: str) -> bool:
         return not self.methods or covers_method(self.methods, method)
 
+    def counts_request(self, method: str) -> bool:
+        """Whether a view or path applying this policy counts a ``method`` request: its
+        methods cover it, and it is not a failed-login policy (those count only through
+        :mod:`django_ratelimits.logins`)."""
+        return not self.failed_logins and self.applies_to_method(method)
+
 
 KNOWN_METHODS: Final = frozenset(
     {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"}
