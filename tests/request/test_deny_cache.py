@@ -9,6 +9,7 @@ a cached staff block shut staff out, or a shadow policy refuse anything.
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from django_ratelimits import costs
 from django_ratelimits.compat import get_usage, is_ratelimited
 from django_ratelimits.decide import adecide
 from django_ratelimits.deny_cache import BATCH_REQUESTS, BATCH_US, DenialCache, cache_for
-from django_ratelimits.engine import Identity, get_engine
+from django_ratelimits.engine import Check, Identity, get_engine
 from django_ratelimits.engine.controls import Controls
 from django_ratelimits.engine.denials import Denials, Tally
 from django_ratelimits.models import Policy
@@ -403,3 +404,41 @@ def test_a_redis_failure_drops_cached_denials_so_policies_fail_open_as_before(
         assert flood(me, 3) == [200] * 3
     finally:
         server.start()
+
+
+def test_a_slow_epoch_read_never_puts_back_the_epoch_of_before_a_reset(
+    frozen_clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two threads read the epoch: one slowly, from before staff's reset, the other after
+    # it. The slow one ends last; an answer sent before the reset must still not be
+    # learnt, or the identity just reset would be refused here without Redis.
+    policy(rates="1/h")
+    worker, engine = cache(), get_engine()
+    worker.read_epoch()
+    checks = [Check(ME, get_registry().get("api").limits)]
+    crossed = worker.sending(checks)  # a call sent before the reset
+    engine.check(checks)
+    denied = engine.check(checks)
+    assert not denied.allowed
+    real = worker.denials.epoch
+    read, go_on = threading.Event(), threading.Event()
+
+    def slow() -> int:
+        epoch = real()
+        read.set()
+        go_on.wait(30)
+        return epoch
+
+    monkeypatch.setattr(worker.denials, "epoch", slow)
+    slow_reader = threading.Thread(target=worker.read_epoch)
+    slow_reader.start()
+    assert read.wait(30)
+    monkeypatch.setattr(worker.denials, "epoch", real)
+    Controls(engine).reset(ME, checks[0].limits)  # staff's reset, in another process
+    Denials(engine).bump()
+    worker.read_epoch()
+    go_on.set()
+    slow_reader.join(30)
+    worker.learn(denied, frozenset({"api"}), crossed)
+    assert worker.refuse(checks, count=False) is None
+    assert engine.check(checks).allowed  # the reset holds in Redis
