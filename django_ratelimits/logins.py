@@ -26,6 +26,7 @@ tells how to set it up and how django-axes and django-defender map onto it.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, Final
@@ -125,7 +126,7 @@ def login_failed(
     """``user_login_failed``: charge the failed attempt to the failed-login policies."""
     # The attempt was counted once, as allowed, by the backend's look before the
     # password: this charge is not a second decision for the metrics.
-    planned = _planned(current(), request, credentials, observed=False)
+    planned = _planned(current(), request, credentials, observed=False, masked=True)
     if planned is None:
         return
     _warn_without_backend()
@@ -180,15 +181,20 @@ def _planned(
     request: Any,
     credentials: Mapping[str, Any],
     observed: bool = True,
+    masked: bool = False,
 ) -> Planned | None:
-    """The engine checks of the failed-login policies for this login, None if none apply."""
+    """The engine checks of the failed-login policies for this login, None if none apply.
+    ``masked``: the credentials are ``user_login_failed``'s (:func:`_tried_after_failure`)."""
     request = _http(request)
     if request is None:
         return None
     specs = _applying(registry, request)
     if not specs:
         return None
-    set_login_username(request, _username(credentials))
+    if masked:
+        set_login_username(request, _tried_after_failure(request, credentials))
+    else:
+        set_login_username(request, _username(credentials)[1])
     name = login_username(request)
     behind = None if name is None else username_behind(name)
     return Planned(request, specs, behind=behind, observed=observed)
@@ -210,11 +216,28 @@ def _applying(registry: PolicyRegistry, request: HttpRequest) -> tuple[PolicySpe
     )
 
 
-def _username(credentials: Mapping[str, Any]) -> object:
-    """The username a login tries: ``username``, else the user model's username field."""
-    if "username" in credentials:
-        return credentials["username"]
-    return credentials.get(get_user_model().USERNAME_FIELD)
+def _username(credentials: Mapping[str, Any]) -> tuple[str, object]:
+    """The credential naming the username a login tries, and its value: ``username``,
+    else the user model's username field."""
+    name = "username" if "username" in credentials else get_user_model().USERNAME_FIELD
+    return name, credentials.get(name)
+
+
+#: The credentials ``user_login_failed`` hands over masked (Django's
+#: ``django.contrib.auth._clean_credentials``).
+_MASKED: Final = re.compile("api|token|key|secret|password|signature", re.IGNORECASE)
+
+
+def _tried_after_failure(request: HttpRequest, credentials: Mapping[str, Any]) -> object:
+    """The username a failed login tried, from ``user_login_failed``'s credentials.
+
+    Django masks a credential whose name looks secret (a ``USERNAME_FIELD`` such as
+    ``api_key`` or ``login_token``): its failures would all count against the mask,
+    one name no one logs in with, and never against the account tried. The name
+    :class:`FailedLoginBackend` noted on the request before the password stands for it
+    (``None``, no username, without that backend: never the mask)."""
+    name, value = _username(credentials)
+    return login_username(request) if _MASKED.search(name) else value
 
 
 _warned = False

@@ -41,6 +41,27 @@ def json_login(request: HttpRequest) -> HttpResponse:
     return HttpResponse("welcome")
 
 
+class KeyBackend:
+    """Signs in no one: a backend whose credential is an ``api_key`` (what a user model
+    whose ``USERNAME_FIELD`` is ``api_key`` logs in with)."""
+
+    def authenticate(self, request: HttpRequest, api_key: str | None = None, **_: str) -> None:
+        return None
+
+    def get_user(self, user_id: int) -> None:
+        return None
+
+
+@csrf_exempt
+def key_login(request: HttpRequest) -> HttpResponse:
+    """Tries the ``api_key`` and ``password`` posted; Django's ``user_login_failed`` then
+    hands over both masked."""
+    user = authenticate(
+        request, api_key=request.POST.get("api_key"), password=request.POST.get("password")
+    )
+    return HttpResponse("wrong", status=401) if user is None else HttpResponse("welcome")
+
+
 urlpatterns = [
     path("accounts/login/", LoginView.as_view(template_name="admin/login.html")),
     path("admin/", admin.site.urls),
@@ -48,4 +69,5 @@ urlpatterns = [
     path("api-token-auth/", obtain_auth_token),
     path("api/hello", hello),
     path("json-login", json_login),
+    path("key-login", key_login),
 ]

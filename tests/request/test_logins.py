@@ -434,6 +434,27 @@ def test_guesses_with_a_number_for_username_count_against_that_username(site: An
     assert attempt("12345", RIGHT, "203.0.113.9") == 429  # one count, whichever type
 
 
+def test_a_username_field_django_masks_counts_as_the_backend_saw_it(
+    site: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A user model whose ``USERNAME_FIELD`` looks secret to Django (``api_key``):
+    ``user_login_failed`` hands the tried name over as asterisks. The failures must count
+    against the name tried, not against the mask: else the username lockout never
+    comes (a review found it)."""
+    monkeypatch.setattr(User, "USERNAME_FIELD", "api_key")
+    backends = [BACKEND, "tests.login_urls.KeyBackend"]
+    policy(key="username")
+
+    def attempt(ip: str) -> int:
+        body = {"api_key": "alice-key", "password": "wrong"}
+        return Client(REMOTE_ADDR=ip).post("/key-login", body).status_code
+
+    with override_settings(AUTHENTICATION_BACKENDS=backends):
+        codes = [attempt(f"203.0.113.{n}") for n in range(1, 7)]
+    assert codes == [401, 401, 401, 429, 429, 429]
+    assert Offenders().inspect(Identity("username", "alice-key")).detail.offender is not None
+
+
 # --------------------------------------------------------------------------- dashboard and CLI
 
 
