@@ -229,6 +229,13 @@ def test_the_real_name_and_django_ratelimit_settings_give_no_w006() -> None:
         assert "django_ratelimits.W006" not in ids()
 
 
+@pytest.mark.parametrize("name", ["DJANGO_RATELIMITS_ON", "DJANGO_RATELIMITS_EXTRA"])
+def test_a_projects_own_setting_named_after_the_real_one_gives_no_w006(name: str) -> None:
+    # The whole name, spelt right, and more: a setting of the project's own beside it.
+    with override_settings(**{name: True}):
+        assert "django_ratelimits.W006" not in ids()
+
+
 def test_the_ipv4_mapped_network_of_every_ipv4_address_is_an_error() -> None:
     # ::ffff:0:0/96 is every IPv4 address as a server bound to [::] shows it.
     config = {"REDIS": DEAD_URL, "TRUSTED_PROXIES": ["::ffff:0:0/96"]}
