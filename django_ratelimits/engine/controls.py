@@ -36,6 +36,25 @@ if redis.call('HLEN', KEYS[1]) == 1 and redis.call('HEXISTS', KEYS[1], ARGV[1]) 
   redis.call('DEL', KEYS[1])
 end
 """
+# The same for every counter the HASH holds: each field with a '|' (a limit's spec, or
+# a ban's "!ban|<policy>"), whatever policy wrote it (one of the compat layer's, one
+# since deleted); the override and the horizon stay. A HASH holds a field per limit
+# of its identity's policies: few, read whole.
+_DROP_COUNTERS = """
+local fields, n = redis.call('HKEYS', KEYS[1]), 0
+for i = 1, #fields do
+  if string.find(fields[i], '|', 1, true) then
+    n = n + 1
+    fields[n] = fields[i]
+  end
+end
+for i = 1, n, 1000 do
+  redis.call('HDEL', KEYS[1], unpack(fields, i, math.min(n, i + 999)))
+end
+if redis.call('HLEN', KEYS[1]) == 1 and redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
+  redis.call('DEL', KEYS[1])
+end
+"""
 
 
 @dataclass(frozen=True)
@@ -72,10 +91,17 @@ class Controls:
         self.engine = engine
 
     def reset(
-        self, identity: Identity, limits: Sequence[Limit] = (), *, forget: bool = False
+        self,
+        identity: Identity,
+        limits: Sequence[Limit] = (),
+        *,
+        forget: bool = False,
+        every: bool = False,
     ) -> None:
         """Clear ``identity``'s state under ``limits``, their policies' bans' levels
-        and denials too (a ban in force is a block: :meth:`lift` ends it).
+        and denials too (a ban in force is a block: :meth:`lift` ends it). With
+        ``every``, also every other counter its state HASH holds (a compat layer's
+        policy, or a policy deleted since): every policy's.
 
         With ``forget``, also drop its metadata list and offender and shadow
         records and take it out of their indexes.
@@ -89,7 +115,9 @@ class Controls:
         try:
             pipe = self.engine.client.pipeline(transaction=False)
             route = self.engine._route(keys.record)  # every key here shares its slot
-            if fields:
+            if every:
+                pipe.execute_command("EVAL", _DROP_COUNTERS, 1, keys.state, HORIZON, **route)
+            elif fields:
                 pipe.execute_command("EVAL", _DROP_FIELDS, 1, keys.state, HORIZON, *fields, **route)
             if names:
                 pipe.execute_command("UNLINK", *names, **route)

@@ -12,7 +12,8 @@
 - ``user``: a user that exists, by id or by username (an id first); the value
   is its id, as the limiter counts it;
 - ``header`` and ``key``: any value of 1 to :data:`VALUE_MAX` characters with
-  something other than spaces (a header or a key function's answer);
+  something other than spaces (a header or a key function's answer); ``get`` and
+  ``post`` alike (a query or form field, the compat layer's ``get:``/``post:`` keys);
 - ``username``: a username tried at login (failed-login policies), normalised as
   they count it (``Admin`` is ``admin``); ``ip_username``: an address and a
   username tried, separated by a space (``203.0.113.7 admin``);
@@ -42,9 +43,9 @@ from django_ratelimits.policies.spec import IDENTITY_KINDS
 VALUE_MAX = 1000
 RECORDED_KINDS: Final = (*IDENTITY_KINDS, "get", "post")
 """Every kind of identity whose denials the package records, so every kind the offender
-listing can be filtered by: the kinds policies count, and those of the compat layer's
-``get:`` and ``post:`` keys (:mod:`django_ratelimits.compat`). Staff cannot name an
-identity of the last two (:func:`resolve`)."""
+listing can be filtered by, and staff may block, allow-list, reset or forget: the kinds
+policies count, and those of the compat layer's ``get:`` and ``post:`` keys
+(:mod:`django_ratelimits.compat`), which no policy counts."""
 _HASH = re.compile(re.escape(HASHED) + "[0-9a-f]{32}")
 
 
@@ -52,20 +53,19 @@ class NoSuchIdentity(ValueError):
     """What staff named is no identity the limiter could count; the message says why."""
 
 
-def parse(text: str) -> Identity:
+def parse(text: str, kinds: tuple[str, ...] = RECORDED_KINDS) -> Identity:
     """``kind:value`` as staff type it (``ip:203.0.113.7``, ``user:alice``), resolved."""
     kind, colon, value = text.partition(":")
     if not colon or not value:
         raise NoSuchIdentity(f"{text!r} is not an identity: write kind:value, e.g. ip:203.0.113.7")
-    return resolve(kind, value)
+    return resolve(kind, value, kinds)
 
 
-def resolve(kind: str, value: str) -> Identity:
-    """The identity the limiter counts for ``kind`` and ``value``; :class:`NoSuchIdentity`
-    if none. Costs one database query for a user, nothing else."""
-    if kind not in IDENTITY_KINDS:
-        kinds = ", ".join(IDENTITY_KINDS)
-        raise NoSuchIdentity(f"{kind!r} is not a kind of identity (one of {kinds})")
+def resolve(kind: str, value: str, kinds: tuple[str, ...] = RECORDED_KINDS) -> Identity:
+    """The identity the limiter counts for ``kind`` (one of ``kinds``) and ``value``;
+    :class:`NoSuchIdentity` if none. Costs one database query for a user, nothing else."""
+    if kind not in kinds:
+        raise NoSuchIdentity(f"{kind!r} is not a kind of identity (one of {', '.join(kinds)})")
     if not value.strip() or len(value) > VALUE_MAX:
         raise NoSuchIdentity(
             f"an identity's value has 1 to {VALUE_MAX} characters, not only spaces"

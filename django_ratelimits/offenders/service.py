@@ -237,8 +237,9 @@ class Offenders:
     def reset(
         self, identity: Identity, policy: str | None = None, *, forget: bool = False
     ) -> tuple[str, ...]:
-        """Clear ``identity``'s counters under ``policy`` (or every enabled policy);
-        the names of the policies reset. Raises :class:`UnknownPolicy`."""
+        """Clear ``identity``'s counters under ``policy`` (or every policy: the enabled
+        ones, and any other counter its state holds, the compat layer's included); the
+        names of the enabled policies reset. Raises :class:`UnknownPolicy`."""
         registry = current()
         specs = registry.all()
         if policy is not None:
@@ -246,7 +247,7 @@ class Offenders:
             if not specs:
                 raise UnknownPolicy(policy)
         limits = [limit for spec in specs for limit in registry.every_limit(spec, identity)]
-        self.controls.reset(identity, limits, forget=forget)
+        self.controls.reset(identity, limits, forget=forget, every=policy is None)
         self._changed()
         return tuple(spec.name for spec in specs)
 

@@ -122,6 +122,31 @@ def test_get_and_post_keys(site_redis: Any) -> None:
     assert by_form(factory.post("/", {"username": "bea"})) is False
 
 
+@pytest.mark.parametrize(
+    ("key", "named", "request_of"),
+    [
+        ("get:q", "get:abuser", lambda: factory.get("/?q=abuser")),
+        ("post:username", "post:abuser", lambda: factory.post("/", {"username": "abuser"})),
+        ("ip", "ip:203.0.113.66", lambda: factory.get("/", REMOTE_ADDR="203.0.113.66")),
+    ],
+)
+def test_staff_reset_block_and_lift_what_the_compat_layer_counts(
+    site_redis: Any, key: str, named: str, request_of: Callable[[], HttpRequest]
+) -> None:
+    # The offender page lists get: and post: identities and the compat layer's
+    # policies: staff must be able to act on what it lists, with the command as on the
+    # dashboard (both resolve the same way, and reset every policy the same way).
+    view = view_with(key=key, rate="2/h")
+    assert [view(request_of()) for _ in range(3)] == [False, False, True]
+    call_command("ratelimits", "reset", named, stdout=io.StringIO())
+    assert [view(request_of()) for _ in range(3)] == [False, False, True]  # afresh
+    call_command("ratelimits", "reset", named, stdout=io.StringIO())
+    call_command("ratelimits", "block", named, "--for", "5m", stdout=io.StringIO())
+    assert view(request_of()) is True
+    call_command("ratelimits", "lift", named, stdout=io.StringIO())
+    assert view(request_of()) is False
+
+
 def test_callable_and_dotted_path_keys_get_the_group_and_request(site_redis: Any) -> None:
     seen: list[str] = []
 
