@@ -245,3 +245,16 @@ def test_the_active_blocks_page_shows_a_page_at_a_time(staff: Client, frozen_clo
     assert last.context["next_url"] is None
     for junk in ("0", "-1", "x", "9" * 40):  # any other page is the first, or the deepest
         assert staff.get(reverse(BLOCKS), {"page": junk}).status_code == 200
+
+
+def test_a_block_set_before_the_address_prefix_changed_says_it_applies_to_no_one(
+    staff: Client, settings: Any
+) -> None:
+    # Blocked as 203.0.113.7, then counted by /24: no request is counted as the blocked
+    # identity any more. The page must not list it as a block like any other.
+    Offenders().block(Identity("ip", "203.0.113.7"), 300, by="ops")
+    Offenders().block(Identity("ip", "198.51.100.0/24"), 600, by="ops")  # as /24 counts
+    settings.DJANGO_RATELIMITS = {**settings.DJANGO_RATELIMITS, "IPV4_PREFIX": 24}
+    rows = staff.get(reverse(BLOCKS)).content.decode().split('<tr class="rl-block"')[1:]
+    assert "ip:203.0.113.7" in rows[0] and "applies to no request" in rows[0]
+    assert "ip:198.51.100.0/24" in rows[1] and "applies to no request" not in rows[1]

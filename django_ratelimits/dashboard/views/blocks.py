@@ -22,6 +22,7 @@ from django_ratelimits.engine.controls import ActiveOverride
 from django_ratelimits.engine.errors import BackendError
 from django_ratelimits.engine.keys import ident
 from django_ratelimits.offenders import Action, Offenders
+from django_ratelimits.offenders.identities import counted_now
 from django_ratelimits.offenders.text import duration
 
 # Rows of a page, and the deepest page shown (bans on client-chosen identities can hold
@@ -74,6 +75,8 @@ def _row(override: ActiveOverride, site: AdminSite) -> dict[str, Any]:
         "override": override,
         "kind": kind_label(override.kind),
         "identity": identity,
+        # Set before HASH_IPS or an address prefix changed: no request is counted as it.
+        "stale": identity is not None and not counted_now(identity),
         "url": detail_url(site, identity) if identity else None,
         "until": to_datetime(override.until_ms),
         "left": duration(override.seconds),
