@@ -286,8 +286,9 @@ class Offenders:
         from ``offset``, or every one."""
         return self.controls.active(offset, limit)
 
-    def perform(self, operation: Operation, *, by: str = "") -> None:
-        """Do ``operation`` (see the methods above); ``by`` is who does it."""
+    def perform(self, operation: Operation, *, by: str = "") -> bool:
+        """Do ``operation`` (see the methods above); ``by`` is who does it. False when
+        there was nothing to do: a lift with no block or allow-listing in force."""
         identity, action = operation.identity, operation.action
         if action is Action.RESET:
             self.reset(identity, operation.policy, forget=operation.forget)
@@ -298,7 +299,8 @@ class Offenders:
         elif action is Action.FORGET:
             self.forget(identity)
         else:
-            self.lift(identity)
+            return self.lift(identity) is not None
+        return True
 
     def _changed(self) -> None:
         """After a write to an identity: a new denial epoch, which every process reads

@@ -258,3 +258,19 @@ def test_a_block_set_before_the_address_prefix_changed_says_it_applies_to_no_one
     rows = staff.get(reverse(BLOCKS)).content.decode().split('<tr class="rl-block"')[1:]
     assert "ip:203.0.113.7" in rows[0] and "applies to no request" in rows[0]
     assert "ip:198.51.100.0/24" in rows[1] and "applies to no request" not in rows[1]
+
+
+def test_a_lift_of_a_block_that_ended_meanwhile_is_not_reported_done(
+    staff: Client, frozen_clock: Any
+) -> None:
+    # The block ends (or another admin lifts it) while staff read the confirmation:
+    # nothing is lifted, so nothing is reported done nor written to admin's history.
+    act(staff, kind="ip", value="203.0.113.9", action="block", seconds="300")
+    frozen_clock.advance(301)
+    done = act(staff, kind="ip", value="203.0.113.9", action="lift")
+    page = staff.get(done["Location"]).content.decode()
+    assert "Lifted the block" not in page
+    assert "No block or allow-listing of ip:203.0.113.9 was in force" in page
+    assert [e.change_message for e in LogEntry.objects.order_by("pk")] == [
+        "Blocked ip:203.0.113.9 for 5 minutes"
+    ]

@@ -34,6 +34,7 @@ from django_ratelimits.dashboard.views.common import (
 )
 from django_ratelimits.engine import Identity
 from django_ratelimits.engine.errors import BackendError
+from django_ratelimits.engine.keys import label
 from django_ratelimits.identity import ip_identity
 from django_ratelimits.offenders import (
     DURATIONS,
@@ -89,7 +90,7 @@ def offender_action(request: HttpRequest, site: AdminSite) -> HttpResponse:
         }
         return TemplateResponse(request, TEMPLATES + "confirm.html", context)
     try:
-        Offenders().perform(operation, by=request.user.get_username())
+        done = Offenders().perform(operation, by=request.user.get_username())
     except BackendError as exc:
         messages.error(
             request, gettext("Nothing was done: Redis failed: %(error)s") % {"error": exc}
@@ -97,6 +98,13 @@ def offender_action(request: HttpRequest, site: AdminSite) -> HttpResponse:
         return HttpResponseRedirect(back)
     except UnknownPolicy as exc:  # the policy went away since the form was shown
         messages.error(request, gettext("Nothing was done: %(error)s") % {"error": exc})
+        return HttpResponseRedirect(back)
+    if not done:  # it ended, or another admin lifted it, since the page was shown
+        messages.info(
+            request,
+            gettext("No block or allow-listing of %(identity)s was in force: nothing was lifted.")
+            % {"identity": label(operation.identity)},
+        )
         return HttpResponseRedirect(back)
     log(cast(int, request.user.pk), operation)
     messages.success(request, operation.describe())
