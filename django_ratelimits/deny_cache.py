@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import itertools
 import logging
 import threading
 import time
@@ -111,10 +110,7 @@ class DenialCache:
         self._lock = threading.Lock()
         self._epoch: int | None = None
         self._epoch_at: int | None = None  # when it was last read (or tried)
-        # Reads of the epoch in the order they started, and the latest one stored: a
-        # read that ends after a later one was stored is dropped (it may be older).
-        self._reads = itertools.count()
-        self._stored_read = -1
+        self._reading = threading.Lock()  # held by the one read of the epoch in flight
         self._wanted = False  # a denial came that could not be learnt: read the epoch
         self._pending: defaultdict[tuple[Identity, int], Tally] = defaultdict(Tally)
         self._pending_requests = 0
@@ -143,37 +139,36 @@ class DenialCache:
         at = self._epoch_at
         return at is None or self.now_us() - at >= get_settings().policy_refresh * 1_000_000
 
-    def read_epoch(self) -> None:
+    def read_epoch(self, *, wait: bool = False) -> None:
         """Read the epoch; a new one drops every entry, and so does Redis failing (then
         fail-open and fail-closed decide, as without the cache), the epoch being tried
-        again after ``POLICY_REFRESH``, not on every request of an outage."""
-        read, at = next(self._reads), self.now_us()
-        try:
-            epoch = self.denials.epoch()
-        except BackendError as error:
-            logger.warning("could not read the denial epoch, dropping cached denials: %s", error)
-            with self._lock:
-                self._entries.clear()
-                if self._later(read):
-                    self._epoch_at = at
-            return
-        with self._lock:
-            if not self._later(read):
-                # A read that started after this one is stored: this one may have
-                # read the epoch from before a reset, and must not put it back (an
-                # answer sent before the reset would then be learnt under it).
-                return
-            if epoch != self._epoch:
-                self._entries.clear()
-            self._epoch, self._epoch_at, self._wanted = epoch, at, False
+        again after ``POLICY_REFRESH``, not on every request of an outage.
 
-    def _later(self, read: int) -> bool:
-        """Whether the epoch read ``read`` started after the one stored (then it is stored
-        instead: the caller holds the lock)."""
-        if read < self._stored_read:
-            return False
-        self._stored_read = read
-        return True
+        One read at a time, so that reads are stored in the order Redis answered them:
+        of two at once, one from before staff's reset could end last and put the old
+        epoch back (an answer sent before the reset would then be learnt under it).
+        While another thread reads, a request goes on without reading; with ``wait``
+        (after staff's own write in this process) it waits, then reads afresh."""
+        if not self._reading.acquire(blocking=wait):
+            return
+        try:
+            at = self.now_us()
+            try:
+                epoch = self.denials.epoch()
+            except BackendError as error:
+                logger.warning(
+                    "could not read the denial epoch, dropping cached denials: %s", error
+                )
+                with self._lock:
+                    self._entries.clear()
+                    self._epoch_at = at
+                return
+            with self._lock:
+                if epoch != self._epoch:
+                    self._entries.clear()
+                self._epoch, self._epoch_at, self._wanted = epoch, at, False
+        finally:
+            self._reading.release()
 
     def sending(self, checks: Sequence[Check]) -> Sending:
         """What an engine call sent now with ``checks`` learns under: the epoch (read,

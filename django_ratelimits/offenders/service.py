@@ -308,7 +308,7 @@ class Offenders:
         self.denials.bump()
         cache = cache_for(self.engine)
         if cache is not None:
-            cache.read_epoch()
+            cache.read_epoch(wait=True)  # after a read in flight, which may be older
 
     def _record_pending(self) -> None:
         """This process's pending refusals into the records first, so that what it

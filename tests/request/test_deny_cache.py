@@ -409,9 +409,10 @@ def test_a_redis_failure_drops_cached_denials_so_policies_fail_open_as_before(
 def test_a_slow_epoch_read_never_puts_back_the_epoch_of_before_a_reset(
     frozen_clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Two threads read the epoch: one slowly, from before staff's reset, the other after
-    # it. The slow one ends last; an answer sent before the reset must still not be
-    # learnt, or the identity just reset would be refused here without Redis.
+    # A request's read of the epoch is in flight, slow, from before staff's reset in
+    # this process; the reset's own read must end last, and an answer sent before the
+    # reset must not be learnt: else the identity just reset is refused here without
+    # Redis. Meanwhile another request goes on without reading, and without waiting.
     policy(rates="1/h")
     worker, engine = cache(), get_engine()
     worker.read_epoch()
@@ -420,25 +421,31 @@ def test_a_slow_epoch_read_never_puts_back_the_epoch_of_before_a_reset(
     engine.check(checks)
     denied = engine.check(checks)
     assert not denied.allowed
-    real = worker.denials.epoch
+    real, reads = worker.denials.epoch, []
     read, go_on = threading.Event(), threading.Event()
 
     def slow() -> int:
+        reads.append(threading.current_thread().name)
         epoch = real()
-        read.set()
-        go_on.wait(30)
+        if threading.current_thread().name == "request":
+            read.set()
+            go_on.wait(30)
         return epoch
 
     monkeypatch.setattr(worker.denials, "epoch", slow)
-    slow_reader = threading.Thread(target=worker.read_epoch)
-    slow_reader.start()
+    request = threading.Thread(target=worker.read_epoch, name="request")
+    request.start()
     assert read.wait(30)
-    monkeypatch.setattr(worker.denials, "epoch", real)
-    Controls(engine).reset(ME, checks[0].limits)  # staff's reset, in another process
-    Denials(engine).bump()
-    worker.read_epoch()
+    worker.read_epoch()  # another request: the read in flight is enough
+    assert reads == ["request"]
+    staff = threading.Thread(target=Offenders().reset, args=(ME,), name="staff")
+    staff.start()
+    staff.join(0.2)
+    assert staff.is_alive()  # its read waits for the one in flight
     go_on.set()
-    slow_reader.join(30)
+    request.join(30)
+    staff.join(30)
+    assert reads == ["request", "staff"]
     worker.learn(denied, frozenset({"api"}), crossed)
     assert worker.refuse(checks, count=False) is None
     assert engine.check(checks).allowed  # the reset holds in Redis
