@@ -171,12 +171,12 @@ def check_setting_name(**kwargs: Any) -> list[CheckMessage]:
     """W006: a setting named almost ``DJANGO_RATELIMITS`` (``DJANGO_RATELIMIT``, as the
     django-ratelimit package is named): nothing reads it, so every key it holds keeps
     its default, silently. django-ratelimit's ``RATELIMIT_*`` names are E007's; a name
-    that is ``DJANGO_RATELIMITS`` and more (``DJANGO_RATELIMITS_ON``) is a project's own
+    that is ``DJANGO_RATELIMITS_`` and more (``DJANGO_RATELIMITS_ON``) is a project's own
     setting beside it, spelt right."""
     names = [
         n
         for n in dir(settings)
-        if not n.startswith((SETTING_NAME, "RATELIMIT_"))  # the name itself, or its own
+        if n != SETTING_NAME and not n.startswith((SETTING_NAME + "_", "RATELIMIT_"))
     ]
     close = difflib.get_close_matches(SETTING_NAME, names, n=5, cutoff=_MISSPELLING_CUTOFF)
     return [

@@ -29,27 +29,24 @@ MAX_OVERRIDE = 365 * 86_400  # seconds
 ACTIVE_MAX = 1000  # overrides :meth:`Controls.active` reads from each shard at most
 # Deletes fields (ARGV[2]...: limits', or the override) from a state HASH (KEYS[1]),
 # and the HASH once nothing but its TTL horizon (keys.HORIZON, ARGV[1]) is left:
-# atomically, so no check's write in between is lost.
+# atomically, so no check's write in between is lost. ARGV[2] EVERY (no field's name:
+# fields have no '*') deletes every counter the HASH holds instead: each field with a
+# '|' (a limit's spec, or a ban's "!ban|<policy>"), whatever policy wrote it (one of
+# the compat layer's, one since deleted); the override and the horizon stay. A HASH
+# holds a field per limit of its identity's policies: few, read whole.
+EVERY = "*"
 _DROP_FIELDS = """
-redis.call('HDEL', KEYS[1], unpack(ARGV, 2))
-if redis.call('HLEN', KEYS[1]) == 1 and redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
-  redis.call('DEL', KEYS[1])
-end
-"""
-# The same for every counter the HASH holds: each field with a '|' (a limit's spec, or
-# a ban's "!ban|<policy>"), whatever policy wrote it (one of the compat layer's, one
-# since deleted); the override and the horizon stay. A HASH holds a field per limit
-# of its identity's policies: few, read whole.
-_DROP_COUNTERS = """
-local fields, n = redis.call('HKEYS', KEYS[1]), 0
-for i = 1, #fields do
-  if string.find(fields[i], '|', 1, true) then
-    n = n + 1
-    fields[n] = fields[i]
+local fields = ARGV
+if ARGV[2] == '*' then
+  fields = {ARGV[1]}
+  for _, field in ipairs(redis.call('HKEYS', KEYS[1])) do
+    if string.find(field, '|', 1, true) then
+      fields[#fields + 1] = field
+    end
   end
 end
-for i = 1, n, 1000 do
-  redis.call('HDEL', KEYS[1], unpack(fields, i, math.min(n, i + 999)))
+for i = 2, #fields, 1000 do
+  redis.call('HDEL', KEYS[1], unpack(fields, i, math.min(#fields, i + 999)))
 end
 if redis.call('HLEN', KEYS[1]) == 1 and redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
   redis.call('DEL', KEYS[1])
@@ -116,8 +113,8 @@ class Controls:
             pipe = self.engine.client.pipeline(transaction=False)
             route = self.engine._route(keys.record)  # every key here shares its slot
             if every:
-                pipe.execute_command("EVAL", _DROP_COUNTERS, 1, keys.state, HORIZON, **route)
-            elif fields:
+                fields = [EVERY]
+            if fields:
                 pipe.execute_command("EVAL", _DROP_FIELDS, 1, keys.state, HORIZON, *fields, **route)
             if names:
                 pipe.execute_command("UNLINK", *names, **route)

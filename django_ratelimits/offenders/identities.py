@@ -53,19 +53,21 @@ class NoSuchIdentity(ValueError):
     """What staff named is no identity the limiter could count; the message says why."""
 
 
-def parse(text: str, kinds: tuple[str, ...] = RECORDED_KINDS) -> Identity:
+def parse(text: str) -> Identity:
     """``kind:value`` as staff type it (``ip:203.0.113.7``, ``user:alice``), resolved."""
     kind, colon, value = text.partition(":")
     if not colon or not value:
         raise NoSuchIdentity(f"{text!r} is not an identity: write kind:value, e.g. ip:203.0.113.7")
-    return resolve(kind, value, kinds)
+    return resolve(kind, value)
 
 
-def resolve(kind: str, value: str, kinds: tuple[str, ...] = RECORDED_KINDS) -> Identity:
-    """The identity the limiter counts for ``kind`` (one of ``kinds``) and ``value``;
-    :class:`NoSuchIdentity` if none. Costs one database query for a user, nothing else."""
-    if kind not in kinds:
-        raise NoSuchIdentity(f"{kind!r} is not a kind of identity (one of {', '.join(kinds)})")
+def resolve(kind: str, value: str) -> Identity:
+    """The identity the limiter counts for ``kind`` (one of :data:`RECORDED_KINDS`) and
+    ``value``; :class:`NoSuchIdentity` if none. Costs one database query for a user,
+    nothing else."""
+    if kind not in RECORDED_KINDS:
+        kinds = ", ".join(RECORDED_KINDS)
+        raise NoSuchIdentity(f"{kind!r} is not a kind of identity (one of {kinds})")
     if not value.strip() or len(value) > VALUE_MAX:
         raise NoSuchIdentity(
             f"an identity's value has 1 to {VALUE_MAX} characters, not only spaces"

@@ -207,7 +207,9 @@ def test_a_decoding_cache_client_is_an_error() -> None:
     assert "decode_responses" in found[0].msg
 
 
-@pytest.mark.parametrize("typo", ["DJANGO_RATELIMIT", "DJANGO_RATE_LIMITS", "DJANGORATELIMITS"])
+@pytest.mark.parametrize(
+    "typo", ["DJANGO_RATELIMIT", "DJANGO_RATE_LIMITS", "DJANGORATELIMITS", "DJANGO_RATELIMITSS"]
+)
 @pytest.mark.parametrize("alone", [True, False], ids=["alone", "beside-the-real-one"])
 def test_a_setting_named_almost_django_ratelimits_is_a_warning(typo: str, alone: bool) -> None:
     # DJANGO_RATELIMIT, as the django-ratelimit package is named: nothing reads it, so
