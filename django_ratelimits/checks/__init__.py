@@ -30,10 +30,12 @@ below them, and nothing imports them but ``apps.ready`` (which registers them).
 ``W011``                  a tier names a group that does not exist (it matches nobody)
 ``W012``                  an IP override names the IP as counted before ``HASH_IPS``,
                           ``IPV4_PREFIX`` or ``IPV6_PREFIX`` changed (it matches nobody)
+``W013``                  a policy row's path pattern is anchored at the start without
+                          ``/`` (``^api/``): it matches no request
 ========================  =========================================================
 
-``setup`` holds E001 to E004, E007, E009, W001, W006 and W007; ``policies`` E005, E006, E008 and
-W004 (with ``references``, the places code names a policy); ``redis_server``
+``setup`` holds E001 to E004, E007, E009, W001, W006 and W007; ``policies`` E005, E006, E008,
+W004 and W013 (with ``references``, the places code names a policy); ``redis_server``
 W002 and W003; ``logins`` W005; ``tiers`` W011;
 ``overrides`` W012; ``bans`` E010; ``kit`` E100.
 """

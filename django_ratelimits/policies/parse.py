@@ -29,7 +29,7 @@ from django_ratelimits.engine.limits import (
     burst_problem,
 )
 from django_ratelimits.errors import RateParseError
-from django_ratelimits.policies.matching import PathPattern, PatternError
+from django_ratelimits.policies.matching import PathPattern, PatternError, literal_prefix
 from django_ratelimits.policies.spec import LOGIN_KEYS, MAX_COST, Counts, KeyKind, cost_problem
 from django_ratelimits.policies.tiers import parse_attribute_path
 from django_ratelimits.rates import (
@@ -280,11 +280,13 @@ _BAN_MESSAGES: Final = {
 
 def parse_path(text: str) -> PathPattern | None:
     """The pattern compiled by RE2, which refuses what it cannot match in linear time;
-    its length is capped by the field (``PATH_MAX_LENGTH``)."""
+    its length is capped by the field (``PATH_MAX_LENGTH``). A pattern anchored at the
+    start on text other than ``/`` (``^api/``, as Django's routes are written) is
+    refused too: every path it is searched in starts with ``/``, so it limits nothing."""
     if not text:
         return None
     try:
-        return PathPattern(text)
+        pattern = PathPattern(text)
     except PatternError as exc:
         raise ValidationError(
             _(
@@ -295,6 +297,22 @@ def parse_path(text: str) -> PathPattern | None:
             code="path_regex",
             params={"error": _quote(str(exc))},
         ) from None
+    prefix = literal_prefix(text)
+    if prefix and not prefix.startswith("/"):
+        anchor = 1 if text.startswith("^") else 2
+        raise ValidationError(
+            _(
+                "Every request path starts with “/”, so a pattern anchored at the start "
+                "must too: this one limits no request. Write %(fixed)s."
+            ),
+            code=PATH_WITHOUT_SLASH,
+            params={"fixed": _quote(text[:anchor] + "/" + text[anchor:])},
+        )
+    return pattern
+
+
+PATH_WITHOUT_SLASH: Final = "path_slash"
+"""The code of :func:`parse_path`'s error for a start-anchored pattern without ``/``."""
 
 
 def parse_methods(text: str) -> frozenset[str]:

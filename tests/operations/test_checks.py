@@ -469,3 +469,14 @@ def test_each_row_whose_pattern_re2_refuses_is_an_error_naming_it() -> None:
     assert all(m.hint for m in found)
     # A plain "manage.py check" reads the policies' own database too.
     assert ids().count("django_ratelimits.E005") == 2
+
+
+@pytest.mark.django_db
+def test_a_row_whose_pattern_lacks_the_leading_slash_is_a_warning_naming_it() -> None:
+    # Saved before admin refused it: loaded, and it matches no request path.
+    Policy.objects.create(name="routes-style", rates="10/s")
+    Policy.objects.filter(name="routes-style").update(path="^api/")
+    found = [m for m in messages() if m.id == "django_ratelimits.W013"]
+    assert [(m.obj, m.level) for m in found] == [("policy 'routes-style'", logging.WARNING)]
+    assert "Write ^/api/." in found[0].msg and found[0].hint
+    assert "django_ratelimits.E005" not in ids()

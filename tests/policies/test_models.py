@@ -67,6 +67,8 @@ INVALID = [
     ({"path": "^/(?<!x)a"}, "path", "invalid perl operator: (?<"),
     ({"path": "^/ab(?#x)*"}, "path", "invalid perl operator: (?#"),
     ({"path": r"^/api/\Z"}, "path", "write \\z for the end of the path"),
+    # As Django's routes are written: every path starts with "/", so it matches none.
+    ({"path": "^api/login/"}, "path", "limits no request. Write ^/api/login/."),
     ({"path": "/" * 501}, "path", "at most 500 characters"),
     ({"methods": "GET, FETCH, post"}, "methods", "Unknown HTTP method: FETCH."),
     ({"allow_cidrs": "10.0.0.0/8\nlocalhost"}, "allow_cidrs", "“localhost” is not an IP"),

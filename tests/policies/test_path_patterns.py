@@ -10,6 +10,7 @@ import itertools
 import re
 
 import pytest
+from django.core.exceptions import ValidationError
 
 from django_ratelimits.policies.matching import PathPattern, PatternError
 from django_ratelimits.policies.parse import parse_path
@@ -69,3 +70,23 @@ def test_a_path_that_is_not_valid_unicode_is_searched_not_raised() -> None:
 def test_a_pattern_re2_cannot_run_is_refused_with_its_reason(pattern: str, reason: str) -> None:
     with pytest.raises(PatternError, match=re.escape(reason)):
         PathPattern(pattern)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "fixed"),
+    [("^api/", "^/api/"), (r"\Aapi/hello", r"\A/api/hello"), ("^api/hello$", "^/api/hello$")],
+)
+def test_a_start_anchored_pattern_without_its_slash_is_refused_with_the_fix(
+    pattern: str, fixed: str
+) -> None:
+    # Written as Django's routes are (path("api/")): every path_info starts with "/", so
+    # the policy would limit no request, quietly (an attack review found admin saved it).
+    with pytest.raises(ValidationError) as refused:
+        parse_path(pattern)
+    assert refused.value.messages[0].endswith(f"limits no request. Write {fixed}.")
+    assert parse_path(fixed) is not None
+
+
+@pytest.mark.parametrize("pattern", ["api/", "^/api/", r"^\/api", "^(api|/api)/", "^.*api/"])
+def test_patterns_that_can_match_a_path_are_accepted(pattern: str) -> None:
+    assert parse_path(pattern) is not None
