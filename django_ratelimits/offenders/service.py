@@ -351,11 +351,14 @@ def policy_names() -> list[str]:
 
 
 def _inside(offender: Offender, network: IPNetwork) -> bool:
+    """Whether the address group ``offender`` names meets ``network``: lies inside it, or
+    holds it (an address staff paste from a log, counted as its group: ``2001:db8::5``
+    is in ``2001:db8::/64``)."""
     try:
         address = ipaddress.ip_network(offender.value, strict=False)
     except ValueError:  # "unknown", or a label cut short
         return False
-    return address.version == network.version and address.subnet_of(network)  # type: ignore[arg-type]
+    return address.version == network.version and address.overlaps(network)  # type: ignore[arg-type]
 
 
 def _identity(offender: Offender) -> Identity | None:

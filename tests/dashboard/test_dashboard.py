@@ -239,6 +239,8 @@ def test_filters(board: dict[str, Any]) -> None:
     assert shown(ip="::ffff:198.51.100.0/120") == {f"ip:{OFFICE}"}  # as IPv4 (198.51.100.0/24)
     assert shown(ip=ATTACKER) == {f"ip:{ATTACKER}"}
     assert shown(ip="2001:db8::/32") == {"ip:2001:db8::/64"}
+    # An address pasted from a log finds the group it is counted in.
+    assert shown(ip="2001:db8::5") == shown(ip="2001:db8::/80") == {"ip:2001:db8::/64"}
     assert shown(ip="10.0.0.0/8") == set()
     assert shown(ip="198.51.100.0/24", policy="other") == set()
     assert shown(user="alice") == {f"user:{alice.pk}"}  # by user name
