@@ -358,7 +358,7 @@ def _inside(offender: Offender, network: IPNetwork) -> bool:
         address = ipaddress.ip_network(offender.value, strict=False)
     except ValueError:  # "unknown", or a label cut short
         return False
-    return address.version == network.version and address.overlaps(network)  # type: ignore[arg-type]
+    return address.version == network.version and address.overlaps(network)
 
 
 def _identity(offender: Offender) -> Identity | None:
