@@ -35,6 +35,28 @@ Order = Literal["last", "denials"]
 _ERRORS = (RedisError, RedisClusterException)
 # How far down the merged index a filtered page may look.
 SCAN_LIMIT = 5000
+# A shard's most denied entries last denied since a time (KEYS: its count index, its
+# time index; ARGV: the time in ms, how many, how far down to look): an entry older than
+# the period (past the retention, it waits in both indexes for a denial to trim it) is
+# passed over, so the most denied of the period fill the page. Read-only.
+_MOST_DENIED_SINCE = """
+local since, want, scan = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local found, start = {}, 0
+while #found < 2 * want and start < scan do
+  local part = redis.call('ZREVRANGE', KEYS[1], start, start + 99, 'WITHSCORES')
+  for i = 1, #part, 2 do
+    local last = redis.call('ZSCORE', KEYS[2], part[i])
+    if last and tonumber(last) >= since and #found < 2 * want then
+      found[#found + 1], found[#found + 2] = part[i], part[i + 1]
+    end
+  end
+  if #part < 200 then
+    break
+  end
+  start = start + 100
+end
+return found
+"""
 
 
 @dataclass(frozen=True)
@@ -124,7 +146,9 @@ class OffenderReader:
         (:func:`~django_ratelimits.engine.keys.shard_share`). Sorted by denials over a
         period shorter than the records' retention, the most denied of all may
         all be older than the period: the period's entries are read by time then
-        (the :data:`SCAN_LIMIT` most recent) and ranked by their records' counts.
+        (the :data:`SCAN_LIMIT` most recent) and ranked by their records' counts. Over
+        the retention or longer, each shard reads its count index down and passes over
+        the entries older than the period, which wait there for a denial to trim them.
         """
         now = self.now_ms()
         since = now - period * 1000
@@ -136,15 +160,22 @@ class OffenderReader:
         per_shard = shard_share(want, space.shards)
         pipe = self._pipeline()
         for shard in range(space.shards):
+            index = space.index(shard, shadow=shadow)
             if by_count:
                 counts = space.count_index(shard, shadow=shadow)
-                pipe.zrevrange(counts, 0, per_shard - 1, withscores=True)
+                pipe.execute_command(
+                    "EVAL", _MOST_DENIED_SINCE, 2, counts, index, since, per_shard, SCAN_LIMIT,
+                    **self.engine._route(index),
+                )  # fmt: skip
             else:
-                pipe.zrevrangebyscore(
-                    space.index(shard, shadow=shadow), "+inf", since, 0, per_shard, withscores=True
-                )
-            pipe.zcount(space.index(shard, shadow=shadow), since, "+inf")
+                pipe.zrevrangebyscore(index, "+inf", since, 0, per_shard, withscores=True)
+            pipe.zcount(index, since, "+inf")
         replies = self._run(pipe)
+        if by_count:  # flat [member, score, ...] from the script
+            replies[0::2] = [
+                [(flat[i], float(flat[i + 1])) for i in range(0, len(flat), 2)]
+                for flat in replies[0::2]
+            ]
         ranked = heapq.merge(*replies[0::2], key=lambda item: -item[1])
         total = sum(replies[1::2])
         idents = [m.decode() for m, _ in ranked]

@@ -155,3 +155,22 @@ def test_sorted_by_denials_a_short_period_lists_its_offenders(redis_client: Any)
     assert [o.label for o in page.offenders] == ["ip:203.0.113.8", "ip:203.0.113.7"]
     whole_day = reader.page(period=86_400, order="denials", limit=3)
     assert [o.denials for o in whole_day.offenders] == [3, 3, 3]
+
+
+def test_most_denied_over_the_retention_passes_over_entries_older_than_the_period(
+    redis_client: Any,
+) -> None:
+    # Entries past the retention wait in a shard's indexes until a denial there trims
+    # them: sorted by denials over the retention, they must not fill the page in place
+    # of the period's own offenders (a review: "1 denied" above an empty table).
+    clock = FakeClock(EPOCH_US)
+    engine = fresh_engine(redis_client, clock)
+    tight = [Limit("tight", r, Algorithm.FIXED_WINDOW) for r in parse_rates("1/h")]
+    for n in range(60):
+        for _ in range(4):
+            engine.check([Check(Identity("ip", f"198.51.100.{n}"), tight)])
+    clock.advance(25 * 3600)  # past the retention (24 h)
+    for _ in range(2):
+        engine.check([Check(Identity("ip", "203.0.113.77"), tight)])
+    page = OffenderReader(engine).page(period=86400, order="denials", limit=10)
+    assert (page.total, [o.label for o in page.offenders]) == (1, ["ip:203.0.113.77"])
