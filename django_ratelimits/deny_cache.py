@@ -270,6 +270,7 @@ class DenialCache:
             )
             tally = self._pending[identity, origin_ms]
             tally.requests += 1
+            tally.last_ms = max(tally.last_ms, at_ms)
             for policy in names:
                 tally.policies[policy] += 1
             head = heads.get(identity)

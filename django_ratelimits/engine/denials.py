@@ -9,7 +9,8 @@ Two operations, apart from the check script:
   ``FLUSHALL``) reads as a new epoch too.
 * **recording a batch** of denials the workers answered themselves into the
   offender records and indexes, as the check script would have one by one: the
-  count, the count per policy, the time of the last denial, and the hit entries
+  count, the count per policy, the time of the last denial (the latest refusal's, as
+  the worker knows Redis' time; never moved back), and the hit entries
   (who was behind each request; the newest ``metadata_max_entries``). A batch is added to
   a record only if the record still holds the denials the cached answer came
   from (its first denial is not after that answer): a record that staff
@@ -47,8 +48,11 @@ local a = 4
 for k = 1, #KEYS, 4 do
   local record, index, by_count, hits = KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3]
   local ident, origin, n, np = ARGV[a], tonumber(ARGV[a + 1]), ARGV[a + 2], tonumber(ARGV[a + 3])
-  local nh = tonumber(ARGV[a + 4])
-  a = a + 5
+  local nh, last = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
+  if last <= 0 or last > now_ms then
+    last = now_ms
+  end
+  a = a + 6
   local first = tonumber(redis.call('HGET', record, 'first'))
   local live = first ~= nil and first <= origin
   for i = 1, np do
@@ -59,8 +63,10 @@ for k = 1, #KEYS, 4 do
   end
   if live then
     local total = redis.call('HINCRBY', record, 'n', n)
-    redis.call('HSET', record, 'last', now_ms)
-    redis.call('ZADD', index, 'XX', now_ms, ident)
+    if last > (tonumber(redis.call('HGET', record, 'last')) or 0) then
+      redis.call('HSET', record, 'last', last)
+      redis.call('ZADD', index, 'XX', last, ident)
+    end
     redis.call('ZADD', by_count, 'XX', total, ident)
     if nh > 0 then
       for i = a, a + nh - 1, 100 do -- unpack a hundred at most: Lua's stack is small
@@ -83,9 +89,12 @@ class Tally:
     """The denials of one identity answered locally since the last batch: ``requests``
     refused, the count per policy (a request denied by two policies counts once in
     ``requests`` and once under each), and their hit entries, oldest first (only
-    the newest the metadata list keeps are kept)."""
+    the newest the metadata list keeps are kept). ``last_ms``: Redis' time of the
+    latest (as well as the worker knows it), its record's time of last denial; 0 for
+    the time the batch is recorded."""
 
     requests: int = 0
+    last_ms: int = 0
     policies: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     hits: list[str] = field(default_factory=list)
 
@@ -129,6 +138,7 @@ class Denials:
             names, args = calls.setdefault(keys.index, ([], list(head)))
             names += [keys.record, keys.index, keys.count_index, keys.metadata]
             args += [keys.ident, origin_ms, tally.requests, len(tally.policies), len(tally.hits)]
+            args.append(tally.last_ms)
             for policy, count in tally.policies.items():
                 args += [policy, count]
             args += tally.hits

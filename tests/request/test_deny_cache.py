@@ -27,7 +27,7 @@ from django_ratelimits.engine import Check, Identity, get_engine
 from django_ratelimits.engine.controls import Controls
 from django_ratelimits.engine.denials import Denials, Tally
 from django_ratelimits.models import Policy
-from django_ratelimits.offenders import Offenders
+from django_ratelimits.offenders import Offenders, Query
 from django_ratelimits.policies import get_registry
 from django_ratelimits.testing import FakeClock
 from tests.engine_helpers import EngineCalls
@@ -449,3 +449,21 @@ def test_a_slow_epoch_read_never_puts_back_the_epoch_of_before_a_reset(
     worker.learn(denied, frozenset({"api"}), crossed)
     assert worker.refuse(checks, count=False) is None
     assert engine.check(checks).allowed  # the reset holds in Redis
+
+
+def test_refusals_made_here_keep_their_own_time_in_the_record(frozen_clock: FakeClock) -> None:
+    # Refused here at T, recorded only when a page is opened 30 minutes later: the
+    # record's last denial is T, so the identity is not among the last 5 minutes'.
+    policy(rates="1/h")
+    me = Client(REMOTE_ADDR=ADDRESS)
+    assert flood(me, 5) == [200, 429, 429, 429, 429]
+    assert cache()._pending_requests > 0  # refused here, not recorded yet
+    refused_at = frozen_clock.now_us() // 1000
+    frozen_clock.advance(30 * 60)
+    assert Offenders().listing(Query(period=300)).total == 0
+    offender = Offenders().inspect(ME).detail.offender
+    assert offender is not None and offender.denials == 4
+    assert offender.last_ms - refused_at <= 1000  # its time, as well as the worker knows it
+    assert [r.offender.ident for r in Offenders().listing(Query(period=3600)).rows] == [
+        f"ip:{ADDRESS}"
+    ]
