@@ -44,6 +44,7 @@ from django_ratelimits.engine.offenders import (
 )
 from django_ratelimits.engine.overrides import BLOCKED_POLICY, Override
 from django_ratelimits.identity import IPNetwork
+from django_ratelimits.offenders.identities import counted_now
 from django_ratelimits.offenders.operations import Action, Operation
 from django_ratelimits.offenders.text import span
 from django_ratelimits.policies import current
@@ -93,9 +94,14 @@ class Row:
     """One offender of a listing with its recent hits and its override."""
 
     offender: Offender
-    identity: Identity | None  # None when the label no longer names it (a value cut short)
+    # None when the label no longer names it (a value cut short), or when no request is
+    # counted as it any more (``stale``).
+    identity: Identity | None
     hits: tuple[Hit, ...]  # newest first
     override: Override | None
+    # Recorded as an address was counted before HASH_IPS or an address prefix changed:
+    # its page would be another identity's (the address as counted now).
+    stale: bool = False
 
     def detail(self) -> OffenderDetail:
         return OffenderDetail(self.offender, self.hits, self.override)
@@ -200,9 +206,7 @@ class Offenders:
             found = list(page.offenders)
         shown = found[: query.limit]
         details = reader.details(shown, hits=query.hits, now_ms=page.now_ms)
-        rows = tuple(
-            Row(o, _identity(o), d.hits, d.override) for o, d in zip(shown, details, strict=True)
-        )
+        rows = tuple(_row(o, d) for o, d in zip(shown, details, strict=True))
         return OffenderList(rows, page.total, page.now_ms, len(found) > query.limit)
 
     def inspect(self, identity: Identity) -> IdentityReport:
@@ -361,9 +365,12 @@ def _inside(offender: Offender, network: IPNetwork) -> bool:
     return address.version == network.version and address.overlaps(network)
 
 
-def _identity(offender: Offender) -> Identity | None:
+def _row(offender: Offender, detail: OffenderDetail) -> Row:
     identity = Identity(offender.kind, offender.value)
-    return identity if ident(identity) == offender.ident else None
+    named = ident(identity) == offender.ident  # else a value cut short names another
+    stale = named and not counted_now(identity)
+    linked = identity if named and not stale else None
+    return Row(offender, linked, detail.hits, detail.override, stale)
 
 
 def _request_of(identity: Identity) -> HttpRequest | None:

@@ -292,3 +292,23 @@ def test_forget_needs_the_reset_permission(
     fields = {"kind": "ip", "value": ADDRESS, "action": "forget", "confirm": "on"}
     assert client.post(reverse(ACTION), fields).status_code == 403
     assert naming(hashed, hashed_value())
+
+
+def test_a_row_recorded_before_hash_ips_is_marked_and_opens_no_other_identity(
+    site_redis: Any, admin_client: Client
+) -> None:
+    # Denied as 203.0.113.5, then HASH_IPS on: the record stays until the retention,
+    # but the address's page is now the hashed identity's. The row must not link there
+    # (a page saying "none recorded" beside a row of 3 denials), and says why.
+    Policy.objects.create(name="tight", rates="1/h", algorithm="gcra", key="ip", path="^/api/")
+    get_registry().refresh()
+    client = Client(REMOTE_ADDR="203.0.113.5")
+    assert [client.get("/api/hello").status_code for _ in range(4)] == [200, 429, 429, 429]
+    hashed = {**settings.DJANGO_RATELIMITS, "HASH_IPS": True}
+    with override_settings(DJANGO_RATELIMITS=hashed):
+        page = admin_client.get(reverse("admin:django_ratelimits_offenders"))
+        (row,) = json.loads(
+            admin_client.get(reverse("admin:django_ratelimits_offenders_json")).content
+        )["offenders"]
+    assert row["denials"] == 3 and row["detail_url"] is None
+    assert "counted before HASH_IPS or the address prefix changed" in page.content.decode()
