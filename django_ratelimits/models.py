@@ -40,6 +40,7 @@ from django_ratelimits.policies.parse import (
     check_cost,
     check_key_arg,
     check_login_key,
+    check_path_start,
     parse_ban,
     parse_cidrs,
     parse_identity_budget,
@@ -287,7 +288,8 @@ class Policy(models.Model):
             _collect(errors, "burst", check_burst, self.algorithm, rates, self.burst)
             if "burst" not in errors:
                 _collect(errors, "cost", check_cost, self.cost, self.algorithm, rates, self.burst)
-        _collect(errors, "path", parse_path, self.path)
+        if _collect(errors, "path", parse_path, self.path) is not None:
+            _collect(errors, "path", check_path_start, self.path)
         methods = _collect(errors, "methods", parse_methods, self.methods)
         if methods is not None:
             self.methods = ", ".join(sorted(methods))

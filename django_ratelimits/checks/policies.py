@@ -20,7 +20,7 @@ from django_ratelimits.checks.common import TAG, valid_settings
 from django_ratelimits.checks.references import references
 from django_ratelimits.conf import SETTING_NAME
 from django_ratelimits.models import Policy
-from django_ratelimits.policies.parse import PATH_WITHOUT_SLASH, parse_path
+from django_ratelimits.policies.parse import check_path_start, parse_path
 from django_ratelimits.policies.registry import get_registry
 from django_ratelimits.policies.spec import KeyKind
 
@@ -82,7 +82,7 @@ def check_path_patterns(
     Such a row is skipped at run time (the registry logs it at each reload),
     so no request is limited by it: each is an error here, by name. A row saved
     before admin refused a start-anchored pattern without ``/`` (``^api/``) is
-    loaded, and matches no path: W013. Plain
+    loaded, and its path matches no request: W013. Plain
     ``manage.py check`` reads the database the policies are read from, as E006
     does; ``databases`` (``migrate``, ``check --database``) names others. A
     database that cannot be read yet (before ``migrate``) has no rows to judge.
@@ -96,19 +96,21 @@ def check_path_patterns(
             try:
                 parse_path(path)
             except ValidationError as error:
-                if error.code == PATH_WITHOUT_SLASH:
-                    found.append(_pattern_without_slash(name, path, error))
-                else:
-                    found.append(_refused_pattern(name, path, error))
+                found.append(_refused_pattern(name, path, error))
+                continue
+            try:
+                check_path_start(path)
+            except ValidationError as error:
+                found.append(_pattern_without_slash(name, path, error))
     return found
 
 
 def _pattern_without_slash(name: str, path: str, error: ValidationError) -> Warning:
     return Warning(
         f"Rate-limit policy {name!r} has the path pattern {path!r}, which matches no "
-        f"request: {' '.join(error.messages)} Its path limits nothing.",
-        hint="Add the leading / in admin; a view decorated with the policy's name is "
-        "limited as before.",
+        f"request: {' '.join(error.messages)} Its path limits nothing (a view decorated "
+        "with its name is still limited by it).",
+        hint="Add the leading / in admin.",
         obj=f"policy {name!r}",
         id="django_ratelimits.W013",
     )

@@ -72,7 +72,7 @@ class UnknownPolicy(ValueError):
 @dataclass(frozen=True)
 class Query:
     """Which offenders to list. ``user`` is a user identity's value (the pk); a
-    ``network`` keeps IP addresses inside it; ``hits`` is how many metadata
+    ``network`` keeps the address groups inside it or holding it; ``hits`` is how many metadata
     entries to read per row (0: none). With ``shadow``, the identities that
     shadow-mode policies would have denied instead, from their own ledger: rows
     then count would-be denials."""

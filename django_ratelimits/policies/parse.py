@@ -54,6 +54,7 @@ __all__ = [
     "check_cost",
     "check_key_arg",
     "check_login_key",
+    "check_path_start",
     "cidr_error",
     "parse_ban",
     "parse_cidrs",
@@ -280,13 +281,11 @@ _BAN_MESSAGES: Final = {
 
 def parse_path(text: str) -> PathPattern | None:
     """The pattern compiled by RE2, which refuses what it cannot match in linear time;
-    its length is capped by the field (``PATH_MAX_LENGTH``). A pattern anchored at the
-    start on text other than ``/`` (``^api/``, as Django's routes are written) is
-    refused too: every path it is searched in starts with ``/``, so it limits nothing."""
+    its length is capped by the field (``PATH_MAX_LENGTH``)."""
     if not text:
         return None
     try:
-        pattern = PathPattern(text)
+        return PathPattern(text)
     except PatternError as exc:
         raise ValidationError(
             _(
@@ -297,7 +296,15 @@ def parse_path(text: str) -> PathPattern | None:
             code="path_regex",
             params={"error": _quote(str(exc))},
         ) from None
-    prefix = literal_prefix(text)
+
+
+def check_path_start(text: str) -> None:
+    """Refuse a pattern anchored at the start on text other than ``/`` (``^api/``, as
+    Django's routes are written): every path it is searched in starts with ``/``, so it
+    limits no request by path. Admin refuses it (:meth:`Policy.clean`) and W013 names a
+    row saved before; a row that has one still loads (a view decorated with its name is
+    limited by it), so this is not part of :func:`parse_path`."""
+    prefix = literal_prefix(text) if text else ""
     if prefix and not prefix.startswith("/"):
         anchor = 1 if text.startswith("^") else 2
         raise ValidationError(
@@ -305,14 +312,9 @@ def parse_path(text: str) -> PathPattern | None:
                 "Every request path starts with “/”, so a pattern anchored at the start "
                 "must too: this one limits no request. Write %(fixed)s."
             ),
-            code=PATH_WITHOUT_SLASH,
+            code="path_slash",
             params={"fixed": _quote(text[:anchor] + "/" + text[anchor:])},
         )
-    return pattern
-
-
-PATH_WITHOUT_SLASH: Final = "path_slash"
-"""The code of :func:`parse_path`'s error for a start-anchored pattern without ``/``."""
 
 
 def parse_methods(text: str) -> frozenset[str]:

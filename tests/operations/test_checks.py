@@ -25,6 +25,7 @@ from django_ratelimits.checks import REDIS_TAG, TAG, redis_server
 from django_ratelimits.conf import get_settings
 from django_ratelimits.middleware import RateLimitMiddleware
 from django_ratelimits.models import Policy
+from django_ratelimits.policies import get_registry
 from tests.operations.eviction import blind_url, redis_with
 
 OURS = "django_ratelimits.middleware.RateLimitMiddleware"
@@ -480,3 +481,7 @@ def test_a_row_whose_pattern_lacks_the_leading_slash_is_a_warning_naming_it() ->
     assert [(m.obj, m.level) for m in found] == [("policy 'routes-style'", logging.WARNING)]
     assert "Write ^/api/." in found[0].msg and found[0].hint
     assert "django_ratelimits.E005" not in ids()
+    # It still loads: a view decorated with its name is limited by it, at its rates.
+    get_registry().refresh()
+    spec = get_registry().get("routes-style")
+    assert spec is not None and str(spec.rates[0]) == "10/s"
