@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import logging
+import os
 import threading
 import time
 from collections import OrderedDict, defaultdict
@@ -408,3 +409,20 @@ def cache_for(engine: Engine) -> DenialCache | None:
 def _flush_at_exit() -> None:
     if _current is not None:
         _current.flush()
+
+
+def _after_fork() -> None:
+    """In a forked child (a pre-forking server's worker), locks a thread of the parent
+    held stay held for good: the child starts with locks of its own (its cached entries
+    and pending refusals are the parent's, which the parent records)."""
+    global _current_lock
+    _current_lock = threading.Lock()
+    if _current is not None:
+        _current._lock = threading.Lock()
+        _current._reading = threading.Lock()
+        _current._entries.clear()
+        _current._pending.clear()
+        _current._pending_requests = 0
+
+
+os.register_at_fork(after_in_child=_after_fork)

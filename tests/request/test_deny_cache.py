@@ -9,6 +9,7 @@ a cached staff block shut staff out, or a shadow policy refuse anything.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -176,7 +177,7 @@ def test_a_denial_refuses_requests_that_cost_as_much_or_more_without_redis(
 
 def test_other_clients_are_not_refused_by_someone_else_s_denial(frozen_clock: FakeClock) -> None:
     policy(rates="1/h")
-    assert flood(Client(REMOTE_ADDR=ADDRESS), 3) == [200, 429, 429]
+    assert flood(Client(REMOTE_ADDR=ADDRESS), 5) == [200, 429, 429, 429, 429]
     assert flood(Client(REMOTE_ADDR="203.0.113.10"), 2) == [200, 429]
 
 
@@ -467,3 +468,25 @@ def test_refusals_made_here_keep_their_own_time_in_the_record(frozen_clock: Fake
     assert [r.offender.ident for r in Offenders().listing(Query(period=3600)).rows] == [
         f"ip:{ADDRESS}"
     ]
+
+
+def test_a_worker_forked_during_an_epoch_read_reads_the_epoch_and_records_nothing_twice(
+    frozen_clock: FakeClock,
+) -> None:
+    # A pre-forking server forks while a thread of the parent reads the epoch, with
+    # refusals pending: the child must be able to read the epoch (the parent's read
+    # never ends in it), and must not record the parent's pending refusals again.
+    policy(rates="1/h")
+    assert flood(Client(REMOTE_ADDR=ADDRESS), 5) == [200, 429, 429, 429, 429]
+    worker = cache()
+    assert worker._pending_requests > 0
+    assert worker._reading.acquire()  # a read in flight in the parent
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: report by exit status only
+            ok = worker._reading.acquire(blocking=False) and worker._pending_requests == 0
+            os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        worker._reading.release()
+    assert os.waitstatus_to_exitcode(status) == 0
