@@ -38,11 +38,17 @@ SCAN_LIMIT = 5000
 # A shard's most denied entries last denied since a time (KEYS: its count index, its
 # time index; ARGV: the time in ms, how many, how far down to look): an entry older than
 # the period (past the retention, it waits in both indexes for a denial to trim it) is
-# passed over, so the most denied of the period fill the page. Read-only.
+# passed over, so the most denied of the period fill the page. Read-only. Returns the
+# entries (member, score, ...), then '1' if it stopped at the scan's depth with entries
+# left below, else '0'.
 _MOST_DENIED_SINCE = """
 local since, want, scan = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local found, start = {}, 0
-while #found < 2 * want and start < scan do
+local found, start, cut = {}, 0, '0'
+while #found < 2 * want do
+  if start >= scan then
+    cut = '1'
+    break
+  end
   local part = redis.call('ZREVRANGE', KEYS[1], start, start + 99, 'WITHSCORES')
   for i = 1, #part, 2 do
     local last = redis.call('ZSCORE', KEYS[2], part[i])
@@ -55,6 +61,7 @@ while #found < 2 * want and start < scan do
   end
   start = start + 100
 end
+found[#found + 1] = cut
 return found
 """
 
@@ -132,6 +139,7 @@ class OffenderReader:
         kind: str | None = None,
         policy: str | None = None,
         shadow: bool = False,
+        by_time: bool = False,
     ) -> OffenderPage:
         """Identities denied in the last ``period`` seconds, newest or most denied first;
         with ``shadow``, those shadow policies would have denied instead.
@@ -148,12 +156,14 @@ class OffenderReader:
         all be older than the period: the period's entries are read by time then
         (the :data:`SCAN_LIMIT` most recent) and ranked by their records' counts. Over
         the retention or longer, each shard reads its count index down and passes over
-        the entries older than the period, which wait there for a denial to trim them.
+        the entries older than the period, which wait there for a denial to trim them;
+        should more than :data:`SCAN_LIMIT` of them leave the page short, it is read by
+        time as for a shorter period (as ``by_time`` asks).
         """
         now = self.now_ms()
         since = now - period * 1000
         space = self.engine.keys
-        by_count = order == "denials" and period >= self.engine.offender_retention
+        by_count = order == "denials" and period >= self.engine.offender_retention and not by_time
         ranked_here = order == "denials" and not by_count
         scan = kind is not None or policy is not None or ranked_here
         want = SCAN_LIMIT if scan else offset + limit
@@ -171,9 +181,11 @@ class OffenderReader:
                 pipe.zrevrangebyscore(index, "+inf", since, 0, per_shard, withscores=True)
             pipe.zcount(index, since, "+inf")
         replies = self._run(pipe)
-        if by_count:  # flat [member, score, ...] from the script
+        cut = False
+        if by_count:  # flat [member, score, ..., cut] from the script
+            cut = any(flat[-1] == b"1" for flat in replies[0::2])
             replies[0::2] = [
-                [(flat[i], float(flat[i + 1])) for i in range(0, len(flat), 2)]
+                [(flat[i], float(flat[i + 1])) for i in range(0, len(flat) - 1, 2)]
                 for flat in replies[0::2]
             ]
         ranked = heapq.merge(*replies[0::2], key=lambda item: -item[1])
@@ -189,6 +201,11 @@ class OffenderReader:
             offenders = [o for o in offenders if policy in o.by_policy]
         if ranked_here:  # most denied first; as many, the most recent first (as read)
             offenders.sort(key=lambda o: -o.denials)
+        if cut and len(offenders) < offset + limit:  # stale entries deeper than the scan
+            return self.page(
+                period=period, order=order, offset=offset, limit=limit, kind=kind,
+                policy=policy, shadow=shadow, by_time=True,
+            )  # fmt: skip
         return OffenderPage(tuple(offenders[offset : offset + limit]), total, now)
 
     def detail(self, identity: Identity, *, now_ms: int | None = None) -> OffenderDetail:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from django_ratelimits.engine import Algorithm, Check, Identity, Limit
+from django_ratelimits.engine import Algorithm, Check, Engine, Identity, KeySpace, Limit
 from django_ratelimits.engine.controls import Controls
-from django_ratelimits.engine.offenders import OffenderReader
+from django_ratelimits.engine.offenders import SCAN_LIMIT, OffenderReader
 from django_ratelimits.rates import parse_rates
 from django_ratelimits.testing import FakeClock
 from tests.engine_helpers import EPOCH_US, fresh_engine
@@ -169,6 +169,28 @@ def test_most_denied_over_the_retention_passes_over_entries_older_than_the_perio
     for n in range(60):
         for _ in range(4):
             engine.check([Check(Identity("ip", f"198.51.100.{n}"), tight)])
+    clock.advance(25 * 3600)  # past the retention (24 h)
+    for _ in range(2):
+        engine.check([Check(Identity("ip", "203.0.113.77"), tight)])
+    page = OffenderReader(engine).page(period=86400, order="denials", limit=10)
+    assert (page.total, [o.label for o in page.offenders]) == (1, ["ip:203.0.113.77"])
+
+
+def test_most_denied_over_the_retention_after_more_stale_entries_than_the_scan(
+    redis_client: Any,
+) -> None:
+    # More aged-out entries in a shard than the scan reads (a flood a day ago, each
+    # denial since trimming 100): the page is read by time instead, never left empty.
+    clock = FakeClock(EPOCH_US)
+    engine = Engine(redis_client, keys=KeySpace(prefix="stale", shards=1), clock=clock)
+    tight = [Limit("tight", r, Algorithm.FIXED_WINDOW) for r in parse_rates("1/h")]
+    space = engine.keys
+    pipe = redis_client.pipeline(transaction=False)
+    for n in range(SCAN_LIMIT + 200):  # as the script writes them, a day ago
+        ident = f"ip:10.{n // 65536}.{n // 256 % 256}.{n % 256}"
+        pipe.zadd(space.index(0), {ident: EPOCH_US // 1000})
+        pipe.zadd(space.count_index(0), {ident: 2})
+    pipe.execute()
     clock.advance(25 * 3600)  # past the retention (24 h)
     for _ in range(2):
         engine.check([Check(Identity("ip", "203.0.113.77"), tight)])
