@@ -96,7 +96,7 @@ Report = tuple[Data, str]
 
 
 class Command(BaseCommand):
-    help = "Offenders, actions on them, Redis status and demo traffic, from the terminal."
+    help = "Offenders, actions on them, overrides, blocked networks and Redis status."
     requires_system_checks: list[str] = []  # `status` is the diagnosis; `check` runs them
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -381,10 +381,11 @@ def forget(options: dict[str, Any]) -> Report:
         "entries_dropped": erased.entries,
         "lists_cleaned": others,
     }
+    lists = "identity's list" if len(others) == 1 else "identities' lists"
     text = (
         f"{label(identity)}: forgotten; {erased.keys} key(s) deleted, {erased.entries} hit "
         f"entr{'y' if erased.entries == 1 else 'ies'} naming it dropped from "
-        f"{len(others)} other identit{'y' if len(others) == 1 else 'ies'}' lists."
+        f"{len(others)} other {lists}."
     )
     return data, text
 
