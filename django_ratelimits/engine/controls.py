@@ -33,9 +33,12 @@ ACTIVE_MAX = 1000  # overrides :meth:`Controls.active` reads from each shard at 
 # fields have no '*') deletes every counter the HASH holds instead: each field with a
 # '|' (a limit's spec, or a ban's "!ban|<policy>"), whatever policy wrote it (one of
 # the compat layer's, one since deleted); the override and the horizon stay. A HASH
-# holds a field per limit of its identity's policies: few, read whole.
+# holds a field per limit of its identity's policies: few, read whole. Returns what the
+# first field named held (a lift's: the override it ends, so two lifts at once cannot
+# both report ending it).
 EVERY = "*"
 _DROP_FIELDS = """
+local before = redis.call('HGET', KEYS[1], ARGV[2])
 local fields = ARGV
 if ARGV[2] == '*' then
   fields = {ARGV[1]}
@@ -51,6 +54,7 @@ end
 if redis.call('HLEN', KEYS[1]) == 1 and redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
   redis.call('DEL', KEYS[1])
 end
+return before
 """
 
 
@@ -136,18 +140,22 @@ class Controls:
         """Admit every check of ``identity`` for ``seconds``, uncounted."""
         self._override(identity, overrides.ALLOWED, seconds, by)
 
-    def lift(self, identity: Identity) -> None:
-        """End a block or allow-listing of ``identity``."""
+    def lift(self, identity: Identity) -> Override | None:
+        """End a block or allow-listing of ``identity``: the one this call ended, if one
+        was in force (of two lifts at once, one ends it)."""
         keys = self.engine.keys.of(identity)
         try:
             pipe = self.engine.client.pipeline(transaction=False)
             route = self.engine._route(keys.state)
+            pipe.execute_command("GET", keys.override_note, **route)
             pipe.execute_command("EVAL", _DROP_FIELDS, 1, keys.state, HORIZON, OVERRIDE, **route)
             pipe.execute_command("UNLINK", keys.override_note, **route)
             pipe.execute_command("ZREM", keys.override_index, keys.ident, **route)
-            pipe.execute()
+            note, value, *_ = pipe.execute()
+            now = self.engine.now_us()
         except _REDIS_ERRORS as exc:
             raise BackendError(f"could not lift the override of {label(identity)}: {exc}") from exc
+        return overrides.decode(value, now, note)
 
     def active(self, offset: int = 0, limit: int | None = None) -> ActiveOverrides:
         """The blocks and allow-listings in force, soonest to end first, from the override

@@ -279,11 +279,11 @@ class Offenders:
         self._changed()
 
     def lift(self, identity: Identity) -> Override | None:
-        """End a block or allow-listing of ``identity``; the one that was in force."""
-        before = self.controls.override(identity)
-        self.controls.lift(identity)
+        """End a block or allow-listing of ``identity``; the one in force that this call
+        ended (None if none was, or another lift ended it first)."""
+        ended = self.controls.lift(identity)
         self._changed()
-        return before
+        return ended
 
     def active(self, offset: int = 0, limit: int | None = None) -> ActiveOverrides:
         """The blocks and allow-listings in force, soonest to end first: ``limit`` of them

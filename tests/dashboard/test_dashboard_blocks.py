@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -274,3 +276,19 @@ def test_a_lift_of_a_block_that_ended_meanwhile_is_not_reported_done(
     assert [e.change_message for e in LogEntry.objects.order_by("pk")] == [
         "Blocked ip:203.0.113.9 for 5 minutes"
     ]
+
+
+def test_of_lifts_at_once_exactly_one_ends_the_block(site_redis: Any) -> None:
+    # Two admins (or an admin and the command) lift one block together: one ended it,
+    # the others are told nothing was in force (the override is read and deleted in
+    # one script, never read first and deleted after).
+    Offenders().block(Identity("ip", "203.0.113.9"), 300, by="ops")
+    start = threading.Barrier(8)
+
+    def lift() -> bool:
+        start.wait()
+        return Offenders().lift(Identity("ip", "203.0.113.9")) is not None
+
+    with ThreadPoolExecutor(8) as pool:
+        ended = list(pool.map(lambda _: lift(), range(8)))
+    assert ended.count(True) == 1
