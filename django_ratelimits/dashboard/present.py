@@ -131,6 +131,7 @@ class RowView:
                 "would_deny": sum(self.activity.shadow),
             },
             "detail_url": self.url,
+            "stale": self.row.stale,
         }
 
 

@@ -201,6 +201,7 @@ def test_the_json_has_the_documented_fields(board: dict[str, Any]) -> None:
         "override",
         "recent",
         "detail_url",
+        "stale",
     }
     assert (row["kind"], row["value"], row["override"]) == ("ip", ATTACKER, None)
     assert row["first_ms"] <= row["last_ms"] <= body["now_ms"]
