@@ -39,14 +39,16 @@ SCAN_LIMIT = 5000
 # time index; ARGV: the time in ms, how many, how far down to look): an entry older than
 # the period (past the retention, it waits in both indexes for a denial to trim it) is
 # passed over, so the most denied of the period fill the page. Read-only. Returns the
-# entries (member, score, ...), then '1' if it stopped at the scan's depth with entries
-# left below, else '0'.
+# entries (member, score, ...), then, if it stopped at the scan's depth with entries
+# left below, the count of the last one it read (none below has more), else ''.
 _MOST_DENIED_SINCE = """
 local since, want, scan = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local found, start, cut = {}, 0, '0'
+local found, start, bound, floor = {}, 0, '', ''
 while #found < 2 * want do
   if start >= scan then
-    cut = '1'
+    if #redis.call('ZREVRANGE', KEYS[1], start, start) > 0 then
+      bound = floor
+    end
     break
   end
   local part = redis.call('ZREVRANGE', KEYS[1], start, start + 99, 'WITHSCORES')
@@ -55,13 +57,14 @@ while #found < 2 * want do
     if last and tonumber(last) >= since and #found < 2 * want then
       found[#found + 1], found[#found + 2] = part[i], part[i + 1]
     end
+    floor = part[i + 1]
   end
   if #part < 200 then
     break
   end
   start = start + 100
 end
-found[#found + 1] = cut
+found[#found + 1] = bound
 return found
 """
 
@@ -157,8 +160,9 @@ class OffenderReader:
         (the :data:`SCAN_LIMIT` most recent) and ranked by their records' counts. Over
         the retention or longer, each shard reads its count index down and passes over
         the entries older than the period, which wait there for a denial to trim them;
-        should more than :data:`SCAN_LIMIT` of them leave the page short, it is read by
-        time as for a shorter period (as ``by_time`` asks).
+        should a shard's scan stop at :data:`SCAN_LIMIT` above entries that could rank on
+        the page, the period's entries read by time (as ``by_time`` asks) are added to
+        those found, and all ranked by their records' counts.
         """
         now = self.now_ms()
         since = now - period * 1000
@@ -181,9 +185,9 @@ class OffenderReader:
                 pipe.zrevrangebyscore(index, "+inf", since, 0, per_shard, withscores=True)
             pipe.zcount(index, since, "+inf")
         replies = self._run(pipe)
-        cut = False
-        if by_count:  # flat [member, score, ..., cut] from the script
-            cut = any(flat[-1] == b"1" for flat in replies[0::2])
+        bounds: list[float] = []  # of the shards whose scan stopped with entries below
+        if by_count:  # flat [member, score, ..., bound] from the script
+            bounds = [float(flat[-1]) for flat in replies[0::2] if flat[-1]]
             replies[0::2] = [
                 [(flat[i], float(flat[i + 1])) for i in range(0, len(flat) - 1, 2)]
                 for flat in replies[0::2]
@@ -201,12 +205,18 @@ class OffenderReader:
             offenders = [o for o in offenders if policy in o.by_policy]
         if ranked_here:  # most denied first; as many, the most recent first (as read)
             offenders.sort(key=lambda o: -o.denials)
-        if cut and len(offenders) < offset + limit:  # stale entries deeper than the scan
-            return self.page(
-                period=period, order=order, offset=offset, limit=limit, kind=kind,
-                policy=policy, shadow=shadow, by_time=True,
+        shown = offenders[offset : offset + limit]
+        if bounds and (len(shown) < limit or shown[-1].denials <= max(bounds)):
+            # A shard's scan stopped above entries that could rank here: add the period's
+            # entries read by time to those found.
+            recent = self.page(
+                period=period, order=order, limit=SCAN_LIMIT, kind=kind, policy=policy,
+                shadow=shadow, by_time=True,
             )  # fmt: skip
-        return OffenderPage(tuple(offenders[offset : offset + limit]), total, now)
+            merged = {o.ident: o for o in (*offenders, *recent.offenders)}
+            offenders = sorted(merged.values(), key=lambda o: -o.denials)
+            shown = offenders[offset : offset + limit]
+        return OffenderPage(tuple(shown), total, now)
 
     def detail(self, identity: Identity, *, now_ms: int | None = None) -> OffenderDetail:
         """The records, the metadata list and the override of one identity; ``now_ms``

@@ -196,3 +196,78 @@ def test_most_denied_over_the_retention_after_more_stale_entries_than_the_scan(
         engine.check([Check(Identity("ip", "203.0.113.77"), tight)])
     page = OffenderReader(engine).page(period=86400, order="denials", limit=10)
     assert (page.total, [o.label for o in page.offenders]) == (1, ["ip:203.0.113.77"])
+
+
+_TIGHT = [Limit("tight", r, Algorithm.FIXED_WINDOW) for r in parse_rates("1/h")]
+
+
+def _in_shard(space: KeySpace, shard: int, prefix: str) -> list[Identity]:
+    found = []
+    for n in range(1, 255):
+        for m in range(1, 255):
+            identity = Identity("ip", f"{prefix}.{n}.{m}")
+            if space.of(identity).index == space.index(shard):
+                found.append(identity)
+                if len(found) >= 60:
+                    return found
+    return found
+
+
+def test_a_cut_shard_hides_the_most_denied_when_another_shard_fills_the_page(
+    redis_client: Any,
+) -> None:
+    # Shard 0: more stale entries than the scan reads, above the period's most denied
+    # identity X (5 denials). Shard 1: many identities denied once each, enough to fill
+    # a page. The page by denials over the retention must start with X.
+    clock = FakeClock(EPOCH_US)
+    space = KeySpace(prefix="cut2", shards=2)
+    engine = Engine(redis_client, keys=space, clock=clock)
+    pipe = redis_client.pipeline(transaction=False)
+    for n in range(SCAN_LIMIT + 2000):  # a flood a day ago, in shard 0 only
+        ident = f"ip:10.{n // 65536}.{n // 256 % 256}.{n % 256}"
+        pipe.zadd(space.index(0), {ident: EPOCH_US // 1000})
+        pipe.zadd(space.count_index(0), {ident: 50})
+    pipe.execute()
+    clock.advance(25 * 3600)
+    x = _in_shard(space, 0, "203.0")[0]
+    for _ in range(6):
+        engine.check([Check(x, _TIGHT)])
+        clock.advance(1.5)
+    for identity in _in_shard(space, 1, "198.51"):
+        for _ in range(2):
+            engine.check([Check(identity, _TIGHT)])
+    page = OffenderReader(engine).page(period=86400, order="denials", limit=10)
+    assert page.offenders[0].label == f"ip:{x.value}", [
+        (o.label, o.denials) for o in page.offenders[:3]
+    ]
+
+
+def test_a_kind_filter_over_the_retention_keeps_its_most_denied_after_stale_entries(
+    redis_client: Any,
+) -> None:
+    # One shard: alice (5 denials, 2 h ago), then 5,000 IPs denied once each in the
+    # last seconds, and 100 aged-out entries left (a quiet day's flood). By denials over
+    # the retention, kind user: the count index's scan finds alice; the page is short
+    # only because the filter keeps one row, and the 5,000 newest read by time must be
+    # added to what the scan found, never replace it.
+    clock = FakeClock(EPOCH_US)
+    space = KeySpace(prefix="kindcut", shards=1)
+    engine = Engine(redis_client, keys=space, clock=clock)
+    for n in range(600):  # alice's 5 index writes trim 500 of them
+        redis_client.zadd(space.index(0), {f"ip:192.0.2.{n}": EPOCH_US // 1000})
+        redis_client.zadd(space.count_index(0), {f"ip:192.0.2.{n}": 1000})
+    clock.advance(25 * 3600)
+    alice = Identity("user", "alice")
+    for _ in range(6):
+        engine.check([Check(alice, _TIGHT)])
+        clock.advance(1.5)
+    clock.advance(2 * 3600)
+    now_ms = clock.now_us() // 1000
+    pipe = redis_client.pipeline(transaction=False)
+    for n in range(SCAN_LIMIT):
+        ident = f"ip:10.{n // 65536}.{n // 256 % 256}.{n % 256}"
+        pipe.zadd(space.index(0), {ident: now_ms - n})
+        pipe.zadd(space.count_index(0), {ident: 1})
+    pipe.execute()
+    page = OffenderReader(engine).page(period=86400, order="denials", limit=50, kind="user")
+    assert [o.label for o in page.offenders] == ["user:alice"]
