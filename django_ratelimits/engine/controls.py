@@ -145,6 +145,7 @@ class Controls:
         was in force (of two lifts at once, one ends it)."""
         keys = self.engine.keys.of(identity)
         try:
+            now = self.engine.now_us()  # first: once it is ended, a lift never fails
             pipe = self.engine.client.pipeline(transaction=False)
             route = self.engine._route(keys.state)
             pipe.execute_command("GET", keys.override_note, **route)
@@ -152,7 +153,6 @@ class Controls:
             pipe.execute_command("UNLINK", keys.override_note, **route)
             pipe.execute_command("ZREM", keys.override_index, keys.ident, **route)
             note, value, *_ = pipe.execute()
-            now = self.engine.now_us()
         except _REDIS_ERRORS as exc:
             raise BackendError(f"could not lift the override of {label(identity)}: {exc}") from exc
         return overrides.decode(value, now, note)
