@@ -46,6 +46,7 @@ RECOVERY_BOUND = 5.0  # from Redis' return until every worker decides again
 SLOWDOWN = 3
 START_TIMEOUT = 30.0  # seconds for a server to answer its first request
 REQUEST_TIMEOUT = 10.0  # seconds for any one request, so a hang fails instead of stalling
+PROBE_SLEEP = 0.005  # seconds the traffic's stall probe sleeps at a time
 
 
 @dataclass(frozen=True)
@@ -288,13 +289,33 @@ class Traffic:
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    # (when, how late) of each wake-up of a thread that sleeps PROBE_SLEEP at a time: how
+    # long this machine stopped running anything (a shared host pausing the VM).
+    _lateness: list[tuple[float, float]] = field(default_factory=list)
 
     def __enter__(self) -> Traffic:
         for n in range(self.clients):
             thread = threading.Thread(target=self._client, args=(n,), daemon=True)
             thread.start()
             self._threads.append(thread)
+        probe = threading.Thread(target=self._probe, daemon=True)
+        probe.start()
+        self._threads.append(probe)
         return self
+
+    def _probe(self) -> None:
+        while not self._stop.is_set():
+            before = time.monotonic()
+            time.sleep(PROBE_SLEEP)
+            after = time.monotonic()
+            with self._lock:
+                self._lateness.append((after, after - before - PROBE_SLEEP))
+
+    def stalled(self, start: float, end: float = math.inf) -> float:
+        """The longest the machine stood still from ``start`` to ``end``, as a thread of
+        this process woke up late: seconds no request could have been served in."""
+        with self._lock:
+            return max((late for at, late in self._lateness if start <= at < end), default=0.0)
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
@@ -349,10 +370,13 @@ class Outcome:
     worst: float
     recovery: float  # seconds from the fault's end until every request was decided again
     healthy: float  # seconds, the slowest request before the fault: how busy the machine is
+    stalled: float = 0.0  # seconds the whole machine stood still meanwhile (Traffic.stalled)
 
     def check(self) -> None:
-        """The bounds every fault must keep, widened by how slow the machine is now."""
-        slack = SLOWDOWN * self.healthy
+        """The bounds every fault must keep, widened by how slow the machine is now, and
+        by how long it stood still (a shared host pausing this VM stops every process:
+        no limiter answers meanwhile, and none is hanging)."""
+        slack = SLOWDOWN * self.healthy + self.stalled
         assert self.p99 < P99_BOUND + slack and self.worst < WORST_BOUND + slack, self
         assert self.recovery < RECOVERY_BOUND + slack, self
 
@@ -361,7 +385,8 @@ class Outcome:
             f"{what}: {self.served} requests during the fault, 500s 0, "
             f"failed open {self.failed_open}, failed closed {self.failed_closed}, "
             f"p99 {self.p99 * 1000:.0f} ms, max {self.worst * 1000:.0f} ms, "
-            f"recovered in {self.recovery:.2f} s"
+            f"recovered in {self.recovery:.2f} s, the machine stood still at most "
+            f"{self.stalled * 1000:.0f} ms"
         )
 
 
@@ -391,6 +416,7 @@ def observe(
         worst=max(seconds),
         recovery=last - end,
         healthy=max(healthy),
+        stalled=traffic.stalled(start),
     )
 
 
