@@ -201,14 +201,15 @@ def test_most_denied_over_the_retention_after_more_stale_entries_than_the_scan(
 _TIGHT = [Limit("tight", r, Algorithm.FIXED_WINDOW) for r in parse_rates("1/h")]
 
 
-def _in_shard(space: KeySpace, shard: int, prefix: str) -> list[Identity]:
+def _in_shard(space: KeySpace, shard: int, prefix: str, count: int = 60) -> list[Identity]:
+    """The first ``count`` addresses ``<prefix>.a.b`` whose keys are in ``shard``."""
     found = []
-    for n in range(1, 255):
-        for m in range(1, 255):
-            identity = Identity("ip", f"{prefix}.{n}.{m}")
+    for a in range(1, 255):
+        for b in range(1, 255):
+            identity = Identity("ip", f"{prefix}.{a}.{b}")
             if space.of(identity).index == space.index(shard):
                 found.append(identity)
-                if len(found) >= 60:
+                if len(found) >= count:
                     return found
     return found
 
@@ -271,3 +272,83 @@ def test_a_kind_filter_over_the_retention_keeps_its_most_denied_after_stale_entr
     pipe.execute()
     page = OffenderReader(engine).page(period=86400, order="denials", limit=50, kind="user")
     assert [o.label for o in page.offenders] == ["user:alice"]
+
+
+def test_a_burst_offender_ranks_first_by_denials_over_the_retention(redis_client: Any) -> None:
+    # X is denied 20 times within one second (a burst, then nothing); ten others are
+    # denied 3 times each, a few seconds apart. Over the retention, by denials, X leads.
+    clock = FakeClock(EPOCH_US)
+    space = KeySpace(prefix="burst", shards=1)
+    engine = Engine(redis_client, keys=space, clock=clock)
+    x = Identity("ip", "203.0.113.5")
+    for _ in range(21):
+        engine.check([Check(x, _TIGHT)])
+    for n in range(10):
+        for _ in range(4):
+            engine.check([Check(Identity("ip", f"198.51.100.{n}"), _TIGHT)])
+            clock.advance(1.5)
+    page = OffenderReader(engine).page(period=86400, order="denials", limit=5)
+    shorter = OffenderReader(engine).page(period=3600, order="denials", limit=5)
+    assert shorter.offenders[0].label == "ip:203.0.113.5"  # by time, ranked by records
+    assert [(o.label, o.denials) for o in page.offenders][:1] == [("ip:203.0.113.5", 20)], [
+        (o.label, o.denials) for o in page.offenders
+    ]
+
+
+def test_the_bound_of_a_cut_shard_holds_for_the_records_counts(redis_client: Any) -> None:
+    # Shard 0: a day-old flood deeper than the scan (count 2 each), and X, denied 20
+    # times in one burst. Shard 1: twenty identities denied 3 times each, which fill
+    # the page with rows above the bound (2). X, the most denied, must lead the page.
+    clock = FakeClock(EPOCH_US)
+    space = KeySpace(prefix="cutburst", shards=2)
+    engine = Engine(redis_client, keys=space, clock=clock)
+    pipe = redis_client.pipeline(transaction=False)
+    for n in range(SCAN_LIMIT + 2000):
+        ident = f"ip:10.{n // 65536}.{n // 256 % 256}.{n % 256}"
+        pipe.zadd(space.index(0), {ident: EPOCH_US // 1000})
+        pipe.zadd(space.count_index(0), {ident: 2})
+    pipe.execute()
+    clock.advance(25 * 3600)
+    x = _in_shard(space, 0, "203.0")[0]
+    for _ in range(21):
+        engine.check([Check(x, _TIGHT)])
+    for identity in _in_shard(space, 1, "198.51", 20):
+        for _ in range(4):
+            engine.check([Check(identity, _TIGHT)])
+            clock.advance(1.5)
+    page = OffenderReader(engine).page(period=86400, order="denials", limit=10)
+    assert (page.offenders[0].label, page.offenders[0].denials) == (f"ip:{x.value}", 20), [
+        (o.label, o.denials) for o in page.offenders[:3]
+    ]
+
+
+def test_paging_by_denials_lists_every_offender_once(redis_client: Any) -> None:
+    # Shard 0: a day-old flood deeper than the scan (count 2 each). Shard 1: fifteen
+    # identities denied 3 times each, and X, denied 20 times in one burst. Pages of 10
+    # by denials over the retention must list the sixteen offenders once each.
+    clock = FakeClock(EPOCH_US)
+    space = KeySpace(prefix="cutpages", shards=2)
+    engine = Engine(redis_client, keys=space, clock=clock)
+    pipe = redis_client.pipeline(transaction=False)
+    for n in range(SCAN_LIMIT + 2000):
+        ident = f"ip:10.{n // 65536}.{n // 256 % 256}.{n % 256}"
+        pipe.zadd(space.index(0), {ident: EPOCH_US // 1000})
+        pipe.zadd(space.count_index(0), {ident: 2})
+    pipe.execute()
+    clock.advance(25 * 3600)
+    x, *others = _in_shard(space, 1, "203.0", 16)
+    for _ in range(21):
+        engine.check([Check(x, _TIGHT)])
+    for identity in others:
+        for _ in range(4):
+            engine.check([Check(identity, _TIGHT)])
+            clock.advance(1.5)
+    reader = OffenderReader(engine)
+    seen = [
+        o.label
+        for offset in (0, 10)
+        for o in reader.page(period=86400, order="denials", offset=offset, limit=10).offenders
+    ]
+    want = {f"ip:{i.value}" for i in (x, *others)}
+    twice = sorted({s for s in seen if seen.count(s) > 1})
+    assert (len(seen), twice, sorted(want - set(seen))) == (16, [], []), f"X=ip:{x.value}"

@@ -180,19 +180,23 @@ local function count_policies(record, d)
 end
 
 -- Bounded bookkeeping of the denial noted at DENIALS[d + 1] (with the call's other
--- groups of its record): the counts on every denial; the time of the last denial, the
--- shared indexes and the record's TTL at most once a second per identity. A shadow
--- group's go to the shadow record and indexes.
+-- groups of its record): the counts, and the count index's score, on every denial; the
+-- time of the last denial, the time index and the record's TTL at most once a second
+-- per identity. A shadow group's go to the shadow record and indexes.
 local function record_denial(d)
   local record, tag, ident = DENIALS[d + 1], DENIALS[d + 2], DENIALS[d + 3]
   local n = rcall('HINCRBY', record, 'n', '1')
   count_policies(record, d)
-  local indexed = n > 1 and tonumber(rcall('HGET', record, 'ix'))
-  if indexed and now_ms - indexed < 1000 then
-    return
-  end
   local index = tag .. (DENIALS[d + 5].shadow and ':sox' or ':ox')
   local by_count = index .. 'n'
+  local indexed = n > 1 and tonumber(rcall('HGET', record, 'ix'))
+  if indexed and now_ms - indexed < 1000 then
+    -- The count index follows the record on every denial (XX: an identity the index
+    -- trimmed stays out): an identity denied in a burst within a second, and never
+    -- again, would else rank by its first denial for good.
+    rcall('ZADD', by_count, 'XX', fmt(n), ident)
+    return
+  end
   local label, ms, keep = label_of(DENIALS[d + 4]), fmt(now_ms), fmt(retention + TTL_EXTRA_MS)
   if n == 1 then
     rcall('HSET', record, 'id', label, 'first', ms, 'last', ms, 'ix', ms)
