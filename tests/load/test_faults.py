@@ -21,6 +21,7 @@ denies its sixth request.
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import threading
@@ -216,3 +217,32 @@ def test_redis_refusing_connections_at_startup(
     outcome.check()
     assert re.search(r"signal backend_failed .*Connection refused", output), output[-2000:]
     assert "signal rate_limited policy=tight" in output
+
+
+def test_the_bounds_catch_a_server_that_hangs_while_the_machine_runs(bench: Bench) -> None:
+    # The fault tests take off each request's time what the whole machine stood still
+    # (a host pausing the VM). A server that hangs while the machine runs must still fail
+    # them: both workers stopped for 2.5 s, so every client waits mid-request (sent
+    # before the hang began, so counted by being in flight), then the test process busy
+    # for a moment on its own.
+    site = bench.site
+    with Traffic(site, TARGETS, clients=4) as traffic:
+        traffic.wait_for(40)
+        while len({r.worker for r in traffic.replies if r.decided}) < WORKERS:
+            traffic.wait_for(10)
+        pids = sorted({int(r.worker) for r in traffic.replies if r.decided})
+        start = time.monotonic()
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        time.sleep(2.5)
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+        end = time.monotonic()
+        traffic.wait_for(20)
+        busy = time.monotonic() + 0.5
+        while time.monotonic() < busy:  # the test process alone holds the GIL
+            pass
+        outcome = observe(traffic, start, end, WORKERS)
+    assert outcome.worst > 2.0, outcome
+    with pytest.raises(AssertionError):
+        outcome.check()
