@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from django_ratelimits.engine import Algorithm, Check, Engine, Identity, KeySpace, Limit
 from django_ratelimits.engine.controls import Controls
 from django_ratelimits.engine.offenders import SCAN_LIMIT, OffenderReader
@@ -176,6 +178,25 @@ def test_most_denied_over_the_retention_passes_over_entries_older_than_the_perio
     assert (page.total, [o.label for o in page.offenders]) == (1, ["ip:203.0.113.77"])
 
 
+def _sharded(redis_client: Any, prefix: str, shards: int) -> tuple[Engine, KeySpace, FakeClock]:
+    """An engine of ``shards`` shards on a stopped clock."""
+    clock = FakeClock(EPOCH_US)
+    space = KeySpace(prefix=prefix, shards=shards)
+    return Engine(redis_client, keys=space, clock=clock), space, clock
+
+
+def _indexed(redis_client: Any, space: KeySpace, count: int, denials: int, at_ms: int) -> None:
+    """``count`` index entries in shard 0 as the check script writes them (each
+    ``denials`` times denied, the newest last denied at ``at_ms``, one a ms before the
+    next), without their records: a flood the trims have not reached."""
+    pipe = redis_client.pipeline(transaction=False)
+    for n in range(count):
+        ident = f"ip:10.{n // 65536}.{n // 256 % 256}.{n % 256}"
+        pipe.zadd(space.index(0), {ident: at_ms - n})
+        pipe.zadd(space.count_index(0), {ident: denials})
+    pipe.execute()
+
+
 def test_most_denied_over_the_retention_after_more_stale_entries_than_the_scan(
     redis_client: Any,
 ) -> None:
@@ -185,12 +206,7 @@ def test_most_denied_over_the_retention_after_more_stale_entries_than_the_scan(
     engine = Engine(redis_client, keys=KeySpace(prefix="stale", shards=1), clock=clock)
     tight = [Limit("tight", r, Algorithm.FIXED_WINDOW) for r in parse_rates("1/h")]
     space = engine.keys
-    pipe = redis_client.pipeline(transaction=False)
-    for n in range(SCAN_LIMIT + 200):  # as the script writes them, a day ago
-        ident = f"ip:10.{n // 65536}.{n // 256 % 256}.{n % 256}"
-        pipe.zadd(space.index(0), {ident: EPOCH_US // 1000})
-        pipe.zadd(space.count_index(0), {ident: 2})
-    pipe.execute()
+    _indexed(redis_client, space, SCAN_LIMIT + 200, 2, EPOCH_US // 1000)
     clock.advance(25 * 3600)  # past the retention (24 h)
     for _ in range(2):
         engine.check([Check(Identity("ip", "203.0.113.77"), tight)])
@@ -214,31 +230,33 @@ def _in_shard(space: KeySpace, shard: int, prefix: str, count: int = 60) -> list
     return found
 
 
-def test_a_cut_shard_hides_the_most_denied_when_another_shard_fills_the_page(
-    redis_client: Any,
+@pytest.mark.parametrize(
+    ("flood", "denials", "burst", "others"),
+    [(50, 5, False, 60), (2, 20, True, 20)],
+    ids=["below-the-flood", "one-burst"],
+)
+def test_a_cut_shard_s_most_denied_leads_though_another_shard_fills_the_page(
+    redis_client: Any, flood: int, denials: int, burst: bool, others: int
 ) -> None:
-    # Shard 0: more stale entries than the scan reads, above the period's most denied
-    # identity X (5 denials). Shard 1: many identities denied once each, enough to fill
-    # a page. The page by denials over the retention must start with X.
-    clock = FakeClock(EPOCH_US)
-    space = KeySpace(prefix="cut2", shards=2)
-    engine = Engine(redis_client, keys=space, clock=clock)
-    pipe = redis_client.pipeline(transaction=False)
-    for n in range(SCAN_LIMIT + 2000):  # a flood a day ago, in shard 0 only
-        ident = f"ip:10.{n // 65536}.{n // 256 % 256}.{n % 256}"
-        pipe.zadd(space.index(0), {ident: EPOCH_US // 1000})
-        pipe.zadd(space.count_index(0), {ident: 50})
-    pipe.execute()
+    # Shard 0: a day-old flood deeper than the scan, each entry denied ``flood`` times,
+    # then X, denied ``denials`` times (a second and a half apart, or in one burst: the
+    # count index follows every denial). Shard 1: ``others`` identities denied once or
+    # thrice, which fill the page. X, the most denied of the period, must lead it: found
+    # below the flood by the read by time, or above it by the scan.
+    engine, space, clock = _sharded(redis_client, "cut", 2)
+    _indexed(redis_client, space, SCAN_LIMIT + 2000, flood, EPOCH_US // 1000)
     clock.advance(25 * 3600)
     x = _in_shard(space, 0, "203.0")[0]
-    for _ in range(6):
+    for _ in range(denials + 1):
         engine.check([Check(x, _TIGHT)])
-        clock.advance(1.5)
-    for identity in _in_shard(space, 1, "198.51"):
-        for _ in range(2):
+        clock.advance(0 if burst else 1.5)
+    for identity in _in_shard(space, 1, "198.51", others):
+        for _ in range(4 if burst else 2):
             engine.check([Check(identity, _TIGHT)])
+            clock.advance(1.5)
     page = OffenderReader(engine).page(period=86400, order="denials", limit=10)
-    assert page.offenders[0].label == f"ip:{x.value}", [
+    top = page.offenders[0]
+    assert (top.label, top.denials) == (f"ip:{x.value}", denials), [
         (o.label, o.denials) for o in page.offenders[:3]
     ]
 
@@ -251,9 +269,7 @@ def test_a_kind_filter_over_the_retention_keeps_its_most_denied_after_stale_entr
     # the retention, kind user: the count index's scan finds alice; the page is short
     # only because the filter keeps one row, and the 5,000 newest read by time must be
     # added to what the scan found, never replace it.
-    clock = FakeClock(EPOCH_US)
-    space = KeySpace(prefix="kindcut", shards=1)
-    engine = Engine(redis_client, keys=space, clock=clock)
+    engine, space, clock = _sharded(redis_client, "kindcut", 1)
     for n in range(600):  # alice's 5 index writes trim 500 of them
         redis_client.zadd(space.index(0), {f"ip:192.0.2.{n}": EPOCH_US // 1000})
         redis_client.zadd(space.count_index(0), {f"ip:192.0.2.{n}": 1000})
@@ -264,12 +280,7 @@ def test_a_kind_filter_over_the_retention_keeps_its_most_denied_after_stale_entr
         clock.advance(1.5)
     clock.advance(2 * 3600)
     now_ms = clock.now_us() // 1000
-    pipe = redis_client.pipeline(transaction=False)
-    for n in range(SCAN_LIMIT):
-        ident = f"ip:10.{n // 65536}.{n // 256 % 256}.{n % 256}"
-        pipe.zadd(space.index(0), {ident: now_ms - n})
-        pipe.zadd(space.count_index(0), {ident: 1})
-    pipe.execute()
+    _indexed(redis_client, space, SCAN_LIMIT, 1, now_ms)
     page = OffenderReader(engine).page(period=86400, order="denials", limit=50, kind="user")
     assert [o.label for o in page.offenders] == ["user:alice"]
 
@@ -277,9 +288,7 @@ def test_a_kind_filter_over_the_retention_keeps_its_most_denied_after_stale_entr
 def test_a_burst_offender_ranks_first_by_denials_over_the_retention(redis_client: Any) -> None:
     # X is denied 20 times within one second (a burst, then nothing); ten others are
     # denied 3 times each, a few seconds apart. Over the retention, by denials, X leads.
-    clock = FakeClock(EPOCH_US)
-    space = KeySpace(prefix="burst", shards=1)
-    engine = Engine(redis_client, keys=space, clock=clock)
+    engine, _, clock = _sharded(redis_client, "burst", 1)
     x = Identity("ip", "203.0.113.5")
     for _ in range(21):
         engine.check([Check(x, _TIGHT)])
@@ -295,46 +304,12 @@ def test_a_burst_offender_ranks_first_by_denials_over_the_retention(redis_client
     ]
 
 
-def test_the_bound_of_a_cut_shard_holds_for_the_records_counts(redis_client: Any) -> None:
-    # Shard 0: a day-old flood deeper than the scan (count 2 each), and X, denied 20
-    # times in one burst. Shard 1: twenty identities denied 3 times each, which fill
-    # the page with rows above the bound (2). X, the most denied, must lead the page.
-    clock = FakeClock(EPOCH_US)
-    space = KeySpace(prefix="cutburst", shards=2)
-    engine = Engine(redis_client, keys=space, clock=clock)
-    pipe = redis_client.pipeline(transaction=False)
-    for n in range(SCAN_LIMIT + 2000):
-        ident = f"ip:10.{n // 65536}.{n // 256 % 256}.{n % 256}"
-        pipe.zadd(space.index(0), {ident: EPOCH_US // 1000})
-        pipe.zadd(space.count_index(0), {ident: 2})
-    pipe.execute()
-    clock.advance(25 * 3600)
-    x = _in_shard(space, 0, "203.0")[0]
-    for _ in range(21):
-        engine.check([Check(x, _TIGHT)])
-    for identity in _in_shard(space, 1, "198.51", 20):
-        for _ in range(4):
-            engine.check([Check(identity, _TIGHT)])
-            clock.advance(1.5)
-    page = OffenderReader(engine).page(period=86400, order="denials", limit=10)
-    assert (page.offenders[0].label, page.offenders[0].denials) == (f"ip:{x.value}", 20), [
-        (o.label, o.denials) for o in page.offenders[:3]
-    ]
-
-
 def test_paging_by_denials_lists_every_offender_once(redis_client: Any) -> None:
     # Shard 0: a day-old flood deeper than the scan (count 2 each). Shard 1: fifteen
     # identities denied 3 times each, and X, denied 20 times in one burst. Pages of 10
     # by denials over the retention must list the sixteen offenders once each.
-    clock = FakeClock(EPOCH_US)
-    space = KeySpace(prefix="cutpages", shards=2)
-    engine = Engine(redis_client, keys=space, clock=clock)
-    pipe = redis_client.pipeline(transaction=False)
-    for n in range(SCAN_LIMIT + 2000):
-        ident = f"ip:10.{n // 65536}.{n // 256 % 256}.{n % 256}"
-        pipe.zadd(space.index(0), {ident: EPOCH_US // 1000})
-        pipe.zadd(space.count_index(0), {ident: 2})
-    pipe.execute()
+    engine, space, clock = _sharded(redis_client, "cutpages", 2)
+    _indexed(redis_client, space, SCAN_LIMIT + 2000, 2, EPOCH_US // 1000)
     clock.advance(25 * 3600)
     x, *others = _in_shard(space, 1, "203.0", 16)
     for _ in range(21):
