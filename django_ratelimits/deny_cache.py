@@ -360,6 +360,15 @@ class DenialCache:
     async def aread_epoch(self) -> None:
         await asyncio.to_thread(self.read_epoch)
 
+    def forked(self) -> None:
+        """In a forked child (a pre-forking server's worker): locks a thread of the
+        parent held stay held for good, so the child takes locks of its own; the
+        entries and pending refusals are the parent's, which the parent records."""
+        self._lock, self._reading = threading.Lock(), threading.Lock()
+        self._entries.clear()
+        self._pending.clear()
+        self._pending_requests = 0
+
 
 def _costs(checks: Sequence[Check]) -> dict[tuple[Identity, Limit], int]:
     """What a request of ``checks`` costs under each (identity, limit): the check's own
@@ -412,17 +421,11 @@ def _flush_at_exit() -> None:
 
 
 def _after_fork() -> None:
-    """In a forked child (a pre-forking server's worker), locks a thread of the parent
-    held stay held for good: the child starts with locks of its own (its cached entries
-    and pending refusals are the parent's, which the parent records)."""
+    """A forked child takes locks of its own (:meth:`DenialCache.forked`)."""
     global _current_lock
     _current_lock = threading.Lock()
     if _current is not None:
-        _current._lock = threading.Lock()
-        _current._reading = threading.Lock()
-        _current._entries.clear()
-        _current._pending.clear()
-        _current._pending_requests = 0
+        _current.forked()
 
 
 os.register_at_fork(after_in_child=_after_fork)

@@ -66,7 +66,7 @@ class FailedLoginBackend:
     """
 
     def authenticate(self, request: Any, **credentials: Any) -> None:
-        planned = _planned(current(), request, credentials)
+        planned = _planned(current(), request, _tried(credentials))
         if planned is None:
             return
         verdict = planned.run(
@@ -81,7 +81,7 @@ class FailedLoginBackend:
             raise RateLimited(verdict)
 
     async def aauthenticate(self, request: Any, **credentials: Any) -> None:
-        planned = _planned(await acurrent(), request, credentials)
+        planned = _planned(await acurrent(), request, _tried(credentials))
         if planned is None:
             return
         verdict = await planned.arun(
@@ -126,7 +126,8 @@ def login_failed(
     """``user_login_failed``: charge the failed attempt to the failed-login policies."""
     # The attempt was counted once, as allowed, by the backend's look before the
     # password: this charge is not a second decision for the metrics.
-    planned = _planned(current(), request, credentials, observed=False, masked=True)
+    tried = _tried_after_failure(request, credentials)
+    planned = _planned(current(), request, tried, observed=False)
     if planned is None:
         return
     _warn_without_backend()
@@ -179,22 +180,18 @@ def _counts_only(user: Any, counted: str | None) -> bool:
 def _planned(
     registry: PolicyRegistry,
     request: Any,
-    credentials: Mapping[str, Any],
+    tried: object,
     observed: bool = True,
-    masked: bool = False,
 ) -> Planned | None:
-    """The engine checks of the failed-login policies for this login, None if none apply.
-    ``masked``: the credentials are ``user_login_failed``'s (:func:`_tried_after_failure`)."""
+    """The engine checks of the failed-login policies for a login that tries the username
+    ``tried``, None if none apply."""
     request = _http(request)
     if request is None:
         return None
     specs = _applying(registry, request)
     if not specs:
         return None
-    if masked:
-        set_login_username(request, _tried_after_failure(request, credentials))
-    else:
-        set_login_username(request, _username(credentials)[1])
+    set_login_username(request, tried)
     name = login_username(request)
     behind = None if name is None else username_behind(name)
     return Planned(request, specs, behind=behind, observed=observed)
@@ -216,11 +213,15 @@ def _applying(registry: PolicyRegistry, request: HttpRequest) -> tuple[PolicySpe
     )
 
 
-def _username(credentials: Mapping[str, Any]) -> tuple[str, object]:
-    """The credential naming the username a login tries, and its value: ``username``,
-    else the user model's username field."""
-    name = "username" if "username" in credentials else get_user_model().USERNAME_FIELD
-    return name, credentials.get(name)
+def _username_field(credentials: Mapping[str, Any]) -> str:
+    """The credential naming the username a login tries: ``username``, else the user
+    model's username field."""
+    return "username" if "username" in credentials else get_user_model().USERNAME_FIELD
+
+
+def _tried(credentials: Mapping[str, Any]) -> object:
+    """The username a login tries, as a backend is given it."""
+    return credentials.get(_username_field(credentials))
 
 
 #: The credentials ``user_login_failed`` hands over masked (Django's
@@ -228,7 +229,7 @@ def _username(credentials: Mapping[str, Any]) -> tuple[str, object]:
 _MASKED: Final = re.compile("api|token|key|secret|password|signature", re.IGNORECASE)
 
 
-def _tried_after_failure(request: HttpRequest, credentials: Mapping[str, Any]) -> object:
+def _tried_after_failure(request: Any, credentials: Mapping[str, Any]) -> object:
     """The username a failed login tried, from ``user_login_failed``'s credentials.
 
     Django masks a credential whose name looks secret (a ``USERNAME_FIELD`` such as
@@ -236,8 +237,10 @@ def _tried_after_failure(request: HttpRequest, credentials: Mapping[str, Any]) -
     one name no one logs in with, and never against the account tried. The name
     :class:`FailedLoginBackend` noted on the request before the password stands for it
     (``None``, no username, without that backend: never the mask)."""
-    name, value = _username(credentials)
-    return login_username(request) if _MASKED.search(name) else value
+    if not _MASKED.search(_username_field(credentials)):
+        return _tried(credentials)
+    http = _http(request)
+    return None if http is None else login_username(http)
 
 
 _warned = False

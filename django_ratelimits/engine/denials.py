@@ -137,8 +137,10 @@ class Denials:
             # The keys of one shard share a slot: one call per shard.
             names, args = calls.setdefault(keys.index, ([], list(head)))
             names += [keys.record, keys.index, keys.count_index, keys.metadata]
-            args += [keys.ident, origin_ms, tally.requests, len(tally.policies), len(tally.hits)]
-            args.append(tally.last_ms)
+            args += [
+                keys.ident, origin_ms, tally.requests, len(tally.policies), len(tally.hits),
+                tally.last_ms,
+            ]  # fmt: skip
             for policy, count in tally.policies.items():
                 args += [policy, count]
             args += tally.hits

@@ -100,21 +100,28 @@ def test_a_denied_identity_is_refused_without_redis_until_its_retry_time(
     assert calls.n == 2
 
 
+def banned_after(denials: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """My address, at a policy of 2/h that bans after ``denials`` denials: each of them
+    reaches the check script (none is refused by the cache, uncounted towards the ban),
+    the ban lands, and from then on the ban (a block) is refused without Redis."""
+    me = Client(REMOTE_ADDR=ADDRESS)
+    assert flood(me, 2) == [200, 200]
+    calls = EngineCalls(monkeypatch)
+    assert flood(me, denials) == [429] * denials
+    assert calls.n == denials, "a denial was refused by the cache, uncounted towards the ban"
+    override = Controls(get_engine()).override(ME)
+    assert override is not None and override.level == 1
+    assert flood(me, 50) == [429] * 50
+    assert calls.n <= denials + 2  # the ban is learnt as a block (after the epoch is read)
+
+
 def test_a_banning_policy_s_denials_reach_redis_and_its_ban_is_cached(
     frozen_clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each denial must be counted towards the ban by the check script; once banned,
     the block is refused without Redis like staff's."""
     policy(ban_after=5, ban_within="1h", ban_for="1h")
-    me = Client(REMOTE_ADDR=ADDRESS)
-    assert flood(me, 2) == [200, 200]
-    calls = EngineCalls(monkeypatch)
-    assert flood(me, 5) == [429] * 5
-    assert calls.n == 5, "a denial was refused by the cache, uncounted towards the ban"
-    override = Controls(get_engine()).override(ME)
-    assert override is not None and override.level == 1
-    assert flood(me, 50) == [429] * 50
-    assert calls.n <= 7  # the ban is learnt as a block (after the epoch is read)
+    banned_after(5, monkeypatch)
 
 
 def test_a_ban_lands_though_another_policy_of_the_identity_is_denied_from_the_cache(
@@ -126,15 +133,7 @@ def test_a_ban_lands_though_another_policy_of_the_identity_is_denied_from_the_ca
     "api"'s ban (a review found 10 denials and no ban)."""
     policy(ban_after=3, ban_within="1h", ban_for="1h")
     policy(name="site")
-    me = Client(REMOTE_ADDR=ADDRESS)
-    assert flood(me, 2) == [200, 200]
-    calls = EngineCalls(monkeypatch)
-    assert flood(me, 3) == [429] * 3
-    assert calls.n == 3, "a denial was refused by the cache, uncounted towards the ban"
-    override = Controls(get_engine()).override(ME)
-    assert override is not None and override.level == 1
-    assert flood(me, 50) == [429] * 50
-    assert calls.n <= 5  # the ban is learnt as a block, which answers for the check
+    banned_after(3, monkeypatch)
 
 
 def test_a_costly_denial_never_refuses_a_cheaper_request_redis_would_admit(
