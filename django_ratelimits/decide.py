@@ -345,12 +345,15 @@ class Planned:
         *,
         charge: bool = True,
         counted: bool | None = None,
+        cached: bool = True,
     ) -> Verdict:
         """The verdict, with ``call`` (an engine's ``check``, or ``peek`` with
         ``charge=False``) if one is needed and the cache of denials does not answer.
         A refusal the cache makes is counted for the offender records if ``counted``
         (by default, if ``charge``: a peek that refuses a request, as a login's look
-        before the password, is counted; one that only asks is not)."""
+        before the password, is counted; one that only asks is not). With
+        ``cached=False`` the cache is not asked: the charge of what already happened
+        (a failed login, which its look let through) is Redis' to count."""
         if self.verdict is not None:
             return self.verdict
         # The trial of a half-open breaker is taken before the cache of denials may read
@@ -359,7 +362,7 @@ class Planned:
         if trial is None:  # open, or another request took the trial
             return self._refused(BackendError("circuit breaker open"))
         try:
-            cache = _cache()
+            cache = _cache() if cached else None
             if cache is None:
                 return self._call(call)
             if cache.epoch_due():
@@ -382,6 +385,7 @@ class Planned:
         *,
         charge: bool = True,
         counted: bool | None = None,
+        cached: bool = True,
     ) -> Verdict:
         """:meth:`run` with an async ``call`` (``acheck`` or ``apeek``)."""
         if self.verdict is not None:
@@ -390,7 +394,7 @@ class Planned:
         if trial is None:
             return self._refused(BackendError("circuit breaker open"))
         try:
-            cache = _cache()
+            cache = _cache() if cached else None
             if cache is None:
                 return await self._acall(call)
             if cache.epoch_due():

@@ -7,13 +7,17 @@ is never counted by the middleware. Instead:
   login's IP and username tried against those policies before any backend
   checks the password: one engine call in peek mode (nothing charged). Over the
   limit, it raises :class:`~django_ratelimits.decide.RateLimited`, which the
-  middleware answers with 429 and ``Retry-After``; only then a second call, in
-  check mode, records the refusal for the offender dashboard (a denied check
-  charges nothing), naming only the identities over the limit. A refusal the
-  worker's cache of denials makes (:mod:`django_ratelimits.deny_cache`: an
-  identity already over its limit) costs neither call; the cache counts it.
+  middleware answers with 429 and ``Retry-After``; the same call recorded the
+  refusal for the offender dashboard, under the identities over the limit only. A
+  refusal the worker's cache of denials makes (:mod:`django_ratelimits.deny_cache`:
+  an identity already over its limit) costs no call; the cache counts it.
+* Logins in flight count too: the look reserves the attempt's place beside the
+  failures (:attr:`~django_ratelimits.engine.Check.reserve`, ``lua/attempts.lua``), so
+  logins sent together test no more passwords than the limit. The place is given back
+  when the response ends (the middleware), or a minute after the look.
 * Django's ``user_login_failed`` signal charges the failed attempt: one engine
-  call in check mode, for the request the signal carries.
+  call in check mode, for the request the signal carries, which turns its place into
+  its failure.
 * ``user_logged_in`` clears the counters of policies with ``reset_on_success``: the
   username's and the (IP, username) pair's, never the IP's.
 
@@ -25,6 +29,7 @@ tells how to set it up and how django-axes and django-defender map onto it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 from collections.abc import Mapping
@@ -36,7 +41,8 @@ from django.contrib.auth import get_user_model
 from django.http import HttpRequest
 
 from django_ratelimits.decide import Planned, RateLimited, Verdict
-from django_ratelimits.engine import Check, Identity, Limit, get_engine
+from django_ratelimits.engine import Check, Decision, Identity, Limit, get_engine
+from django_ratelimits.engine.concurrency import Held, request_id
 from django_ratelimits.engine.controls import Controls
 from django_ratelimits.engine.errors import BackendError
 from django_ratelimits.engine.hits import username_behind
@@ -69,55 +75,87 @@ class FailedLoginBackend:
         planned = _planned(current(), request, _tried(credentials))
         if planned is None:
             return
+        engine, token = get_engine(), _token(planned.request)
         verdict = planned.run(
-            lambda checks: get_engine().peek(checks, cost=1), charge=False, counted=True
+            lambda checks: engine.peek(_reserving(checks), cost=1, token=token),
+            charge=False,
+            counted=True,
         )
+        places = _hold(planned, verdict, token)
         if verdict.blocked():
-            if not verdict.cached:  # the cache counted its own refusal
-                try:
-                    get_engine().check(_refused_checks(planned, verdict))
-                except BackendError as error:
-                    _not_recorded(error)
+            if places is not None:  # taken on a cluster's other nodes
+                # If Redis fails here, its response's end gives them back, or the lease.
+                with contextlib.suppress(BackendError):
+                    engine.release(places)
             raise RateLimited(verdict)
 
     async def aauthenticate(self, request: Any, **credentials: Any) -> None:
         planned = _planned(await acurrent(), request, _tried(credentials))
         if planned is None:
             return
+        engine, token = get_engine(), _token(planned.request)
         verdict = await planned.arun(
-            lambda checks: get_engine().apeek(checks, cost=1), charge=False, counted=True
+            lambda checks: engine.apeek(_reserving(checks), cost=1, token=token),
+            charge=False,
+            counted=True,
         )
+        places = _hold(planned, verdict, token)
         if verdict.blocked():
-            if not verdict.cached:  # the cache counted its own refusal
-                try:
-                    await get_engine().acheck(_refused_checks(planned, verdict))
-                except BackendError as error:
-                    _not_recorded(error)
+            if places is not None:  # taken on a cluster's other nodes
+                with contextlib.suppress(BackendError):
+                    await engine.arelease(places)
             raise RateLimited(verdict)
 
 
-def _refused_checks(planned: Planned, peeked: Verdict) -> list[Check]:
-    """The checks that record a refused login for the dashboard, in check mode: those
-    of the identities the peek found over the limit, ungated (a gated identity that
-    counted against its client IP, as that IP). A denied check charges nothing; and
-    no identity that was not over is named, so an attempt refused for its IP charges
-    nothing to the username it tries (else a locked-out IP could lock out any
-    username). Should a window free a slot between the two calls, the check charges
-    one attempt to an identity that was just over its limit: the login stays refused.
-    """
-    over = {result.identity for result in peeked.blocking()}
-    checks: dict[Identity, Check] = {}
-    for check in planned.checks:
-        if check.identity in over:
-            checks[check.identity] = replace(check, gate=None)
-        elif check.gate is not None and check.gate.client in over:
-            who = check.gate.client
-            checks.setdefault(who, replace(check, identity=who, gate=None))
-    return list(checks.values())
+#: The request's attributes holding the id its logins' places in flight are held by,
+#: and those places (``Held``, also in ``request.ratelimit``).
+_TOKEN: Final = "_ratelimits_login_token"
+_PLACES: Final = "_ratelimits_login_places"
 
 
-def _not_recorded(error: BackendError) -> None:
-    logger.warning("a refused login was not recorded for the dashboard: %s", error)
+def _token(request: HttpRequest) -> bytes:
+    """The id of ``request``'s places among the logins in flight: made at its first
+    login, the same for every later one (a view may call ``authenticate()`` twice)."""
+    token: bytes | None = getattr(request, _TOKEN, None)
+    if token is None:
+        token = request_id()
+        setattr(request, _TOKEN, token)
+    return token
+
+
+def _reserving(checks: list[Check]) -> list[Check]:
+    """``checks`` counting the logins in flight beside the failures: the enforced ones
+    (a shadow policy refuses nothing, so keeps no place)."""
+    return [check if check.shadow else replace(check, reserve=True) for check in checks]
+
+
+def _hold(planned: Planned, verdict: Verdict, token: bytes) -> Held | None:
+    """The places a login's look may have taken: given back when its response ends, as
+    they join the request's verdict (``request.ratelimit``), whose concurrency slots the
+    middleware gives back then. A failure takes its place first (``login_failed``);
+    without the middleware, a place lasts its lease, a minute.
+
+    None if the look took none: it made no engine call, or it was refused by one call
+    (a look takes a place in every identity of a call or in none). On a cluster, where
+    a login's identities may live on several nodes, a refused login may hold places on
+    the others: the backend gives them back at once."""
+    decision = verdict.decision
+    engine = get_engine()
+    if decision is None or verdict.cached or (verdict.blocked() and not engine.cluster):
+        return None
+    keys = engine.keys
+    places = dict.fromkeys(
+        keys.of(who).attempts
+        for check in planned.checks
+        if not check.shadow
+        for who in (check.identity, *((check.gate.client,) if check.gate else ()))
+    )
+    held = Held(token, tuple(places))
+    request = planned.request
+    before: Verdict = getattr(request, "ratelimit", None) or Verdict(())
+    request.ratelimit = before.merge(Verdict((), Decision((), decision.now_us, (held,))))  # type: ignore[attr-defined]
+    setattr(request, _PLACES, (*getattr(request, _PLACES, ()), held))
+    return held
 
 
 def login_failed(
@@ -131,7 +169,18 @@ def login_failed(
     if planned is None:
         return
     _warn_without_backend()
-    planned.run(lambda checks: get_engine().check(checks))
+    # A failure its look let through is counted by Redis, whatever the worker's cache of
+    # denials learnt since (a login refused for the attempts in flight, this one among
+    # them): it takes the place the look reserved.
+    token: bytes | None = getattr(planned.request, _TOKEN, None)
+    if token is None:  # no look before the password (no FailedLoginBackend): no place
+        planned.run(lambda checks: get_engine().check(checks), cached=False)
+    else:
+        checks = _reserving(planned.checks)
+        verdict = planned.run(lambda _: get_engine().check(checks, token=token), cached=False)
+        if verdict.decision is not None:  # the charge took every place: none to give back
+            for held in getattr(planned.request, _PLACES, ()):
+                held.released = True
 
 
 def logged_in(sender: object, request: Any = None, user: Any = None, **_: Any) -> None:

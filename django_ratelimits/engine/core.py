@@ -145,34 +145,51 @@ class Engine:
         self._settings: dict[tuple[str, int], bytes] = {}
 
     @property
+    def cluster(self) -> bool:
+        """Whether the engine talks to a Redis Cluster, where one request's identities
+        may live on several nodes (decided by one script call each)."""
+        return self._cluster is not None
+
+    @property
     def check_command(self) -> str:
         """``FCALL`` (Redis 7+) or ``EVALSHA`` (Redis 6, known after the first check):
         the command that runs checks, and whose ``INFO commandstats`` show their cost."""
         return "FCALL" if self._functions else "EVALSHA"
 
-    def check(self, checks: Iterable[Check], *, cost: int = 1) -> Decision:
+    def check(
+        self, checks: Iterable[Check], *, cost: int = 1, token: bytes | None = None
+    ) -> Decision:
         """Charge ``cost`` to every limit of every check that admits it.
 
         Each check (one identity) is all or nothing: if one of its limits
         denies, none of its limits is charged. A denial is recorded in the
         offender index; metadata, if given, in the identity's metadata list.
+        ``token`` is the request's id where it holds or may take places (concurrency
+        slots, a login's place in flight: :attr:`Check.reserve`); by default a new one.
         """
-        return self._run(self._rounds(checks, "c", cost))
+        return self._run(self._rounds(checks, "c", cost, token))
 
-    def peek(self, checks: Iterable[Check], *, cost: int = 0) -> Decision:
-        """What ``check`` would decide for ``cost``, writing nothing.
+    def peek(
+        self, checks: Iterable[Check], *, cost: int = 0, token: bytes | None = None
+    ) -> Decision:
+        """What ``check`` would decide for ``cost``, writing nothing (but the place of
+        a :attr:`Check.reserve` check that passes, held by ``token``).
 
         With the default cost of 0, ``remaining`` is the quota left now.
         """
-        return self._run(self._rounds(checks, "p", cost))
+        return self._run(self._rounds(checks, "p", cost, token))
 
-    async def acheck(self, checks: Iterable[Check], *, cost: int = 1) -> Decision:
+    async def acheck(
+        self, checks: Iterable[Check], *, cost: int = 1, token: bytes | None = None
+    ) -> Decision:
         """:meth:`check` for async code."""
-        return await self._arun(self._rounds(checks, "c", cost))
+        return await self._arun(self._rounds(checks, "c", cost, token))
 
-    async def apeek(self, checks: Iterable[Check], *, cost: int = 0) -> Decision:
+    async def apeek(
+        self, checks: Iterable[Check], *, cost: int = 0, token: bytes | None = None
+    ) -> Decision:
         """:meth:`peek` for async code."""
-        return await self._arun(self._rounds(checks, "p", cost))
+        return await self._arun(self._rounds(checks, "p", cost, token))
 
     def now_us(self) -> int:
         """The time on the engine's clock (Redis' TIME, or the test clock), in microseconds."""
@@ -182,7 +199,7 @@ class Engine:
         return int(seconds) * 1_000_000 + int(micros)
 
     def _rounds(
-        self, checks: Iterable[Check], mode: str, cost: int
+        self, checks: Iterable[Check], mode: str, cost: int, token: bytes | None = None
     ) -> Generator[list[_Call], list[Any], Decision]:
         """The calls of each round trip, in turn, the replies of each sent back in.
 
@@ -194,13 +211,13 @@ class Engine:
         call the script itself charges them only then.
         """
         checks = list(checks)
-        calls = self._prepare(checks, mode, cost)
+        calls = self._prepare(checks, mode, cost, token)
         soft = [c for c in checks if c.soft and c.limits] if mode == "c" else []
         if soft and _spread(calls):
             # A soft check is charged only if the request's refusing checks pass: where
             # they span several calls (a cluster), their answers come first, then the
             # soft checks in a round of their own (peeked if a refusing check refused).
-            calls = self._prepare([c for c in checks if not c.soft], mode, cost)
+            calls = self._prepare([c for c in checks if not c.soft], mode, cost, token)
         else:
             soft = []
         found, token = yield from self._round(calls, mode, cost, _token(calls))
@@ -308,7 +325,9 @@ class Engine:
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 
-    def _prepare(self, checks: Iterable[Check], mode: str, cost: int) -> list[_Call]:
+    def _prepare(
+        self, checks: Iterable[Check], mode: str, cost: int, token: bytes | None = None
+    ) -> list[_Call]:
         """Validate one request and plan its script calls; nothing is sent."""
         least = 1 if mode == "c" else 0
         if cost < least:
@@ -327,7 +346,7 @@ class Engine:
                         f"cost {charged} exceeds the capacity {limit.capacity} of "
                         f"{limit.policy} ({limit.rate}): such a request could never pass"
                     )
-        return self._plan(planned, mode, cost)
+        return self._plan(planned, mode, cost, token)
 
     @staticmethod
     def _decode(calls: list[_Call], replies: list[Any]) -> _Found:
@@ -429,6 +448,9 @@ class Engine:
         if logs:
             call.keys += logs
             call.concurrent = call.concurrent or any(limit.is_concurrency for limit in limits)
+        if chk.reserve:  # its logins in flight (lua/attempts.lua), by the request's id
+            call.keys.append(keys.attempts)
+            call.concurrent = True
         # Two arguments. The limits, after the group's 4 flags: the script parses
         # each distinct text once. The info: the label, then a hit entry's head after
         # a "\n" (neither holds one: both are printable). The script reads the ident
@@ -438,7 +460,7 @@ class Engine:
             (b"s" if chk.shadow else b"e")
             + (b"o" if chk.overrides else b"x")
             + records
-            + (b"c" if chk.soft else b"r")
+            + (b"c" if chk.soft else b"v" if chk.reserve else b"r")
         )
         head = "" if metadata is None else printable(metadata, 300)
         info = f"{label(identity)}\n{head}"

@@ -142,6 +142,7 @@ def _own_keys(
         keys.record,
         keys.shadow_record,
         keys.override_note,
+        keys.attempts,
         *(keys.log(limit) for limit in limits if limit.is_log),
     ]
     if identity.kind == "ip":

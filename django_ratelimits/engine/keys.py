@@ -7,6 +7,8 @@ Layout (``P`` is the key prefix, ``{sN}`` the identity's shard tag)::
     P:{sN}:log:<policy>:<rate>:<ident>      a sliding log's timestamps (ZSET)
     P:{sN}:cc:<policy>:<ident>              a concurrency limit's slots (ZSET of request
                                             ids scored by the end of their lease)
+    P:{sN}:v:<ident>                        failed logins in flight (ZSET of request ids
+                                            scored by the end of their lease)
     P:{sN}:m:<ident>                        metadata list (capped)
     P:{sN}:o:<ident>                        offender record: denials (HASH)
     P:{sN}:so:<ident>                       shadow record: would-be denials of shadow policies
@@ -177,6 +179,11 @@ class IdentityKeys:
     @property
     def override_note(self) -> str:
         return f"{self.tag}:xn:{self.ident}"
+
+    @property
+    def attempts(self) -> str:
+        """The failed logins of the identity in flight (lua/attempts.lua): a ZSET."""
+        return f"{self.tag}:v:{self.ident}"
 
     @property
     def override_index(self) -> str:

@@ -271,6 +271,11 @@ class Check:
     request's checks that are neither soft nor shadow all pass (soft limits count the
     requests that go on; on a cluster, where those checks span several calls, the soft
     ones follow in a round of their own).
+    A ``reserve`` check is a failed-login policy's (:mod:`django_ratelimits.logins`): a
+    peek passes only if the request fits beside the identity's logins in flight, and
+    reserves its place until a check with the same request id (``token``) charges its
+    failure, or :meth:`Engine.release <django_ratelimits.engine.core.Engine.release>`
+    gives the place back, or a minute passes (``lua/attempts.lua``).
     """
 
     identity: Identity
@@ -282,6 +287,7 @@ class Check:
     overrides: bool = True
     costs: tuple[int, ...] = ()
     soft: bool = False
+    reserve: bool = False
 
     def charges(self, cost: int) -> tuple[int, ...]:
         """What each of ``limits`` charges in a call of ``cost``: its own cost, when

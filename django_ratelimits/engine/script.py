@@ -26,6 +26,7 @@ _PARTS = (
     "gcra",
     "ban",
     "concurrency",
+    "attempts",
     "check",
 )
 

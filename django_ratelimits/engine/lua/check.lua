@@ -12,8 +12,9 @@
 --       are one string: "<e or s><o or x><n, d or a><r or c>" (an enforced or a
 --       shadow group; decided by an override or never; no hit entry, or one
 --       recorded on a denial or on every hit; a group whose denial refuses the
---       request, or a soft one, charged only if the call's refusing groups pass: see
---       run_group), then each limit's spec
+--       request, a soft one, charged only if the call's refusing groups pass (see
+--       run_group), or one that refuses and reserves failed logins in flight:
+--       attempts.lua), then each limit's spec
 --       "<algorithm>|<limit>|<window_us>|<capacity>|<policy>" (also the
 --       limit's field in the state HASH) after its length and ':', or after
 --       "<length>*<cost>:" when the limit charges its own cost instead of the
@@ -22,7 +23,8 @@
 --       and limits come back call after call: each string is parsed once
 --       where Redis keeps the code loaded (see remember).
 -- KEYS: per group: state HASH ("P:{sN}:s:<ident>"), then one ZSET per
---       sliding-log or concurrency limit. A group that no override may decide (the way
+--       sliding-log or concurrency limit, then a group that reserves its attempts in
+--       flight (attempts.lua). A group that no override may decide (the way
 --       back to admin, way_back.py) says 'x' in its flags. The metadata list, the
 --       offender (or shadow) record and the shard's two indexes are named from the
 --       state key (who_of) when they are written: every key of a group shares its hash
@@ -400,8 +402,9 @@ local function settings_of(text)
 end
 
 -- A group's limits: {limits = {...}, fields = {HORIZON, OVERRIDE, spec...}, slots = {...},
--- logs = n, shadow, overrides, records, every, soft} (its flags: a shadow group, one an
--- override decides, whether it records hits, all of them, a soft group). Each limit is
+-- logs = n, width, shadow, overrides, records, every, soft, reserves} (its flags: a
+-- shadow group, one an override decides, whether it records hits, all of them, a soft
+-- group, one that reserves its attempts in flight; `width` its number of keys). Each limit is
 -- {algorithm, limit, window, capacity, policy, spec, the policy's name as a hit
 -- entry names it (no '|', ',' or '='), its own cost or nil, the offender record's
 -- field counting the policy's denials}; `policy` that name if every limit is of one
@@ -417,7 +420,7 @@ local function limits_of(text)
   set = {limits = {}, fields = {HORIZON, OVERRIDE}, slots = {}, logs = 0,
     shadow = kind == 115, overrides = decided == 111, -- 's', 'o'
     records = records ~= 110, every = records == 97, -- not 'n'; 'a'
-    soft = refuses == 99} -- 'c'
+    soft = refuses == 99, reserves = refuses == 118} -- 'c', 'v'
   local pos = 5
   while pos <= #text do
     local colon = sfind(text, ':', pos, true)
@@ -447,6 +450,7 @@ local function limits_of(text)
       add_ban(set, policy, ban)
     end
   end
+  set.width = 1 + set.logs + (set.reserves and 1 or 0)
   return remember(SETS, text, set)
 end
 
@@ -467,6 +471,12 @@ local function run_group(KEYS, ARGV, a, k, n)
   if set.overrides then
     override, override_until = override_of(values[2])
   end
+  -- Failed logins in flight, which the limits count beside the request (attempts.lua).
+  local extra, reserved = 0, nil
+  if set.reserves and request_id then
+    reserved = KEYS[k + set.width - 1]
+    extra = in_flight(reserved, now, charge)
+  end
   local at, nw, live, logs, refused, lk = n, 0, 0, nil, false, k + 1
   local limits = set.limits
   for i = 1, #limits do -- not ipairs: a C call per step
@@ -481,6 +491,9 @@ local function run_group(KEYS, ARGV, a, k, n)
     elseif alg.zset then
       allowed, remaining, retry, reset, new =
         alg.peek(KEYS[lk], now, limit, window, capacity, lcost)
+      if extra > 0 and allowed then
+        allowed, remaining, retry = beside(remaining, extra)
+      end
       if allowed then
         logs = logs or {}
         logs[#logs + 1] = {KEYS[lk], window, new, alg, lcost}
@@ -490,6 +503,9 @@ local function run_group(KEYS, ARGV, a, k, n)
       allowed, remaining, retry, reset, new, lives =
         alg.peek(values[set.slots[i]] or nil, now, limit, window, capacity, lcost, state_key,
           l[6])
+      if extra > 0 and allowed then
+        allowed, remaining, retry = beside(remaining, extra)
+      end
       if allowed then
         WRITES[nw + 1], WRITES[nw + 2], nw = l[6], new, nw + 2
         live = max(live, lives)
@@ -500,9 +516,14 @@ local function run_group(KEYS, ARGV, a, k, n)
     n = n + 4
     refused = refused or not allowed
   end
+  if reserved and not charge and cost > 0 then
+    note_place(reserved, refused)
+  end
   -- A soft group after a refusal is only looked at, as the soft round of a cluster
   -- peeks it: the request does not go on, so it is neither charged nor a denial.
-  if charge and not (set.soft and refusing > 0) then
+  -- A login's look that refuses it is recorded as the charge of a refused request is
+  -- (attempts.lua): the refusal is a denial, though nothing is charged.
+  if (charge or (refused and set.reserves)) and not (set.soft and refusing > 0) then
     if not refused then
       commit(state_key, WRITES, nw, live, values[1], logs)
     else
@@ -520,7 +541,7 @@ local function run_group(KEYS, ARGV, a, k, n)
       pending, pending_every = pending + PENDING_STRIDE, pending_every or set.every
     end
   end
-  return a + 2, k + 1 + set.logs, n
+  return a + 2, k + set.width, n
 end
 
 -- A gate's header "<budget>|<window_us>|<shape>": {budget, window, whether a
@@ -538,7 +559,7 @@ end
 
 -- Where the group at ARGV[a], KEYS[k] ends, without deciding it.
 local function skip_group(ARGV, a, k)
-  return a + 2, k + 1 + limits_of(ARGV[a]).logs
+  return a + 2, k + limits_of(ARGV[a]).width
 end
 
 -- A client's identity budget (a ZSET: member = an identity's digest, score =
@@ -600,6 +621,7 @@ local function check(KEYS, ARGV)
     conf[1], conf[2], conf[3], conf[4], conf[5], conf[6]
   now_ms = floor(now / 1000)
   denied, refusing = 0, 0
+  placing, placed_all = 0, true
   pending, pending_every = 0, false
   OUT[1] = now
   local n = 1
@@ -636,5 +658,8 @@ local function check(KEYS, ARGV)
   end
   record_denials()
   push_hits()
+  if placing > 0 then -- a login's look (attempts.lua)
+    take_places(now)
+  end
   return spack(packing(n), unpack(OUT, 1, n))
 end
