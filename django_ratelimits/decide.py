@@ -70,6 +70,7 @@ __all__ = [
     "Verdict",
     "adecide",
     "adecide_policy",
+    "aprepare",
     "decide",
     "decide_policy",
 ]
@@ -212,18 +213,23 @@ async def adecide(
 ) -> Verdict:
     """:func:`decide` for async code: never blocks the event loop."""
     policies = tuple(policies)
+    await aprepare(request, policies)
+    return await Planned(request, policies, soft=soft).arun(
+        lambda checks: get_engine().acheck(checks)
+    )
+
+
+async def aprepare(request: HttpRequest, policies: tuple[PolicySpec, ...]) -> None:
+    """Read off the event loop what planning ``policies`` for ``request`` would read from
+    the database on it: the lazy user (exemptions, per-user keys), the user's tier, and
+    whether staff may lift blocks. Call it before :class:`Planned` in async code."""
     if policies and hasattr(request, "auser") and get_settings().enabled:
-        # The lazy user, and whether staff may lift blocks, would query the
-        # database on the event loop: both are asked here, where they can wait.
         if any(_reads_user(p) for p in policies):
             request.user = await request.auser()
         user = getattr(request, "user", None)
         if any(p.tiers for p in policies) and user is not None and user.is_authenticated:
             await sync_to_async(prepare)(request, policies)  # no tier reads for no one
         await away_back(request)
-    return await Planned(request, policies, soft=soft).arun(
-        lambda checks: get_engine().acheck(checks)
-    )
 
 
 def decide_policy(

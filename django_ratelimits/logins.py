@@ -40,7 +40,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.http import HttpRequest
 
-from django_ratelimits.decide import Planned, RateLimited, Verdict
+from django_ratelimits.decide import Planned, RateLimited, Verdict, aprepare
 from django_ratelimits.engine import Check, Decision, Identity, Limit, get_engine
 from django_ratelimits.engine.concurrency import Held, request_id
 from django_ratelimits.engine.controls import Controls
@@ -90,7 +90,10 @@ class FailedLoginBackend:
             raise RateLimited(verdict)
 
     async def aauthenticate(self, request: Any, **credentials: Any) -> None:
-        planned = _planned(await acurrent(), request, _tried(credentials))
+        registry, http = await acurrent(), _http(request)
+        if http is not None:  # what planning would read from the database, read here
+            await aprepare(http, _applying(registry, http))
+        planned = _planned(registry, request, _tried(credentials))
         if planned is None:
             return
         engine, token = get_engine(), _token(planned.request)
