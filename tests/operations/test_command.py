@@ -331,6 +331,26 @@ def test_for_says_the_durations_it_takes() -> None:
     assert "s, m, h or d, from 1s to 365d (90s, 30m, 1h, 7d)" in help_text
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["status", "--settings", "tests.settings", "--no-color", "-v", "2"],
+        ["--settings", "tests.settings", "--no-color", "-v", "2", "status"],
+        ["--no-color", "status", "--settings", "tests.settings", "--verbosity", "2"],
+    ],
+)
+def test_djangos_options_may_follow_the_subcommand(argv: list[str]) -> None:
+    # `manage.py ratelimits status --settings mysite.prod` was "unrecognized arguments".
+    parser = ratelimits.Command().create_parser("manage.py", "ratelimits")
+    options = vars(parser.parse_args(argv))
+    assert (options["settings"], options["no_color"], options["verbosity"]) == (
+        "tests.settings",
+        True,
+        2,
+    )
+    assert options["subcommand"] == "status"
+
+
 def test_block_allow_and_lift(engine: Engine) -> None:
     scripted(engine)
     login = current().get("login")

@@ -104,6 +104,24 @@ class Command(BaseCommand):
         common.add_argument(
             "--json", action="store_true", dest="as_json", help="machine-readable output"
         )
+        # Django's own options, taken after the subcommand too (`ratelimits status
+        # --settings mysite.prod`: Django reads --settings and --pythonpath wherever they
+        # stand, and argparse refused them there). SUPPRESS: one given before the
+        # subcommand is not overwritten by a default.
+        for flag in ("--traceback", "--no-color", "--force-color"):
+            common.add_argument(
+                flag, action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS
+            )
+        for option in ("--settings", "--pythonpath"):
+            common.add_argument(option, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        common.add_argument(
+            "-v",
+            "--verbosity",
+            type=int,
+            choices=[0, 1, 2, 3],
+            default=argparse.SUPPRESS,
+            help=argparse.SUPPRESS,
+        )
         subcommands = parser.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
 
         def add(name: str, text: str) -> argparse.ArgumentParser:
