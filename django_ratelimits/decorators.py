@@ -9,9 +9,10 @@ The policy lives in the database (admin); the arguments after the name are
 code defaults that create the row if it is missing, and the row wins when it
 exists. Without defaults the policy must exist in admin (else nothing is
 limited). Works on function views, async views and, with ``method_decorator``,
-class-based views. With ``block=False`` the view always runs and decides
-itself from ``request.ratelimit`` (a :class:`~django_ratelimits.decide.Verdict`);
-such a policy's denial never stops the request's other policies from counting it.
+class-based views (async ones too, decorated on ``dispatch``). With ``block=False``
+the view always runs and decides itself from ``request.ratelimit`` (a
+:class:`~django_ratelimits.decide.Verdict`); such a policy's denial never stops the
+request's other policies from counting it.
 
 A request from a blocked network is refused (403) before anything else, even
 with ``block=False``: a blocklist entry is an admin's decision, not a policy's
@@ -36,6 +37,7 @@ from typing import Any, TypeVar
 from asgiref.sync import iscoroutinefunction
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponseBase
+from django.views import View as ClassBasedView
 
 from django_ratelimits import blocklist, costs
 from django_ratelimits.decide import Verdict, adecide_policy, decide_policy
@@ -146,7 +148,7 @@ def ratelimit(
         chain: tuple[str, ...] = getattr(view, VIEW_POLICIES, ())
         soft = frozenset((*getattr(view, VIEW_SOFT, ()), *(() if block else (name,))))
         refusing = {n for n in (name, *chain) if n not in soft}
-        if iscoroutinefunction(view):
+        if _is_async(view):
 
             @functools.wraps(view)
             async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
@@ -186,6 +188,19 @@ def ratelimit(
         return wrapper  # type: ignore[no-any-return]
 
     return decorator
+
+
+def _is_async(view: Callable[..., Any]) -> bool:
+    """Whether ``view`` is async: a coroutine function, or the ``dispatch`` of an async
+    class-based view as ``method_decorator(..., name="dispatch")`` hands it over: a sync
+    method, bound to the view (in a ``functools.partial``), that returns the coroutine of
+    the view's async handler. Its policies are then decided off the event loop and its
+    concurrency slots held until its response ends, as for an async function view."""
+    if iscoroutinefunction(view):
+        return True
+    bound = view.func if isinstance(view, functools.partial) else view
+    owner = getattr(bound, "__self__", None)
+    return isinstance(owner, ClassBasedView) and bool(owner.view_is_async)
 
 
 def _finish(response: Any, verdict: Verdict) -> Any:

@@ -8,8 +8,11 @@ import asyncio
 import threading
 from collections.abc import AsyncIterator
 
+from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.urls import path
+from django.utils.decorators import method_decorator
+from django.views import View
 
 from django_ratelimits.decorators import ratelimit
 from django_ratelimits.engine import Check, Identity, get_engine
@@ -109,6 +112,24 @@ def decorated_boom(request: HttpRequest) -> HttpResponse:
     raise ValueError("the view failed")
 
 
+@method_decorator(
+    ratelimit("t-cc-cbv", rate="1", algorithm="concurrency", lease=30), name="dispatch"
+)
+class DecoratedClassView(View):
+    def get(self, request: HttpRequest) -> HttpResponse:
+        return JsonResponse({"in_flight": in_flight("t-cc-cbv")})
+
+
+@method_decorator(
+    ratelimit("t-cc-acbv", rate="1", algorithm="concurrency", lease=30), name="dispatch"
+)
+class AsyncDecoratedClassView(View):
+    """Its ``dispatch``, a sync method, returns the coroutine of ``get``."""
+
+    async def get(self, request: HttpRequest) -> HttpResponse:
+        return JsonResponse({"in_flight": await sync_to_async(in_flight)("t-cc-acbv")})
+
+
 urlpatterns = [
     path("inflight/report", report),
     path("inflight/stream", stream),
@@ -123,4 +144,6 @@ urlpatterns = [
     path("decorated", decorated),
     path("adecorated", adecorated),
     path("decorated-boom", decorated_boom),
+    path("decorated-cbv", DecoratedClassView.as_view()),
+    path("adecorated-cbv", AsyncDecoratedClassView.as_view()),
 ]

@@ -140,6 +140,28 @@ def test_without_the_middleware_the_decorator_gives_back_alone(site_redis: Any) 
         assert in_flight("t-cc-deco") == 0
 
 
+@pytest.mark.parametrize("stack", ["middleware", "decorator-alone"])
+def test_a_class_based_view_holds_its_decorators_slot_sync_or_async(
+    site_redis: Any, stack: str
+) -> None:
+    """``method_decorator(ratelimit(...), name="dispatch")`` on an async class-based
+    view: ``dispatch`` is a sync method that returns the handler's coroutine. The
+    decorator took it for a sync view and the coroutine for "no response", and gave
+    the request's slots back before the view ran."""
+    middleware = settings.MIDDLEWARE
+    if stack == "decorator-alone":
+        middleware = [m for m in settings.MIDDLEWARE if "ratelimits" not in m]
+
+    async def run() -> Any:
+        return (await AsyncClient().get("/adecorated-cbv")).json()
+
+    with override_settings(ROOT_URLCONF="tests.request.inflight_urls", MIDDLEWARE=middleware):
+        get_registry().refresh()
+        assert Client().get("/decorated-cbv").json() == {"in_flight": 1}
+        assert asyncio.run(run()) == {"in_flight": 1}, "the async view ran without its slot"
+        assert in_flight("t-cc-cbv") == 0 and in_flight("t-cc-acbv") == 0
+
+
 def test_a_drf_throttle_slot_is_given_back_by_the_middleware(site_redis: Any) -> None:
     """The throttle has no response to hook: its decision joins ``request.ratelimit``,
     whose slots the middleware gives back when the response ends."""

@@ -194,6 +194,29 @@ def test_class_based_views_count_per_user(site_redis: Any) -> None:
     assert bob.get("/cbv").status_code == 200
 
 
+def test_async_class_based_views_count_per_user_without_the_middleware(site_redis: Any) -> None:
+    """An async class-based view decorated through ``method_decorator(name="dispatch")``
+    is decided as an async view: off the event loop, where the lazy ``request.user`` may
+    be read. Taken for a sync view, it read the user on the loop: a 500
+    (SynchronousOnlyOperation) for every request."""
+    from asgiref.sync import async_to_sync
+    from django.conf import settings
+    from django.test import AsyncClient
+
+    policy(name="t-acbv", rates="2/m", key="user")
+    user = User.objects.create_user("erin")
+
+    async def run() -> list[int]:
+        client = AsyncClient(raise_request_exception=False)
+        await client.aforce_login(user)
+        return [(await client.get("/acbv")).status_code for _ in range(3)]
+
+    alone = [m for m in settings.MIDDLEWARE if "ratelimits" not in m]
+    with override_settings(ROOT_URLCONF="tests.cbv_urls", MIDDLEWARE=alone):
+        # In this thread, where the test's transaction (and its user) is seen.
+        assert async_to_sync(run)() == [200, 200, 429]
+
+
 def test_raising_rate_limited_answers_429(site_redis: Any) -> None:
     response = Client().get("/raise")
     assert response.status_code == 429
