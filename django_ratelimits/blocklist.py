@@ -1,12 +1,13 @@
 """Blocked networks at the door: a request from one is refused before any Redis call.
 
-``RateLimitMiddleware`` asks :func:`refusal` for every request (paths with no
-policy too), and ``@ratelimit`` asks again for sites without the middleware. The
-client address is the identity module's (``REMOTE_ADDR`` unless trusted proxies
-say otherwise), so a forged ``X-Forwarded-For`` cannot escape a block, and an
-IPv4-mapped IPv6 address is looked up as its IPv4 address. The lookup is the
-registry's compiled index: no database query, no Redis command. ``ENABLED: False``
-turns the blocklist off with the rest of the package.
+``RateLimitMiddleware`` asks :func:`refusal` (:func:`arefusal` on the async stack)
+for every request (paths with no policy too), and ``@ratelimit`` asks again for
+sites without the middleware. The client address is the identity module's
+(``REMOTE_ADDR`` unless trusted proxies say otherwise), so a forged
+``X-Forwarded-For`` cannot escape a block, and an IPv4-mapped IPv6 address is looked
+up as its IPv4 address. The lookup is the registry's compiled index: no database
+query, no Redis command. ``ENABLED: False`` turns the blocklist off with the rest of
+the package.
 
 The answer is ``403 Forbidden`` (problem details for API clients, the 429 page's
 template otherwise), as rack-attack answers for its blocklists: the client is
@@ -41,7 +42,7 @@ from django_ratelimits.policies.networks import BlockedEntry
 from django_ratelimits.policies.registry import PolicyRegistry
 from django_ratelimits.responses import problem
 
-__all__ = ["LOG_EVERY", "NetworkBlocked", "refusal"]
+__all__ = ["LOG_EVERY", "NetworkBlocked", "arefusal", "refusal"]
 
 logger = logging.getLogger("django_ratelimits")
 
@@ -61,17 +62,34 @@ class NetworkBlocked(RateLimitsError):
 
 def refusal(request: HttpRequest, registry: PolicyRegistry) -> HttpResponseBase | None:
     """The 403 for a request from a blocked network, else None. No I/O."""
+    entry = _blocked(request, registry)
+    if entry is None:
+        return None
+    signals.network_blocked.send(sender=BlockedEntry, request=request, entry=entry)
+    return forbidden(request, NetworkBlocked(entry))
+
+
+async def arefusal(request: HttpRequest, registry: PolicyRegistry) -> HttpResponseBase | None:
+    """:func:`refusal` for async code: its signal is sent with ``asend`` (on the event
+    loop, ``send`` cannot run a project's async receiver)."""
+    entry = _blocked(request, registry)
+    if entry is None:
+        return None
+    await signals.network_blocked.asend(sender=BlockedEntry, request=request, entry=entry)
+    return forbidden(request, NetworkBlocked(entry))
+
+
+def _blocked(request: HttpRequest, registry: PolicyRegistry) -> BlockedEntry | None:
+    """The entry that blocks the request's network (its refusal logged), else None."""
     if not get_settings().enabled:
         return None
     address = client_address(request)
     if address is None:
         return None
     entry = registry.blocked(address)
-    if entry is None:
-        return None
-    _note(request, entry)
-    signals.network_blocked.send(sender=BlockedEntry, request=request, entry=entry)
-    return forbidden(request, NetworkBlocked(entry))
+    if entry is not None:
+        _note(request, entry)
+    return entry
 
 
 def forbidden(request: HttpRequest, exception: NetworkBlocked) -> HttpResponseBase:

@@ -38,6 +38,7 @@ from functools import cached_property
 from typing import Final
 
 from asgiref.sync import sync_to_async
+from django.dispatch import Signal
 from django.http import HttpRequest
 
 from django_ratelimits import metrics, signals
@@ -318,6 +319,10 @@ class Planned:
     ``observed`` is false (a look that charges nothing), the metrics observer hears
     of the call and the verdict. The policies named in ``soft`` refuse nothing when
     they deny (a view's ``@ratelimit(block=False)``): each is checked apart.
+
+    Its signals are sent by :meth:`run` with ``Signal.send``, and by :meth:`arun` with
+    ``Signal.asend`` once the verdict is made: on the event loop, ``send`` cannot run
+    a project's async receiver (Django runs it with ``async_to_sync``).
     """
 
     def __init__(
@@ -340,6 +345,8 @@ class Planned:
             self.applied, self.checks = policies, checks
         self.verdict: Verdict | None = None
         self.observer = metrics.observer() if observed else None
+        # The signals kept until run or arun sends them (None: send at once, see _signal).
+        self._unsent: list[tuple[Signal, dict[str, object]]] | None = []
         if not self.checks:
             self.verdict = Verdict(self.applied, considered=self.considered)
         elif not breaker.may_try():
@@ -360,6 +367,9 @@ class Planned:
         before the password, is counted; one that only asks is not). With
         ``cached=False`` the cache is not asked: the charge of what already happened
         (a failed login, which its look let through) is Redis' to count."""
+        kept, self._unsent = self._unsent or [], None  # the rest is sent at once
+        for signal, named in kept:
+            signal.send(sender=PolicySpec, request=self.request, **named)
         if self.verdict is not None:
             return self.verdict
         # The trial of a half-open breaker is taken before the cache of denials may read
@@ -393,7 +403,21 @@ class Planned:
         counted: bool | None = None,
         cached: bool = True,
     ) -> Verdict:
-        """:meth:`run` with an async ``call`` (``acheck`` or ``apeek``)."""
+        """:meth:`run` with an async ``call`` (``acheck`` or ``apeek``); the signals are
+        sent with ``asend`` once the verdict is made."""
+        verdict = await self._arun(call, charge, counted, cached)
+        kept, self._unsent = self._unsent or [], []
+        for signal, named in kept:
+            await signal.asend(sender=PolicySpec, request=self.request, **named)
+        return verdict
+
+    async def _arun(
+        self,
+        call: Callable[[list[Check]], Awaitable[Decision]],
+        charge: bool,
+        counted: bool | None,
+        cached: bool,
+    ) -> Verdict:
         if self.verdict is not None:
             return self.verdict
         trial = breaker.allow()
@@ -504,9 +528,8 @@ class Planned:
                 _log_block(self.request, result)
             if not result.allowed and policy.name not in announced:
                 announced.add(policy.name)
-                signals.rate_limited.send(
-                    sender=PolicySpec,
-                    request=self.request,
+                self._signal(
+                    signals.rate_limited,
                     policy=policy,
                     result=result,
                     shadow=policy.shadow,
@@ -527,14 +550,22 @@ class Planned:
         )
         if self.observer is not None:
             metrics.record_failure(self.observer, self.applied)
-        signals.backend_failed.send(
-            sender=PolicySpec,
-            request=self.request,
+        self._signal(
+            signals.backend_failed,
             error=error,
             policies=self.applied,
             fail_closed=verdict.failed_closed(),
         )
         return verdict
+
+    def _signal(self, signal: Signal, **named: object) -> None:
+        """Send ``signal`` for this request, or keep it for :meth:`run` or :meth:`arun`
+        to send: until :meth:`run` starts (a refusal of the constructor), or all along
+        :meth:`arun`."""
+        if self._unsent is None:
+            signal.send(sender=PolicySpec, request=self.request, **named)
+        else:
+            self._unsent.append((signal, named))
 
 
 def _cache() -> DenialCache | None:

@@ -152,7 +152,7 @@ def ratelimit(
 
             @functools.wraps(view)
             async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-                if (blocked := blocklist.refusal(request, await acurrent())) is not None:
+                if (blocked := await blocklist.arefusal(request, await acurrent())) is not None:
                     return blocked
                 verdict = await adecide_policy(request, name, chain=chain, soft=soft)
                 if refusing and verdict.blocked(refusing):

@@ -68,7 +68,7 @@ class RateLimitMiddleware:
 
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
         registry = await acurrent()
-        if (blocked := blocklist.refusal(request, registry)) is not None:
+        if (blocked := await blocklist.arefusal(request, registry)) is not None:
             return blocked
         refusing, soft, policies = _policies(registry, request)
         verdict = request.ratelimit = await adecide(request, policies, soft)  # type: ignore[attr-defined]

@@ -256,6 +256,36 @@ def test_a_flood_logs_one_line_per_network_per_minute_and_signals_each_refusal(
     assert lines[1].endswith("; 49 more refused since the last such line")
 
 
+def test_an_async_receiver_hears_refusals_on_every_stack(clocks: Clocks) -> None:
+    """``network_blocked`` reaches an ``async def`` receiver (Django 5+) from the async
+    middleware and the async decorator too: sent there with ``send``, on the event loop,
+    it raised (``async_to_sync`` in the loop's thread), and the refusal became a 500."""
+    import asyncio
+
+    from django.conf import settings
+    from django.test import AsyncClient
+
+    block("127.0.0.1/32")  # the test clients' address
+    heard: list[str] = []
+
+    async def receiver(sender: Any, **kwargs: Any) -> None:
+        heard.append(str(kwargs["entry"].network))
+
+    async def run(path: str) -> int:
+        return (await AsyncClient(raise_request_exception=False).get(path)).status_code
+
+    alone = [m for m in settings.MIDDLEWARE if "RateLimitMiddleware" not in m]
+    network_blocked.connect(receiver, weak=False, dispatch_uid="t-async")
+    try:
+        assert Client(raise_request_exception=False).get("/api/hello").status_code == 403
+        assert asyncio.run(run("/api/hello")) == 403  # the async middleware
+        with override_settings(MIDDLEWARE=alone):
+            assert asyncio.run(run("/async")) == 403  # the async decorator
+    finally:
+        network_blocked.disconnect(dispatch_uid="t-async")
+    assert heard == ["127.0.0.1/32"] * 3
+
+
 def _limits() -> dict[str, object]:
     from django.conf import settings
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -259,6 +260,79 @@ def test_redis_down_fails_open_or_closed_and_the_breaker_opens(site_redis: Any) 
     assert "circuit breaker open" not in reasons[0]
     assert reasons[2:] == ["circuit breaker open"] * 3
     assert [f["fail_closed"] for f in failures] == [False] * 4 + [True]
+
+
+heard: list[str] = []
+
+
+async def _heard_denial(sender: Any, **kwargs: Any) -> None:
+    heard.append(f"denied by {kwargs['policy'].name}")
+
+
+async def _heard_failure(sender: Any, **kwargs: Any) -> None:
+    heard.append("breaker open" if "breaker" in str(kwargs["error"]) else "redis failed")
+
+
+@pytest.fixture
+def async_receivers() -> Iterator[list[str]]:
+    """``async def`` receivers of ``rate_limited`` and ``backend_failed`` (Django 5+)."""
+    heard.clear()
+    rate_limited.connect(_heard_denial, dispatch_uid="t-async-denial")
+    backend_failed.connect(_heard_failure, dispatch_uid="t-async-failure")
+    try:
+        yield heard
+    finally:
+        rate_limited.disconnect(dispatch_uid="t-async-denial")
+        backend_failed.disconnect(dispatch_uid="t-async-failure")
+
+
+def _async_statuses(path: str, times: int) -> list[int]:
+    import asyncio
+
+    from django.test import AsyncClient
+
+    async def run() -> list[int]:
+        client = AsyncClient(raise_request_exception=False)
+        return [(await client.get(path)).status_code for _ in range(times)]
+
+    return asyncio.run(run())
+
+
+def test_async_receivers_hear_denials_on_both_stacks(
+    site_redis: Any, async_receivers: list[str]
+) -> None:
+    """The async stack sends the signals with ``asend``: with ``send``, on the event
+    loop, an async receiver raised (``async_to_sync`` in the loop's thread) and every
+    denial became a 500."""
+    policy(name="api", rates="1/m", path=r"^/api/hello")
+    policy(name="other", rates="1/m", path=r"^/api/other")
+    client = Client(raise_request_exception=False)
+    assert [client.get("/api/hello").status_code for _ in range(2)] == [200, 429]
+    assert _async_statuses("/api/other", 2) == [200, 429]
+    assert async_receivers == ["denied by api", "denied by other"]
+
+
+def test_async_receivers_hear_redis_failures_on_both_stacks(
+    site_redis: Any, async_receivers: list[str]
+) -> None:
+    """A Redis failure never becomes a 500, with an async receiver of ``backend_failed``
+    too: neither a failed call nor a refusal of the open breaker (made when the request's
+    checks are planned, before the call)."""
+    from django_ratelimits.breaker import breaker
+
+    policy(name="open", rates="1/m", path=r"^/api/hello")
+    dead = {
+        "REDIS": "redis://127.0.0.1:1/0",
+        "SOCKET_CONNECT_TIMEOUT": 0.2,
+        "BREAKER_FAILURES": 1,
+        "BREAKER_COOLDOWN": 3600,  # the second request finds the breaker open
+    }
+    with override_settings(DJANGO_RATELIMITS=dead):
+        client = Client(raise_request_exception=False)
+        assert [client.get("/api/hello").status_code for _ in range(2)] == [200, 200]
+        breaker.success()
+        assert _async_statuses("/api/hello", 2) == [200, 200]
+    assert async_receivers == ["redis failed", "breaker open"] * 2
 
 
 def test_a_trial_that_ends_in_an_exception_is_made_by_the_next_request(site_redis: Any) -> None:
