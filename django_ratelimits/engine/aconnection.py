@@ -3,10 +3,13 @@
 It is made from the same settings as :func:`~django_ratelimits.engine.connection.get_redis`:
 a URL or cluster dict gives a ``redis.asyncio`` client with the same bounded
 timeouts; a django-redis alias using the default client class gives one for the
-alias's first ``LOCATION`` with the alias's timeouts and password. Other
-django-redis client classes (Sentinel, sharded) have no asyncio twin here:
-:func:`get_async_redis` returns ``None`` and the engine runs the sync call in a
-worker thread, so the event loop is never blocked either way.
+alias's first ``LOCATION`` with the options django-redis gives the sync client's pool
+(:func:`~django_ratelimits.engine.connection.cache_pool`: timeouts, username,
+password, ``CONNECTION_POOL_KWARGS``), and the bounded timeouts where it sets none.
+Other django-redis client classes, connection factories and pool classes (Sentinel,
+sharded) have no asyncio twin here: :func:`get_async_redis` returns ``None`` and the
+engine runs the sync call in a worker thread, so the event loop is never blocked
+either way.
 
 asyncio connections belong to the event loop that made them, so clients are
 kept per running loop. Settings that give no client raise
@@ -18,19 +21,17 @@ from __future__ import annotations
 import asyncio
 import threading
 import weakref
-from collections.abc import Callable, Mapping
-from typing import Any, TypeAlias
+from collections.abc import Callable
+from typing import TypeAlias
 
 import redis.asyncio
-from django.conf import settings
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
 from django_ratelimits.conf import RateLimitSettings, RedisServer
-from django_ratelimits.engine.connection import bounded, client_for, default_alias
+from django_ratelimits.engine.connection import bounded, cache_pool, client_for
 
 AsyncClient: TypeAlias = redis.asyncio.Redis | AsyncRedisCluster
 
-_DEFAULT_CLIENT = "django_redis.client.DefaultClient"
 _clients: weakref.WeakKeyDictionary[
     asyncio.AbstractEventLoop, dict[RateLimitSettings, AsyncClient | None]
 ] = weakref.WeakKeyDictionary()
@@ -59,17 +60,8 @@ def make_async_redis(config: RateLimitSettings) -> AsyncClient | None:
         cls = AsyncRedisCluster if target.cluster else redis.asyncio.Redis
         make: Callable[..., AsyncClient] = cls.from_url
         return client_for(target.url, make, {**kwargs, **target.options})
-    cache: Mapping[str, Any] = settings.CACHES[target if target is not None else default_alias()]
-    options: Mapping[str, Any] = cache.get("OPTIONS", {})
-    if options.get("CLIENT_CLASS", _DEFAULT_CLIENT) != _DEFAULT_CLIENT:
+    pool = cache_pool(target)
+    if pool is None:
         return None
-    location = cache["LOCATION"]
-    if isinstance(location, str):
-        location = location.split(",")
-    kwargs["socket_timeout"] = options.get("SOCKET_TIMEOUT", config.socket_timeout)
-    kwargs["socket_connect_timeout"] = options.get(
-        "SOCKET_CONNECT_TIMEOUT", config.socket_connect_timeout
-    )
-    if options.get("PASSWORD"):
-        kwargs["password"] = options["PASSWORD"]
-    return client_for(str(location[0]).strip(), redis.asyncio.Redis.from_url, kwargs)
+    url, options = pool
+    return client_for(url, redis.asyncio.Redis.from_url, {**kwargs, **options})

@@ -40,11 +40,12 @@ from redis.retry import Retry
 from django_ratelimits.conf import SETTING_NAME, RateLimitSettings, RedisServer
 from django_ratelimits.engine.errors import BackendError
 
-__all__ = ["RedisClient", "UnusableRedis", "client_for", "get_redis"]
+__all__ = ["RedisClient", "UnusableRedis", "cache_pool", "client_for", "get_redis"]
 
 RedisClient: TypeAlias = redis.Redis | RedisCluster
 
 DJANGO_REDIS_BACKEND: Final = "django_redis.cache.RedisCache"
+_DEFAULT_CLIENT: Final = "django_redis.client.DefaultClient"
 
 _clients: dict[RateLimitSettings, RedisClient] = {}
 # The settings object asked for last, and its client: every request asks for the same
@@ -191,19 +192,58 @@ def default_alias() -> str:
     )
 
 
-def _from_cache(alias: str) -> RedisClient:
+def _django_redis_cache(alias: str) -> Mapping[str, Any]:
+    """The CACHES entry of ``alias``, a django-redis cache (else ImproperlyConfigured)."""
     name = f"{SETTING_NAME}['REDIS'] = {alias!r}"
-    caches: Mapping[str, object] = settings.CACHES
+    caches: Mapping[str, Any] = settings.CACHES
     if alias not in caches:
         raise ImproperlyConfigured(
             f"{name} names no cache in CACHES (the aliases are {', '.join(map(repr, caches))}) "
             "and is not a redis://, rediss:// or unix:// URL"
         )
-    if not _is_django_redis(caches[alias]):
+    cache: Mapping[str, Any] = caches[alias]
+    if not _is_django_redis(cache):
         raise ImproperlyConfigured(
             f"{name} names a cache that does not use {DJANGO_REDIS_BACKEND}; "
             "rate limits need a django-redis cache or a Redis URL"
         )
+    return cache
+
+
+def cache_pool(alias: str | None) -> tuple[str, dict[str, Any]] | None:
+    """The URL and the options django-redis makes the pool of the cache ``alias`` with
+    (``None``: the default one), those of the client :func:`get_redis` shares: for its
+    twin of another redis-py class (the asyncio one). The URL is the first
+    ``LOCATION``'s; the options are OPTIONS' ``USERNAME``, ``PASSWORD``,
+    ``SOCKET_TIMEOUT`` and ``SOCKET_CONNECT_TIMEOUT``, then ``CONNECTION_POOL_KWARGS``
+    (a password, a username, ``ssl_cert_reqs``...), as django-redis' own connection
+    factory makes them. ``None`` when django-redis makes the pool another way (a client
+    class, a connection factory or a pool class of its own: Sentinel, sharding), which
+    no twin could follow."""
+    try:
+        cache = _django_redis_cache(alias if alias is not None else default_alias())
+    except ImproperlyConfigured as error:
+        raise UnusableRedis(str(error)) from error
+    options: dict[str, Any] = dict(cache.get("OPTIONS", {}))
+    if options.get("CLIENT_CLASS", _DEFAULT_CLIENT) != _DEFAULT_CLIENT:
+        return None
+    from django_redis.pool import ConnectionFactory, get_connection_factory
+
+    factory = get_connection_factory(options)
+    if type(factory) is not ConnectionFactory or factory.pool_cls is not redis.ConnectionPool:
+        return None
+    location = cache["LOCATION"]
+    if isinstance(location, str):
+        location = location.split(",")
+    params = factory.make_connection_params(str(location[0]).strip())
+    params.update(factory.pool_cls_kwargs)
+    del params["parser_class"]  # the sync client's: a twin takes its own
+    return params.pop("url"), params
+
+
+def _from_cache(alias: str) -> RedisClient:
+    name = f"{SETTING_NAME}['REDIS'] = {alias!r}"
+    _django_redis_cache(alias)
     from django_redis import get_redis_connection
 
     try:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,6 +13,8 @@ from django.test import override_settings
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
+from devtools.redis_harness import RedisServer as HarnessServer
+from django_ratelimits.conf import get_settings
 from django_ratelimits.engine import (
     RATE_ALGORITHMS,
     Algorithm,
@@ -21,7 +25,7 @@ from django_ratelimits.engine import (
     Limit,
     get_engine,
 )
-from django_ratelimits.engine.aconnection import get_async_redis
+from django_ratelimits.engine.aconnection import get_async_redis, make_async_redis
 from django_ratelimits.exceptions import BackendError
 from django_ratelimits.rates import parse_rates
 from django_ratelimits.testing import FakeClock
@@ -130,3 +134,73 @@ def test_an_unreachable_redis_raises_backend_error_async() -> None:
 
     with pytest.raises(BackendError):
         asyncio.run(run())
+
+
+SECRET = "s3cret-of-the-limiter"
+
+
+@pytest.fixture
+def guarded(tmp_path: Path, redis_binary: Path) -> Iterator[HarnessServer]:
+    """A Redis of its own that lets in only the ACL user ``limiter`` with ``SECRET``
+    (the default user is turned off once it answers PING)."""
+    server = HarnessServer(tmp_path / "guarded", binary=redis_binary, name="guarded")
+    server.start()
+    with server.client() as conn:
+        conn.acl_setuser(
+            "limiter", enabled=True, passwords=[f"+{SECRET}"], keys=["*"], commands=["+@all"]
+        )
+        conn.acl_setuser("default", enabled=False)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_a_django_redis_alias_s_asyncio_twin_takes_its_pool_options(
+    guarded: HarnessServer,
+) -> None:
+    """The asyncio twin of an alias is made with the options django-redis makes the
+    sync client's pool with, ``CONNECTION_POOL_KWARGS`` among them (the documented place
+    for a username, a password, ``ssl_cert_reqs``). It kept only ``LOCATION``, the
+    timeouts and ``PASSWORD``: against a Redis asking for credentials, every async check
+    failed (and requests passed open) where sync ones were counted."""
+    pool_options = {"username": "limiter", "password": SECRET}
+    caches = {
+        "default": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": guarded.url,
+            "OPTIONS": {"SOCKET_TIMEOUT": 5, "CONNECTION_POOL_KWARGS": pool_options},
+        }
+    }
+    checks = request_checks(Algorithm.FIXED_WINDOW)
+    with override_settings(CACHES=caches, DJANGO_RATELIMITS={}):
+        engine = get_engine()
+
+        async def run() -> list[int]:
+            return [(await engine.acheck(checks)).results[0].remaining for _ in range(2)]
+
+        assert engine.check(checks).results[0].remaining == 4
+        assert asyncio.run(run()) == [3, 2]  # the same counter, through the asyncio twin
+
+
+def test_an_alias_s_ssl_options_reach_its_asyncio_twin() -> None:
+    """Made without the network: a ``rediss://`` alias' ``ssl_cert_reqs`` and OPTIONS'
+    ``USERNAME`` are the twin's, as they are the sync pool's."""
+    from django_redis import get_redis_connection
+
+    caches = {
+        "default": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": "rediss://127.0.0.1:1/3",
+            "OPTIONS": {"USERNAME": "limiter", "CONNECTION_POOL_KWARGS": {"ssl_cert_reqs": "none"}},
+        }
+    }
+    with override_settings(CACHES=caches, DJANGO_RATELIMITS={}):
+        twin = make_async_redis(get_settings())
+        assert isinstance(twin, redis.asyncio.Redis)
+        pool = twin.connection_pool
+        assert pool.connection_class is redis.asyncio.SSLConnection
+        sync = get_redis_connection("default").connection_pool.connection_kwargs
+        for option in ("ssl_cert_reqs", "username", "host", "port", "db"):
+            assert pool.connection_kwargs[option] == sync[option], option
+        assert (pool.connection_kwargs["ssl_cert_reqs"], sync["username"]) == ("none", "limiter")
