@@ -33,6 +33,7 @@ AUTH = "django.contrib.auth.middleware.AuthenticationMiddleware"
 SESSION = "django.contrib.sessions.middleware.SessionMiddleware"
 PING_THREAD = "django_ratelimits-check-redis"  # the thread that asks Redis, left waiting
 DEAD_URL = f"redis://127.0.0.1:{free_port()}/0"
+APP = "django_ratelimits"
 
 
 @pytest.fixture(autouse=True)
@@ -327,6 +328,48 @@ def test_a_reachable_cluster_passes(redis_cluster: RedisClusterHarness) -> None:
         DJANGO_RATELIMITS={"REDIS": {"URL": redis_cluster.url, "CLUSTER": True}}
     ):
         assert ids([REDIS_TAG]) == []
+
+
+def test_a_cluster_node_asked_as_a_standalone_server_is_an_error(
+    redis_cluster: RedisClusterHarness,
+) -> None:
+    """The node answers PING and the keys of its own slots, and MOVED to the rest: most
+    identities' checks fail open, and W002 has nothing to say (a review: 32 of 39
+    addresses were never limited by a 1/h policy, with every check passing)."""
+    redis_cluster.ensure_running()
+    node = f"{redis_cluster.nodes[0][0]}:{redis_cluster.nodes[0][1]}"
+    caches = {"default": django_redis_cache(redis_cluster.url)}
+    for target, fix in ((redis_cluster.url, "<the same URL>"), ("default", "cache alias")):
+        with override_settings(CACHES=caches, DJANGO_RATELIMITS={"REDIS": target}):
+            found = messages([TAG, REDIS_TAG])
+        # W001: no middleware here; W007: the cache sets no socket timeouts.
+        ours = [m for m in found if m.id not in (f"{APP}.W001", f"{APP}.W007")]
+        assert [m.id for m in ours] == ["django_ratelimits.E011"], target
+        assert ours[0].is_serious()
+        assert node in ours[0].msg and "MOVED" in ours[0].msg and "fail open" in ours[0].msg
+        assert "'CLUSTER': True" in (ours[0].hint or "") and fix in (ours[0].hint or "")
+
+
+def test_cluster_true_against_a_server_not_in_cluster_mode_is_an_error(
+    redis_standalone: RedisServer,
+) -> None:
+    if not redis_standalone.is_running():
+        redis_standalone.start()
+    config = {"REDIS": {"URL": redis_standalone.url, "CLUSTER": True}}
+    with override_settings(DJANGO_RATELIMITS=config):
+        found = messages([REDIS_TAG])
+    assert [m.id for m in found] == ["django_ratelimits.E011"]
+    assert "not in cluster mode" in found[0].msg
+    assert "Remove CLUSTER" in (found[0].hint or "")
+
+
+def test_the_cluster_mode_is_read_where_info_is_refused(tmp_path: Path) -> None:
+    """A user that may not run INFO: CLUSTER INFO tells a standalone server apart."""
+    with (
+        redis_with(tmp_path, "allkeys-lru") as server,
+        override_settings(DJANGO_RATELIMITS={"REDIS": {"URL": blind_url(server), "CLUSTER": True}}),
+    ):
+        assert ids([REDIS_TAG]) == ["django_ratelimits.E011"]
 
 
 def test_a_disabled_limiter_does_not_ping() -> None:

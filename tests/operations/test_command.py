@@ -20,7 +20,7 @@ from django.http import HttpRequest, HttpResponse
 from django.test import RequestFactory, override_settings
 from redis.cluster import RedisCluster
 
-from devtools.redis_harness import free_port
+from devtools.redis_harness import RedisClusterHarness, free_port
 from django_ratelimits.compat import ratelimit as compat_ratelimit
 from django_ratelimits.engine import Check, Engine, Identity, get_engine
 from django_ratelimits.engine.controls import Controls
@@ -607,6 +607,22 @@ def test_status_says_when_the_eviction_policy_cannot_be_read(tmp_path: Path) -> 
         text = run("status")
     assert memory["maxmemory_policy"] is None and "NoPermissionError" in memory["error"]
     assert "maxmemory-policy could not be read (INFO: NoPermissionError" in text
+
+
+def test_status_does_not_call_a_cluster_node_asked_as_standalone_standalone(
+    redis_cluster: RedisClusterHarness,
+) -> None:
+    """Without CLUSTER: True the node's own shards answer and the rest are MOVED: the
+    status says so (check E011) instead of "standalone", and leaves the index unread."""
+    redis_cluster.ensure_running()
+    with override_settings(DJANGO_RATELIMITS={"REDIS": redis_cluster.url}):
+        data = run_json("status")
+        text = run("status")
+    assert data["redis"]["topology"] == "cluster node as standalone"
+    assert data["offenders_indexed"] is None
+    assert "Redis: reachable, cluster node as standalone, 1 node(s):" in text
+    assert "lacks CLUSTER: True" in text and "check E011" in text
+    assert "standalone, 1" not in text.replace("as standalone, 1", "")
 
 
 def test_shadow_hits_are_listed_and_shown_apart_from_denials(engine: Engine) -> None:

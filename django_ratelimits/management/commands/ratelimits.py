@@ -66,6 +66,7 @@ from django_ratelimits.engine.errors import BackendError
 from django_ratelimits.engine.keys import label
 from django_ratelimits.engine.memory import memory_of, node_routes
 from django_ratelimits.engine.overrides import BLOCKED_POLICY
+from django_ratelimits.engine.topology import cluster_enabled
 from django_ratelimits.management import networks, rate_overrides
 from django_ratelimits.management.output import (
     Data,
@@ -413,13 +414,16 @@ def status(options: dict[str, Any]) -> Report:
     engine = get_engine()
     nodes = _nodes(engine)
     memory = memory_of(engine.client)
-    pipe = engine.client.pipeline(transaction=False)
-    for shard in range(engine.keys.shards):
-        pipe.zcard(engine.keys.index(shard))
-    indexed = sum(pipe.execute())
+    topology = _topology(engine)
+    indexed: int | None = None  # a cluster node asked as standalone: MOVED for most shards
+    if topology != MISCONFIGURED_CLUSTER:
+        pipe = engine.client.pipeline(transaction=False)
+        for shard in range(engine.keys.shards):
+            pipe.zcard(engine.keys.index(shard))
+        indexed = sum(pipe.execute())
     data = {
         "redis": {
-            "topology": "cluster" if isinstance(engine.client, RedisCluster) else "standalone",
+            "topology": topology,
             "nodes": nodes,
         },
         "enabled": config.enabled,
@@ -436,14 +440,20 @@ def status(options: dict[str, Any]) -> Report:
         for n in nodes
     ]
     switch = "on" if config.enabled else 'OFF (DJANGO_RATELIMITS["ENABLED"] is False)'
+    index = (
+        f"{indexed} identities (all shards)"
+        if indexed is not None
+        else "not read (most shards live on other nodes)"
+    )
     text = "\n".join(
         [
             f"limiting: {switch}",
-            f"Redis: reachable, {data['redis']['topology']}, {len(nodes)} node(s):",
+            f"Redis: reachable, {topology}, {len(nodes)} node(s):",
             *node_lines,
+            *([MISCONFIGURED_TEXT] if topology == MISCONFIGURED_CLUSTER else []),
             f"keys: prefix {config.key_prefix!r}, {engine.keys.shards} shards",
             f"enabled policies: {data['policies']}",
-            f"offender index: {indexed} identities (all shards)",
+            f"offender index: {index}",
             f"circuit breaker: {'open' if breaker.is_open else 'closed'} "
             "(in this process; every worker keeps its own)",
             f"metrics: {config.metrics or 'off'} (docs/metrics.md)",
@@ -473,6 +483,22 @@ SUBCOMMANDS: dict[str, Callable[[dict[str, Any]], Report]] = {
 
 
 # --------------------------------------------------------------------------- status
+
+
+MISCONFIGURED_CLUSTER = "cluster node as standalone"
+MISCONFIGURED_TEXT = (
+    "    DJANGO_RATELIMITS['REDIS'] lacks CLUSTER: True: the keys other nodes serve get "
+    "MOVED, and their checks fail open (check E011)"
+)
+
+
+def _topology(engine: Engine) -> str:
+    """``cluster``, ``standalone``, or :data:`MISCONFIGURED_CLUSTER` for a standalone
+    client of a cluster node (``DJANGO_RATELIMITS['REDIS']`` lacks ``CLUSTER: True``)."""
+    client = engine.client
+    if isinstance(client, RedisCluster):
+        return "cluster"
+    return MISCONFIGURED_CLUSTER if cluster_enabled(client) else "standalone"
 
 
 def _nodes(engine: Engine) -> list[Data]:
