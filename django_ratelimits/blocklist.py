@@ -12,7 +12,8 @@ the package.
 The answer is ``403 Forbidden`` (problem details for API clients, the 429 page's
 template otherwise), as rack-attack answers for its blocklists: the client is
 not asked to come back later. ``BLOCKED_RESPONSE_VIEW`` replaces it, as
-``RESPONSE_VIEW`` replaces the 429. The entry's reason is never shown.
+``RESPONSE_VIEW`` replaces the 429 (one that cannot be imported or raises is logged
+and the 403 given: never a 500). The entry's reason is never shown.
 
 Refusals are logged at most once per blocked network per :data:`LOG_EVERY`
 seconds and per process, each line counting the refusals since the last one, so
@@ -31,7 +32,6 @@ from collections.abc import Callable
 from typing import Final
 
 from django.http import HttpRequest, HttpResponseBase
-from django.utils.module_loading import import_string
 from django.utils.translation import gettext as _
 
 from django_ratelimits import signals
@@ -40,7 +40,7 @@ from django_ratelimits.errors import RateLimitsError
 from django_ratelimits.identity import client_address
 from django_ratelimits.policies.networks import BlockedEntry
 from django_ratelimits.policies.registry import PolicyRegistry
-from django_ratelimits.responses import problem
+from django_ratelimits.responses import custom_response, problem
 
 __all__ = ["LOG_EVERY", "NetworkBlocked", "arefusal", "refusal"]
 
@@ -95,9 +95,9 @@ def _blocked(request: HttpRequest, registry: PolicyRegistry) -> BlockedEntry | N
 def forbidden(request: HttpRequest, exception: NetworkBlocked) -> HttpResponseBase:
     """The response to a blocked network's request: ``BLOCKED_RESPONSE_VIEW``'s, else 403."""
     view = get_settings().blocked_response_view
-    if view:
-        response: HttpResponseBase = import_string(view)(request, exception)
-        return response
+    custom = custom_response("BLOCKED_RESPONSE_VIEW", view, request, exception) if view else None
+    if custom is not None:
+        return custom
     detail = _("Requests from your network are not accepted.")
     return problem(request, 403, _("Forbidden"), detail)
 

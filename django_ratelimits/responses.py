@@ -10,12 +10,20 @@ the one closest to denying. A policy with several rates names each item
 ``<policy>-<period>s``. Shadow-mode policies never appear. The rates are the
 ones the request was checked against: an identity override's or a tier's
 when one applied (``docs/tiers.md``).
+
+``RESPONSE_VIEW`` and ``BLOCKED_RESPONSE_VIEW`` are a project's views: one that
+cannot be imported (system check E012 says so) or that raises is logged, and the
+built-in answer is given instead. A refusal never becomes a 500.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import math
+import threading
+from collections.abc import Callable
+from typing import Any
 
 from django.apps import apps
 from django.contrib.sites.shortcuts import get_current_site  # imports the model only if installed
@@ -33,7 +41,56 @@ from django_ratelimits.decide import RateLimited, Verdict
 from django_ratelimits.engine import Limit
 from django_ratelimits.offenders.text import words
 
+logger = logging.getLogger("django_ratelimits")
+
 _JSON_TYPES = ("application/json", "application/problem+json")
+
+# The dotted paths whose import failed and was logged, in this process: a flood of
+# refusals logs each once (the view is still tried on each, so a fix of the module
+# on disk is picked up once Django is reloaded).
+_unimportable: set[str] = set()
+_unimportable_lock = threading.Lock()
+
+
+def custom_response(
+    setting: str, path: str, request: HttpRequest, exception: Exception
+) -> HttpResponseBase | None:
+    """``path(request, exception)``: the response of the view a setting names, or None
+    (logged) when it cannot be imported, raises or returns no response; the caller
+    then gives the built-in one. ``setting`` is the key, for the log."""
+    try:
+        view: Callable[..., Any] = import_string(path)
+    except Exception:  # ImportError, or whatever the module raised while imported
+        with _unimportable_lock:
+            first = path not in _unimportable
+            _unimportable.add(path)
+        if first:
+            logger.exception(
+                "DJANGO_RATELIMITS['%s'] = %r cannot be imported: refusals get the "
+                "built-in response instead (system check django_ratelimits.E012)",
+                setting,
+                path,
+            )
+        return None
+    try:
+        response = view(request, exception)
+    except Exception:
+        logger.exception(
+            "DJANGO_RATELIMITS['%s'] = %r raised: this refusal gets the built-in response",
+            setting,
+            path,
+        )
+        return None
+    if not isinstance(response, HttpResponseBase):
+        logger.error(
+            "DJANGO_RATELIMITS['%s'] = %r returned %s, not a response: this refusal gets "
+            "the built-in response",
+            setting,
+            path,
+            type(response).__name__,
+        )
+        return None
+    return response
 
 
 @functools.lru_cache(maxsize=1024)
@@ -164,8 +221,9 @@ def too_many_requests(request: HttpRequest, exception: RateLimited) -> HttpRespo
     verdict = exception.verdict
     retry = exception.retry_after or (verdict.retry_after() if verdict else 1)
     view = get_settings().response_view
-    if view:
-        response: HttpResponseBase = import_string(view)(request, exception)
+    custom = custom_response("RESPONSE_VIEW", view, request, exception) if view else None
+    if custom is not None:
+        response: HttpResponseBase = custom
     else:
         detail = ngettext(
             "Too many requests. Try again in %(seconds)d second.",

@@ -20,6 +20,7 @@ below them, and nothing imports them but ``apps.ready`` (which registers them).
 ``E011``                  ``REDIS`` names a Redis Cluster node without ``CLUSTER: True``
                           (most keys get MOVED: fail open), or sets it for a server not in
                           cluster mode
+``E012``                  ``RESPONSE_VIEW`` or ``BLOCKED_RESPONSE_VIEW`` cannot be imported
 ``E100``                  the test kit (``django_ratelimits.testing``) is on outside a test
 ``E010``                  a policy's escalating ban is inconsistent (in code or in a row)
 ``W001``                  the app is installed but ``RateLimitMiddleware`` is not
@@ -37,8 +38,8 @@ below them, and nothing imports them but ``apps.ready`` (which registers them).
                           ``/`` (``^api/``): it matches no request
 ========================  =========================================================
 
-``setup`` holds E001 to E004, E007, E009, W001, W006 and W007; ``policies`` E005, E006, E008,
-W004 and W013 (with ``references``, the places code names a policy); ``redis_server``
+``setup`` holds E001 to E004, E007, E009, E012, W001, W006 and W007; ``policies`` E005,
+E006, E008, W004 and W013 (with ``references``, the places code names a policy); ``redis_server``
 W002, E011 and W003; ``logins`` W005; ``tiers`` W011;
 ``overrides`` W012; ``bans`` E010; ``kit`` E100.
 """

@@ -1,7 +1,8 @@
 """Checks of the project's setup: middleware order, ``DJANGO_RATELIMITS`` (and a setting
 named almost like it), proxies, django-ratelimit settings that would be silently
-ignored, a metrics backend that is not installed, and a cache without socket timeouts
-(E001 to E004, E007, E009, W001, W006, W007)."""
+ignored, a metrics backend that is not installed, a response view that cannot be
+imported, and a cache without socket timeouts (E001 to E004, E007, E009, E012, W001,
+W006, W007)."""
 
 from __future__ import annotations
 
@@ -284,3 +285,38 @@ def check_metrics_backend(**kwargs: Any) -> list[CheckMessage]:
             id="django_ratelimits.E009",
         )
     ]
+
+
+@register(TAG)
+def check_response_views(**kwargs: Any) -> list[CheckMessage]:
+    """E012: ``RESPONSE_VIEW`` or ``BLOCKED_RESPONSE_VIEW`` names nothing importable
+    (or nothing callable). Each refusal would get the built-in answer instead (logged),
+    where it was a 500 before the request path fell back."""
+    config = valid_settings()
+    if config is None:
+        return []
+    found: list[CheckMessage] = []
+    for key, path, answer in (
+        ("RESPONSE_VIEW", config.response_view, "429"),
+        ("BLOCKED_RESPONSE_VIEW", config.blocked_response_view, "403"),
+    ):
+        if path is None:
+            continue
+        try:
+            view = import_string(path)
+        except Exception as error:  # ImportError, or whatever the module raised
+            problem = f"cannot be imported ({type(error).__name__}: {error})"
+        else:
+            if callable(view):
+                continue
+            problem = f"names a non-callable {type(view).__name__}"
+        found.append(
+            Error(
+                f"{SETTING_NAME}['{key}'] = {path!r} {problem}. Every such refusal gets the "
+                f"built-in {answer} instead of your view, and an error is logged.",
+                hint=f"Correct the dotted path to a view(request, exception), or remove "
+                f"{key} for the built-in {answer}.",
+                id="django_ratelimits.E012",
+            )
+        )
+    return found

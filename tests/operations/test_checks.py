@@ -209,6 +209,36 @@ def test_a_decoding_cache_client_is_an_error() -> None:
     assert "decode_responses" in found[0].msg
 
 
+NOT_A_VIEW = 42  # RESPONSE_VIEW naming a module attribute that is no view (E012)
+
+
+@pytest.mark.parametrize("key", ["RESPONSE_VIEW", "BLOCKED_RESPONSE_VIEW"])
+@pytest.mark.parametrize(
+    ("path", "said"),
+    [
+        ("tests.urls.custom_492", 'ImportError: Module "tests.urls" does not define'),
+        ("tests.no_such_module.view", "ModuleNotFoundError: No module named"),
+        (f"{__name__}.NOT_A_VIEW", "names a non-callable int"),
+    ],
+)
+def test_a_response_view_that_cannot_be_imported_is_an_error(
+    key: str, path: str, said: str
+) -> None:
+    """A well-formed dotted path naming nothing passed every check, and each refusal
+    was a 500 (a review); E012 names the setting and the import error."""
+    with override_settings(DJANGO_RATELIMITS={key: path}):
+        found = [m for m in messages() if m.id == "django_ratelimits.E012"]
+    assert len(found) == 1 and found[0].is_serious()
+    assert f"['{key}'] = {path!r}" in found[0].msg and said in found[0].msg
+    assert key in (found[0].hint or "")
+
+
+def test_importable_response_views_pass() -> None:
+    config = {"RESPONSE_VIEW": "tests.urls.custom_429", "BLOCKED_RESPONSE_VIEW": "tests.urls.hello"}
+    with override_settings(DJANGO_RATELIMITS=config):
+        assert "django_ratelimits.E012" not in ids()
+
+
 @pytest.mark.parametrize(
     "typo", ["DJANGO_RATELIMIT", "DJANGO_RATE_LIMITS", "DJANGORATELIMITS", "DJANGO_RATELIMITSS"]
 )

@@ -19,7 +19,7 @@ from django.http import HttpRequest, HttpResponse
 from django.test import Client, override_settings
 from django.test.utils import CaptureQueriesContext
 
-from django_ratelimits import blocklist
+from django_ratelimits import blocklist, responses
 from django_ratelimits.models import BlockedNetwork, Policy
 from django_ratelimits.policies import get_registry
 from django_ratelimits.signals import network_blocked
@@ -214,6 +214,22 @@ def test_the_response_is_overridable_like_the_429(clocks: Clocks) -> None:
     with override_settings(DJANGO_RATELIMITS={**_limits(), "BLOCKED_RESPONSE_VIEW": view}):
         response = Client(REMOTE_ADDR="203.0.113.5").get("/api/hello")
     assert (response.status_code, response.content) == (451, b"go away, 203.0.113.0/24")
+
+
+def test_a_blocked_response_view_that_cannot_be_imported_gives_the_403_not_a_500(
+    clocks: Clocks, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(responses, "_unimportable", set())  # no earlier test's log counts
+    block("203.0.113.0/24")
+    view = "tests.urls.custom_492"  # a typo: names nothing (each refusal was a 500)
+    with override_settings(DJANGO_RATELIMITS={**_limits(), "BLOCKED_RESPONSE_VIEW": view}):
+        client = Client(REMOTE_ADDR="203.0.113.5", raise_request_exception=False)
+        statuses = [client.get("/api/hello").status_code for _ in range(2)]
+    assert statuses == [403, 403]
+    assert any(
+        "BLOCKED_RESPONSE_VIEW" in r.getMessage() and "cannot be imported" in r.getMessage()
+        for r in caplog.records
+    )
 
 
 def test_the_decorator_refuses_without_the_middleware(clocks: Clocks) -> None:

@@ -10,6 +10,7 @@ from django.contrib.auth.models import User
 from django.http import HttpRequest, HttpResponse
 from django.test import Client, RequestFactory, override_settings
 
+from django_ratelimits import responses
 from django_ratelimits.decorators import ratelimit
 from django_ratelimits.engine import Identity, get_engine
 from django_ratelimits.engine.hits import Hit
@@ -375,6 +376,44 @@ def test_response_view_renders_the_body_and_headers_are_kept(site_redis: Any) ->
     assert denied.content == b"slow down, friend"
     assert int(denied["Retry-After"]) >= 1
     assert denied["RateLimit"].startswith('"api";r=0;')
+
+
+def broken_429(request: HttpRequest, exception: Exception) -> HttpResponse:
+    raise RuntimeError("the project's 429 page is broken")
+
+
+@pytest.mark.parametrize(
+    ("view", "logged"),
+    [
+        ("tests.urls.custom_492", "cannot be imported"),  # a typo: named nothing, was a 500
+        (f"{__name__}.broken_429", "raised"),
+    ],
+)
+def test_a_response_view_that_fails_gives_the_built_in_429_not_a_500(
+    site_redis: Any,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    view: str,
+    logged: str,
+) -> None:
+    monkeypatch.setattr(responses, "_unimportable", set())  # no earlier test's log counts
+    policy(name="api", rates="1/m", path=r"^/api/")
+    with override_settings(DJANGO_RATELIMITS=_config(RESPONSE_VIEW=view)):
+        client = Client(raise_request_exception=False)
+        statuses = [
+            client.get("/api/hello", headers={"Accept": "application/json"}) for _ in range(3)
+        ]
+    assert [r.status_code for r in statuses] == [200, 429, 429]
+    denied = statuses[-1]
+    assert denied["Content-Type"] == "application/problem+json"
+    assert int(denied["Retry-After"]) >= 1 and denied["RateLimit"].startswith('"api";r=0;')
+    lines = [r for r in caplog.records if r.name == "django_ratelimits" and view in r.getMessage()]
+    assert lines and all(
+        "RESPONSE_VIEW" in r.getMessage() and logged in r.getMessage() for r in lines
+    )
+    assert lines[0].exc_info is not None  # the traceback says what is wrong
+    # An import that fails is logged once per process, not once per refusal.
+    assert len(lines) == (1 if logged == "cannot be imported" else 2)
 
 
 def test_headers_on_allowed_responses_can_be_turned_off(site_redis: Any) -> None:
