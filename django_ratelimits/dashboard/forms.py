@@ -195,8 +195,11 @@ class ActionForm(forms.Form):
         super().clean()
         data = self.cleaned_data
         if "kind" in data and "value" in data:
+            # A deleted user's data can be reset, lifted and forgotten by its id; one
+            # that is gone is not blocked or allow-listed (nothing would be counted).
+            former = data.get("action") not in (Action.BLOCK, Action.ALLOW)
             try:
-                data["identity"] = resolve(data["kind"], data["value"])
+                data["identity"] = resolve(data["kind"], data["value"], former_users=former)
             except NoSuchIdentity as exc:
                 raise ValidationError(str(exc), code="identity") from None
         action = data.get("action")

@@ -10,7 +10,11 @@
   the value is the group's keyed hash (``h:`` and 32 hex digits), which staff
   may also type as the dashboard shows it;
 - ``user``: a user that exists, by id or by username (an id first); the value
-  is its id, as the limiter counts it;
+  is its id, as the limiter counts it. With ``former_users`` (what only acts on what
+  Redis holds: show, reset, lift, forget, ending an override), also an id no user
+  has any more (a value the user model's primary key takes): the limiter counted the
+  deleted user under it, and its data must stay erasable. A username is never
+  taken for an id: one that no user has is refused either way;
 - ``header`` and ``key``: any value of 1 to :data:`VALUE_MAX` characters with
   something other than spaces (a header or a key function's answer); ``get`` and
   ``post`` alike (a query or form field, the compat layer's ``get:``/``post:`` keys);
@@ -53,18 +57,19 @@ class NoSuchIdentity(ValueError):
     """What staff named is no identity the limiter could count; the message says why."""
 
 
-def parse(text: str) -> Identity:
+def parse(text: str, *, former_users: bool = False) -> Identity:
     """``kind:value`` as staff type it (``ip:203.0.113.7``, ``user:alice``), resolved."""
     kind, colon, value = text.partition(":")
     if not colon or not value:
         raise NoSuchIdentity(f"{text!r} is not an identity: write kind:value, e.g. ip:203.0.113.7")
-    return resolve(kind, value)
+    return resolve(kind, value, former_users=former_users)
 
 
-def resolve(kind: str, value: str) -> Identity:
+def resolve(kind: str, value: str, *, former_users: bool = False) -> Identity:
     """The identity the limiter counts for ``kind`` (one of :data:`RECORDED_KINDS`) and
-    ``value``; :class:`NoSuchIdentity` if none. Costs one database query for a user,
-    nothing else."""
+    ``value``; :class:`NoSuchIdentity` if none. With ``former_users``, ``user:`` and the
+    id of a deleted user is the identity it was counted as (see the module). Costs one
+    or two database queries for a user, nothing else."""
     if kind not in RECORDED_KINDS:
         kinds = ", ".join(RECORDED_KINDS)
         raise NoSuchIdentity(f"{kind!r} is not a kind of identity (one of {kinds})")
@@ -75,7 +80,7 @@ def resolve(kind: str, value: str) -> Identity:
     if kind == "ip":
         return Identity("ip", ip_value(value))
     if kind == "user":
-        return Identity("user", user_pk(value))
+        return Identity("user", user_pk(value, former=former_users))
     if kind == "username":
         return Identity(kind, _username(value))
     if kind == "ip_username":
@@ -140,8 +145,15 @@ def address_group(value: str) -> str:
     return group(address, config.ipv4_prefix, config.ipv6_prefix)
 
 
-def user_pk(value: str) -> str:
-    """The id of the user whose id, else whose username, is ``value``."""
+def user_pk(value: str, *, former: bool = False) -> str:
+    """The id of the user whose id, else whose username, is ``value``; with ``former``,
+    else ``value`` read as the id of a user deleted since, as the limiter counted it
+    (``str(user.pk)``), when the primary key takes it (for an integer key, a number).
+
+    A username that no user has is refused even with ``former``: it was never counted
+    (the limiter counts users by id). Where the primary key is text, any value is one;
+    there a name that never existed resolves to a ``user:`` that nothing counted.
+    """
     model = get_user_model()
     manager: Any = model._default_manager
     try:
@@ -152,6 +164,23 @@ def user_pk(value: str) -> str:
     if found is None:
         field = model.USERNAME_FIELD
         found = manager.filter(**{field: value}).values_list("pk", flat=True).first()
+    if found is None and former and pk is not None and _could_be(model._meta.pk, pk):
+        return str(pk)
     if found is None:
-        raise NoSuchIdentity(f"no user has the id or username {value!r}")
+        deleted = (
+            "a deleted user is named by its id"
+            if former
+            else "a deleted user's data can still be shown, reset, lifted or forgotten by its id"
+        )
+        raise NoSuchIdentity(f"no user has the id or username {value!r} ({deleted})")
     return str(found)
+
+
+def _could_be(field: Any, pk: object) -> bool:
+    """Whether ``pk`` is a value the primary key ``field`` can hold (an integer key's
+    range in this database, a key's own validators), so a user may have had it."""
+    try:
+        field.run_validators(pk)
+    except ValidationError:
+        return False
+    return True

@@ -35,7 +35,8 @@ def staff(site_redis: Any, admin_client: Client) -> Client:
     [
         ("ip", "garbage", "&#x27;garbage&#x27; is not an IP address or network"),
         ("user", "sim-roamer", "no user has the id or username &#x27;sim-roamer&#x27;"),
-        ("user", "424242", "no user has the id or username &#x27;424242&#x27;"),
+        # No user can have had this id (out of the key's range): not even a deleted one.
+        ("user", "9" * 23, "no user has the id or username &#x27;" + "9" * 23 + "&#x27;"),
         ("header", "   ", "not only spaces"),
         ("device", "phone", "&#x27;device&#x27; is not a kind of identity"),
         # A network wider than the address group: acting on its first group alone

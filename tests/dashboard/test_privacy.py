@@ -19,7 +19,7 @@ import pytest
 from django.conf import settings
 from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import AbstractBaseUser
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.test import Client, override_settings
 from django.urls import reverse
 
@@ -276,6 +276,63 @@ def test_forget_in_the_terminal_erases_a_user_everywhere(
     assert naming(hashed, f"user:{alice.pk}", member) == {}
     assert f"user:{alice.pk}" not in idents(admin_client)
     assert f"ip:{hashed_value()}" in idents(admin_client)  # the IP is another identity
+
+
+def test_a_deleted_users_data_is_lifted_and_forgotten_in_the_terminal(
+    hashed: Any, django_user_model: Any
+) -> None:
+    """The right to erasure: the account is deleted first, then Redis is asked to forget
+    it. Its id is what the limiter counted; resolving it to a user refused it (a review)."""
+    alice = traffic(django_user_model)
+    pk = str(alice.pk)
+    run_command("block", f"user:{pk}", "--for", "30d")
+    assert naming(hashed, f"user:{pk}")
+    alice.delete()
+    shown = json.loads(run_command("show", f"user:{pk}", "--json"))
+    assert shown["override"]["mode"] == "blocked" and shown["offender"]["denials"] == 1
+    assert json.loads(run_command("lift", f"user:{pk}", "--json"))["lifted"]["mode"] == "blocked"
+    run_command("reset", f"user:{pk}", "--keep-record")
+    assert naming(hashed, f"user:{pk}")  # its record, and hit entries naming it
+    erased = json.loads(run_command("forget", f"user:{pk}", "--json"))
+    assert erased["identity"] == f"user:{pk}" and erased["keys_deleted"] > 0
+    assert naming(hashed, f"user:{pk}") == {}
+    # A user that is gone is not blocked or allow-listed: nothing would be counted.
+    for action in ("block", "allow"):
+        with pytest.raises(CommandError, match=r"no user has the id or username .*by its id"):
+            run_command(action, f"user:{pk}", "--for", "5m")
+    # A username no user has was never counted (users are counted by id): still refused.
+    with pytest.raises(CommandError, match="no user has the id or username 'alice'"):
+        run_command("forget", "user:alice")
+
+
+def test_a_deleted_users_page_lifts_and_forgets(
+    hashed: Any, django_user_model: Any, admin_client: Client
+) -> None:
+    alice = traffic(django_user_model)
+    pk = str(alice.pk)
+    run_command("block", f"user:{pk}", "--for", "30d")
+    alice.delete()
+    assert f"user:{pk}" in idents(admin_client)
+    page = page_of(admin_client, "user", pk)  # was a 404: the row's link led nowhere
+    assert 'id="user-gone"' in page
+    assert 'id="action-lift"' in page and 'id="action-forget"' in page
+    assert 'id="action-block"' not in page and 'id="action-allow"' not in page
+    refused = admin_client.post(
+        reverse(ACTION), {"kind": "user", "value": pk, "action": "block", "seconds": "300"}
+    )
+    assert (
+        refused.status_code == 400 and "no user has the id or username" in refused.content.decode()
+    )
+    assert act(admin_client, kind="user", value=pk, action="lift").status_code == 302
+    assert act(admin_client, kind="user", value=pk, action="forget").status_code == 302
+    assert naming(hashed, f"user:{pk}") == {}
+    assert f"user:{pk}" not in idents(admin_client)
+
+
+def run_command(*args: str) -> str:
+    out = io.StringIO()
+    call_command("ratelimits", *args, stdout=out)
+    return out.getvalue()
 
 
 def test_forget_needs_the_reset_permission(

@@ -50,8 +50,9 @@ SHOWN_BEHIND = 100  # rows of the "users behind" table
 
 def offender_detail(request: HttpRequest, site: AdminSite) -> HttpResponse:
     require_view(request)
+    kind, value = request.GET.get("kind", ""), request.GET.get("value", "")
     try:
-        identity = resolve(request.GET.get("kind", ""), request.GET.get("value", ""))
+        identity, gone = _identity(kind, value)
     except NoSuchIdentity as exc:
         return no_identity(request, site, str(exc), status=404)
     context = {
@@ -59,7 +60,8 @@ def offender_detail(request: HttpRequest, site: AdminSite) -> HttpResponse:
         "identity": identity,
         "kind": kind_label(identity.kind),
         **_actions(request, site),
-        "override_url": _override_url(request, site, identity),
+        "gone": gone,
+        "override_url": None if gone else _override_url(request, site, identity),
     }
     try:
         report = Offenders().inspect(identity)
@@ -104,6 +106,17 @@ def _report(report: IdentityReport, site: AdminSite) -> dict[str, Any]:
         "hits": hit_views(hits, report.now_ms, names, url_for),
         "more_hits": len(detail.hits) - len(hits),
     }
+
+
+def _identity(kind: str, value: str) -> tuple[Identity, bool]:
+    """The identity named, and whether it is the id of a user deleted since: its page
+    shows what Redis holds, to reset, lift or forget (not block or allow-list)."""
+    try:
+        return resolve(kind, value), False
+    except NoSuchIdentity:
+        if kind != "user":
+            raise
+    return resolve(kind, value, former_users=True), True
 
 
 def _override_url(request: HttpRequest, site: AdminSite, identity: Identity) -> str | None:

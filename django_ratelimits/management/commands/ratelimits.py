@@ -24,7 +24,8 @@ Every subcommand takes ``--json`` for machine-readable output. An identity is
 ``kind:value`` as the dashboard shows it, checked as the dashboard checks it
 (:mod:`django_ratelimits.offenders.identities`): an ``ip:`` value is grouped the
 way the limiter counts it (``ip:2001:db8::7`` means its /64), a ``user:`` is
-named by id or username and must exist, a ``username:`` (a username tried at
+named by id or username and must exist (``show``, ``reset``, ``lift``, ``forget``
+and ``unoverride`` also take the id of a user deleted since), a ``username:`` (a username tried at
 login, see ``docs/logins.md``) is normalised as failed-login policies count it
 (``username:Admin`` is ``username:admin``); one that no request could be counted
 as exits with status 1 and the reason. When Redis fails the command exits with
@@ -258,9 +259,12 @@ def _who() -> str:
         return "manage.py"
 
 
-def _identity(text: str) -> Identity:
+def _identity(text: str, *, former_users: bool = True) -> Identity:
+    """The identity ``text`` names. ``user:`` and the id of a deleted user is the one it
+    was counted as (its data must stay erasable), unless ``former_users`` is false:
+    blocking, allow-listing or giving rates to a user that is gone is refused."""
     try:
-        return parse_identity(text)
+        return parse_identity(text, former_users=former_users)
     except ValueError as exc:
         raise CommandError(str(exc)) from exc
 
@@ -359,7 +363,8 @@ def reset(options: dict[str, Any]) -> Report:
 
 def _overriding(mode: str) -> Callable[[dict[str, Any]], Report]:
     def apply(options: dict[str, Any]) -> Report:
-        identity, seconds = _identity(options["ident"]), options["seconds"]
+        identity = _identity(options["ident"], former_users=False)
+        seconds = options["seconds"]
         service = Offenders(get_engine)
         (service.block if mode == "block" else service.allow)(identity, seconds, by=_who())
         idle = not current().counting(identity.kind)
@@ -475,7 +480,7 @@ SUBCOMMANDS: dict[str, Callable[[dict[str, Any]], Report]] = {
     "status": status,
     **networks.SUBCOMMANDS,
     "override": lambda options: rate_overrides.override(
-        _identity(options["ident"]), options, _who()
+        _identity(options["ident"], former_users=False), options, _who()
     ),
     "overrides": rate_overrides.overrides,
     "unoverride": lambda options: rate_overrides.unoverride(_identity(options["ident"]), options),
