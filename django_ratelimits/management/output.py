@@ -117,7 +117,7 @@ def show_text(data: Data, names: dict[str, str]) -> str:
     shadow = data["would_deny"]
     if shadow is not None:
         lines.append(
-            f"  would have been denied (shadow mode, let through): {shadow['denials']} "
+            f"  would have been denied (shadow mode, which refuses nothing): {shadow['denials']} "
             f"({by_policy(shadow['by_policy'])}), last {ago(now_ms, shadow['last_ms'])}"
         )
     lines.append(f"  override: {override_text(data['override']) or 'none'}")

@@ -572,6 +572,25 @@ def test_shadow_hits_are_not_offences_and_show_apart(
     assert "watch (would have denied)" in page
 
 
+def test_the_shadow_ledger_does_not_say_that_refused_requests_were_let_through(
+    frozen_clock: Any, admin_client: Client
+) -> None:
+    """Requests an enforced policy refused, which a shadow-mode policy would have denied
+    too, are in both ledgers: the shadow ledger must not say they were let through."""
+    Policy.objects.create(name="enf", rates="1/m", path="^/api/")
+    Policy.objects.create(name="watch", rates="1/m", path="^/api/hello", mode="shadow")
+    current().refresh()
+    visitor = Client(REMOTE_ADDR="192.0.2.12")
+    assert [visitor.get("/api/hello").status_code for _ in range(3)] == [200, 429, 429]
+    (row,) = data(admin_client, shown="shadow")["offenders"]
+    assert row["denials"] == 2
+    detail = admin_client.get(detail_url("ip", "192.0.2.12")).content.decode()
+    listing = admin_client.get(reverse(PAGE), {"shown": "shadow"}).content.decode()
+    assert "let through" not in detail + listing
+    assert "(shadow mode: these policies refused nothing)" in detail
+    assert "(shadow mode refuses nothing: not offenders)" in listing
+
+
 def test_the_summary_says_how_far_pages_reach_for_shadow_hits_too(
     site_redis: Any, admin_client: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -642,7 +642,7 @@ def test_shadow_hits_are_listed_and_shown_apart_from_denials(engine: Engine) -> 
     assert [h["policies"] for h in data["hits"]] == [{"watch": "would have been denied"}] * 2
     text = run("show", f"ip:{OFFICE}")
     assert "denials:  none recorded" in text
-    assert "would have been denied (shadow mode, let through): 2 (watch 2)" in text
+    assert "would have been denied (shadow mode, which refuses nothing): 2 (watch 2)" in text
 
 
 def test_a_block_no_policy_applies_says_so(engine: Engine) -> None:

@@ -143,7 +143,7 @@ class Command(BaseCommand):
         listing.add_argument(
             "--shadow",
             action="store_true",
-            help="identities shadow-mode policies would have denied (let through) instead",
+            help="identities shadow-mode policies would have denied (they refuse nothing) instead",
         )
         listing.add_argument("--limit", type=_count, default=50, help="rows (default 50)")
         listing.add_argument("--offset", type=_count, default=0, help="rows to skip")
