@@ -179,11 +179,16 @@ def login_failed(
     if token is None:  # no look before the password (no FailedLoginBackend): no place
         planned.run(lambda checks: get_engine().check(checks), cached=False)
     else:
-        checks = _reserving(planned.checks)
-        verdict = planned.run(lambda _: get_engine().check(checks, token=token), cached=False)
-        if verdict.decision is not None:  # the charge took every place: none to give back
-            for held in getattr(planned.request, _PLACES, ()):
-                held.released = True
+        engine, checks = get_engine(), _reserving(planned.checks)
+        verdict = planned.run(lambda _: engine.check(checks, token=token), cached=False)
+        places: tuple[Held, ...] = getattr(planned.request, _PLACES, ())
+        # The charge gave back every place of the one look it follows, in the groups it
+        # ran or skipped (a gate that now counts the address): none is left to give back
+        # when the response ends. On a cluster a gated username's group in another slot
+        # is not sent once its gate refuses; and a request that looked twice may have
+        # looked at other identities: the response's end gives those back.
+        if verdict.decision is not None and len(places) == 1 and not engine.cluster:
+            places[0].released = True
 
 
 def logged_in(sender: object, request: Any = None, user: Any = None, **_: Any) -> None:

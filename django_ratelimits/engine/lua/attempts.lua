@@ -7,13 +7,15 @@
 --
 -- * a look (peek) passes only if the request fits beside every attempt in flight,
 --   and then reserves its place: in every group of the call, or in none if one of
---   them refuses it. A look that refuses the login takes no place, charges nothing and
---   is recorded as a denial, as a refused charge is (run_group in check.lua): a
---   refused login costs one call;
--- * a charge (the failure) takes the place its look reserved: what the request
---   reserved is not counted again, nor are the others, for which room was kept;
--- * a charge with no place of its own (its lease ended) counts every attempt in
---   flight, as a look does;
+--   them refuses it. A look that refuses the login takes no place and charges
+--   nothing; refused by a limit on its own, it is recorded as a denial, as a refused
+--   charge is (run_group in check.lua), so a refused login costs one call. Refused
+--   only for the attempts in flight, it is no denial (nor a step towards a ban):
+--   those may yet succeed;
+-- * a charge (the failure, which happened) takes the place its look reserved and
+--   counts the failure as any charge does, beside no attempt in flight: room was kept
+--   for it. A group the charge skips (a gate that now counts the address instead)
+--   gives its place back too (skip_group).
 -- * the request's end gives its place back (the release script, concurrency.py),
 --   and a lease that ends frees the place of a worker that died.
 --
@@ -23,9 +25,11 @@ local RESERVE_LEASE_US = 60000000
 -- they may yet succeed, and free their places.
 local RESERVED_RETRY_US = 1000000
 
--- How many attempts in flight a group's limits must count beside the request's own.
+-- How many attempts in flight a group's limits must count beside the request's own:
+-- in a look, every live one; a charge gives the request's place back and counts none.
 local function in_flight(key, now, charging)
-  if charging and rcall('ZREM', key, request_id) == 1 then
+  if charging then
+    rcall('ZREM', key, request_id)
     return 0
   end
   return rcall('ZCOUNT', key, sformat('(%d', now), '+inf')

@@ -244,6 +244,19 @@ local function denied_policies(limits, at)
   return policies
 end
 
+-- Whether a login's group (outcomes from OUT[at + 1]) was refused only for the attempts
+-- in flight (attempts.lua): its `waiting` limits refused beside them are all that
+-- refused it.
+local function held_back(limits, at, waiting)
+  local refused = 0
+  for i = 1, #limits do
+    if OUT[at + 4 * i - 3] ~= 1 then
+      refused = refused + 1
+    end
+  end
+  return refused == waiting
+end
+
 -- The override in force now of an OVERRIDE field's `value`: 'a' (allow-listed),
 -- 'b' (blocked) or nil, and until when. The value is "<a or b>:<until_us>",
 -- digits only; anything else is no override (engine/overrides.py is the
@@ -472,7 +485,7 @@ local function run_group(KEYS, ARGV, a, k, n)
     override, override_until = override_of(values[2])
   end
   -- Failed logins in flight, which the limits count beside the request (attempts.lua).
-  local extra, reserved = 0, nil
+  local extra, reserved, waiting = 0, nil, 0
   if set.reserves and request_id then
     reserved = KEYS[k + set.width - 1]
     extra = in_flight(reserved, now, charge)
@@ -493,6 +506,7 @@ local function run_group(KEYS, ARGV, a, k, n)
         alg.peek(KEYS[lk], now, limit, window, capacity, lcost)
       if extra > 0 and allowed then
         allowed, remaining, retry = beside(remaining, extra)
+        waiting = allowed and waiting or waiting + 1
       end
       if allowed then
         logs = logs or {}
@@ -505,6 +519,7 @@ local function run_group(KEYS, ARGV, a, k, n)
           l[6])
       if extra > 0 and allowed then
         allowed, remaining, retry = beside(remaining, extra)
+        waiting = allowed and waiting or waiting + 1
       end
       if allowed then
         WRITES[nw + 1], WRITES[nw + 2], nw = l[6], new, nw + 2
@@ -522,8 +537,11 @@ local function run_group(KEYS, ARGV, a, k, n)
   -- A soft group after a refusal is only looked at, as the soft round of a cluster
   -- peeks it: the request does not go on, so it is neither charged nor a denial.
   -- A login's look that refuses it is recorded as the charge of a refused request is
-  -- (attempts.lua): the refusal is a denial, though nothing is charged.
-  if (charge or (refused and set.reserves)) and not (set.soft and refusing > 0) then
+  -- (attempts.lua): the refusal is a denial, though nothing is charged; not one refused
+  -- only for the attempts in flight.
+  local recorded = charge or (refused and set.reserves and
+    (waiting == 0 or not held_back(limits, at, waiting)))
+  if recorded and not (set.soft and refusing > 0) then
     if not refused then
       commit(state_key, WRITES, nw, live, values[1], logs)
     else
@@ -557,9 +575,14 @@ local function gate_of(text)
   return found
 end
 
--- Where the group at ARGV[a], KEYS[k] ends, without deciding it.
-local function skip_group(ARGV, a, k)
-  return a + 2, k + limits_of(ARGV[a]).width
+-- Where the group at ARGV[a], KEYS[k] ends, without deciding it. A charge gives back
+-- the place a login's look took in a group it skips (attempts.lua).
+local function skip_group(KEYS, ARGV, a, k)
+  local set = limits_of(ARGV[a])
+  if set.reserves and charge and request_id then
+    rcall('ZREM', KEYS[k + set.width - 1], request_id)
+  end
+  return a + 2, k + set.width
 end
 
 -- A client's identity budget (a ZSET: member = an identity's digest, score =
@@ -641,7 +664,7 @@ local function check(KEYS, ARGV)
       a, k = a + 3, k + 1
       if passed then
         if fallback then
-          a, k = skip_group(ARGV, a, k)
+          a, k = skip_group(KEYS, ARGV, a, k)
         end
         if own then
           a, k, n = run_group(KEYS, ARGV, a, k, n)
@@ -651,7 +674,7 @@ local function check(KEYS, ARGV)
           a, k, n = run_group(KEYS, ARGV, a, k, n)
         end
         if own then
-          a, k = skip_group(ARGV, a, k)
+          a, k = skip_group(KEYS, ARGV, a, k)
         end
       end
     end
