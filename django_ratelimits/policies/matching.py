@@ -50,7 +50,9 @@ class PathPattern:
     A path ending in ``\\n`` is searched as it is and without it: in Python's
     ``re`` (and so in Django's ``re_path``) ``$`` also matches before a final
     newline, and ``/login/%0A`` must not escape ``^/login/$``. Erring that way,
-    ``^/login/\\z`` limits it too.
+    ``^/login/\\z`` limits it too. And ``.`` matches a newline: a path is one line
+    to the URL resolver, whose ``<str:...>`` takes a newline (``/api/x%0Ay/export``
+    reaches ``api/<str:name>/export``), so it must not escape ``^/api/.*/export$``.
     """
 
     __slots__ = ("_regexp", "pattern")
@@ -59,6 +61,7 @@ class PathPattern:
         options = re2.Options()
         options.log_errors = False  # the error is raised, not printed to stderr
         options.never_capture = True  # groups are never read: the fastest automaton
+        options.dot_nl = True  # "." matches "\n", as a path segment may hold one
         try:
             encoded = pattern.encode()
         except UnicodeEncodeError:
@@ -110,7 +113,10 @@ def literal_prefix(pattern: str) -> str:
     while (literal := _literal_at(pattern, pos)) is not None:
         char, pos = literal
         if pattern[pos : pos + 1] == "+":
-            prefix.append(char)  # once at least, then the prefix ends
+            # Once at least, then the prefix ends; unless what follows repeats the
+            # whole (``^/a+(?i)*`` matches ``/``: the ``*`` repeats ``a+``).
+            if _required_before(pattern, pos + 1):
+                prefix.append(char)
             break
         if not _required_before(pattern, pos):
             break

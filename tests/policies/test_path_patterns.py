@@ -50,6 +50,35 @@ def test_a_final_newline_does_not_take_a_path_out_of_a_policy(pattern: str) -> N
     assert not login.search("/login/\n\n") and not login.search("/login/x")
 
 
+@pytest.mark.parametrize(
+    ("pattern", "path"),
+    [(r"^/api/.*/export$", "/api/x\ny/export"), (r"^/reports/.+/$", "/reports/q1\n/")],
+)
+def test_a_newline_inside_a_segment_does_not_take_a_path_out_of_a_policy(
+    pattern: str, path: str
+) -> None:
+    # Django's <str:name> is [^/]+: it takes a newline, so /api/x%0Ay/export reaches the
+    # view routed at api/<str:name>/export. RE2's "." did not match it.
+    assert PathPattern(pattern).search(path)
+
+
+@pytest.mark.django_db
+def test_a_newline_inside_a_segment_is_limited_through_the_site(site_redis: object) -> None:
+    from django.test import Client, override_settings
+
+    from django_ratelimits.models import Policy
+    from django_ratelimits.policies import get_registry
+
+    Policy.objects.create(name="export", rates="2/h", path=r"^/api/.*/export$")
+    get_registry().refresh()
+    with override_settings(ROOT_URLCONF="tests.segment_urls"):
+        client = Client()
+        assert [client.get("/api/a/export").status_code for _ in range(3)] == [200, 200, 429]
+        response = client.get("/api/x%0Ay/export")
+        assert response.status_code == 429
+        assert client.get("/api/b/export").status_code == 429
+
+
 def test_a_path_that_is_not_valid_unicode_is_searched_not_raised() -> None:
     assert PathPattern("^/a").search("/a\udc80") is True
     assert PathPattern("b$").search("/a\udc80") is False

@@ -154,6 +154,9 @@ def test_literal_prefix_examples() -> None:
         "^/ab(?:c)*": "/ab",
         "^/ab(c)?": "/ab",
         "^/ab(?i)c": "/a",
+        "^/a+/": "/a",
+        "^/api/h+(?i)*": "/api/",  # the "*" repeats "h+": /api/other matches
+        "^/ab+?c": "/a",
         # A class or a quote that hides a top-level "|": no prefix at all.
         "^/x[[:alpha:](]|/y": "",
         r"^/x\Q(\E|/y": "",
@@ -194,6 +197,8 @@ def _compiles(pattern: str) -> bool:
 @given(patterns.filter(_compiles), paths)
 @example(r"^/a\.b", "/a.b")
 @example("^/ab(?i)*", "/a")
+@example("^/api/h+(?i)*", "/api/other")
+@example("^/a.b", "/a\nb")
 @example("^/x[[:alpha:](]|/y", "/y")
 @example("^/login/$", "/login/\n")
 def test_every_match_starts_with_the_literal_prefix(pattern: str, path: str) -> None:
