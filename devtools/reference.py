@@ -121,12 +121,14 @@ def token_bucket(
         if now > ts:
             tokens = min(cap, tokens + float(now - ts) * limit / window)
     stamp = max(ts, now)
-    if tokens >= cost:
+    need = min(cost, capacity)  # above the capacity: when full, leaving the bucket in debt
+    if tokens >= need:
         left = tokens - cost
         reset = math.ceil((cap - left) * window / limit)
-        return True, math.floor(left), 0, reset, (left, stamp)
-    retry = math.ceil((cost - tokens) * window / limit)
-    return False, math.floor(tokens), retry, math.ceil((cap - tokens) * window / limit), None
+        return True, max(0, math.floor(left)), 0, reset, (left, stamp)
+    retry = math.ceil((need - tokens) * window / limit)
+    remaining = max(0, math.floor(tokens))
+    return False, remaining, retry, math.ceil((cap - tokens) * window / limit), None
 
 
 def gcra(state: Any, now: int, limit: int, window: int, capacity: int, cost: int) -> Outcome:
@@ -134,9 +136,10 @@ def gcra(state: Any, now: int, limit: int, window: int, capacity: int, cost: int
     tolerance = interval * capacity
     tat = max(state if state is not None else now, now)
     new_tat = tat + cost * interval
-    allow_at = new_tat - tolerance
+    # Above the capacity: only when the bucket is full, leaving it in debt.
+    allow_at = tat if cost > capacity else new_tat - tolerance
     if now >= allow_at:
-        remaining = math.floor((tolerance - (new_tat - now)) / interval)
+        remaining = max(0, math.floor((tolerance - (new_tat - now)) / interval))
         return True, remaining, 0, new_tat - now, new_tat
     remaining = max(0, math.floor((tolerance - (tat - now)) / interval))
     return False, remaining, allow_at - now, tat - now, None

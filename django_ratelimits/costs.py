@@ -68,9 +68,10 @@ def cost_of(request: HttpRequest, policy: PolicySpec) -> int:
 
 
 def charges(cost: int, limits: Sequence[Limit]) -> list[int]:
-    """What a request of ``cost`` (at least 1) charges each of ``limits``: at most
-    what the limit holds."""
-    return [min(cost, limit.capacity) for limit in limits]
+    """What a request of ``cost`` (at least 1) charges each of ``limits``: at most a
+    window's budget (:attr:`~django_ratelimits.engine.Limit.most_cost`; a bucket whose
+    burst is less takes it in debt)."""
+    return [min(cost, limit.most_cost) for limit in limits]
 
 
 def _report(policy: PolicySpec, problem: str, *, exc_info: bool = False) -> None:

@@ -34,8 +34,20 @@ async def costly_async(request: HttpRequest) -> HttpResponse:
     return HttpResponse("async results")
 
 
+@ratelimit("c-gcra", rate="10/h", algorithm="gcra", burst=2, cost=cost_from_query)
+def bucket_gcra(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("a bucket of 2, refilled at 10 an hour")
+
+
+@ratelimit("c-tb", rate="10/h", algorithm="token_bucket", burst=2, cost=cost_from_query)
+def bucket_tb(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("a bucket of 2, refilled at 10 an hour")
+
+
 urlpatterns = [
     path("cost/report", report),
     path("cost/search", search),
     path("cost/async", costly_async),
+    path("cost/gcra", bucket_gcra),
+    path("cost/tb", bucket_tb),
 ]

@@ -341,9 +341,9 @@ class Engine:
             for limit, charged in zip(chk.limits, chk.charges(cost), strict=True):
                 if charged < least:
                     raise ValueError(f"cost must be at least {least}, not {charged}")
-                if charged > limit.capacity and not limit.is_concurrency:
+                if charged > limit.most_cost and not limit.is_concurrency:
                     raise ValueError(
-                        f"cost {charged} exceeds the capacity {limit.capacity} of "
+                        f"cost {charged} exceeds the capacity {limit.most_cost} of "
                         f"{limit.policy} ({limit.rate}): such a request could never pass"
                     )
         return self._plan(planned, mode, cost, token)

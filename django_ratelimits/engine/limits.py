@@ -192,8 +192,18 @@ class Limit:
 
     @property
     def capacity(self) -> int:
-        """The most a request may cost under this limit."""
+        """What the limit holds: the bucket's burst, else the rate's limit."""
         return self.burst if self.burst is not None else self.rate.limit
+
+    @cached_property
+    def most_cost(self) -> int:
+        """The most one request may be charged: the capacity, or under the token bucket
+        and GCRA the rate's limit where that is more than the burst. Such a request
+        passes only when the bucket is full and leaves it in debt, so it is charged a
+        whole window's budget, never the burst alone (docs/cost.md)."""
+        if self.algorithm in _BURST_ALGORITHMS:
+            return max(self.capacity, self.rate.limit)
+        return self.capacity
 
     @cached_property
     def spec(self) -> str:

@@ -130,11 +130,12 @@ answer, which is lowered to it)."""
 
 def cost_problem(cost: object, limits: Iterable[Limit]) -> str | None:
     """Why ``cost`` cannot be a policy's cost with ``limits``: ``"cost_range"`` (not a
-    whole number from 1 to :data:`MAX_COST`), ``"cost_capacity"`` (more than a limit
-    holds: such a request could never pass), or None."""
+    whole number from 1 to :data:`MAX_COST`), ``"cost_capacity"`` (more than a limit's
+    window allows: such a request could never pass; a bucket takes up to its rate's
+    limit, in debt past its burst), or None."""
     if isinstance(cost, bool) or not isinstance(cost, int) or not 1 <= cost <= MAX_COST:
         return "cost_range"
-    if any(cost > limit.capacity for limit in limits):
+    if any(cost > limit.most_cost for limit in limits):
         return "cost_capacity"
     return None
 

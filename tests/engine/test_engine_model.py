@@ -70,7 +70,8 @@ def _replay(client: Any, limits: list[Limit], start: int, ops: list[tuple[Any, .
         checks = [Check(identity, limits) for identity in who]
         cost = min(op[1], capacity)
         if op[0] == "costly" and limits[0].algorithm is not Algorithm.CONCURRENCY:
-            costs = tuple(min(op[1] + i, limit.capacity) for i, limit in enumerate(limits))
+            # Above a burst too: the bucket passes it when full, and is left in debt.
+            costs = tuple(min(op[1] + i, limit.most_cost) for i, limit in enumerate(limits))
             checks = [Check(identity, limits, costs=costs) for identity in who]
         charge = op[0] != "peek"
         got = outcomes((engine.check if charge else engine.peek)(checks, cost=cost))

@@ -12,7 +12,7 @@ from redis.cluster import RedisCluster
 
 from django_ratelimits import costs
 from django_ratelimits.decorators import ratelimit
-from django_ratelimits.engine import Check, Identity, Limit
+from django_ratelimits.engine import Algorithm, Check, Identity, Limit
 from django_ratelimits.models import Policy, spec_fields
 from django_ratelimits.policies import get_registry
 from django_ratelimits.policies.spec import MAX_COST
@@ -152,12 +152,38 @@ def test_the_default_cost_leaves_the_scripts_arguments_as_they_were(site_redis: 
     assert b"eonr%d*3:%s" % (len(limit.encoded_spec), limit.encoded_spec) in costly.args
 
 
+@pytest.mark.parametrize("where", ["/cost/gcra", "/cost/tb"])
+def test_a_cost_above_a_buckets_burst_takes_the_whole_window_not_the_burst(
+    clock: FakeClock, where: str
+) -> None:
+    # 10/h with a burst of 2: a request the cost function prices at 10 (the whole hour)
+    # passes when the bucket is full and leaves it in debt. Charged the burst alone, it
+    # passed every 12 minutes: 5 an hour.
+    client = Client()
+    passed = []
+    for _ in range(10):  # 2 hours, in steps of 12 minutes
+        passed.append(client.get(f"{where}?cost=10").status_code == 200)
+        clock.advance(720)
+    assert passed == [True, False, False, False, False] * 2
+    # In debt, even the cheapest request waits for the bucket to refill to one.
+    assert client.get(f"{where}?cost=10").status_code == 200
+    assert client.get(f"{where}?cost=1").status_code == 429
+    clock.advance(3600 - 720)  # 8 of the 10 have refilled: the bucket holds 0
+    assert client.get(f"{where}?cost=1").status_code == 429
+    clock.advance(360)  # and 1 after 6 more minutes
+    assert client.get(f"{where}?cost=1").status_code == 200
+
+
 def test_the_engine_refuses_a_cost_no_limit_can_hold(site_redis: Any) -> None:
     engine = fresh_engine(site_redis)
     limit = Limit("api", parse_rate("10/m"))
     ip = Identity("ip", "192.0.2.1")
     with pytest.raises(ValueError, match="could never pass"):
         engine.check([Check(ip, (limit,), costs=(11,))])
+    bucket = Limit("api", parse_rate("10/m"), Algorithm.GCRA, burst=2)
+    assert engine.check([Check(ip, (bucket,), costs=(10,))]).allowed  # in debt, not more
+    with pytest.raises(ValueError, match="could never pass"):
+        engine.check([Check(ip, (bucket,), costs=(11,))])
     with pytest.raises(ValueError, match="at least 1"):
         engine.check([Check(ip, (limit,), costs=(0,))])
     with pytest.raises(ValueError):
@@ -210,7 +236,7 @@ def test_a_policy_has_one_cost_function() -> None:
         ("10/h", "fixed_window", "", "-3", "greater than or equal to 0"),
         ("10/h", "fixed_window", "", "lots", "Enter a whole number."),
         ("10/s, 100/h", "fixed_window", "", "11", "could never pass 10/s"),
-        ("10/s", "token_bucket", "4", "5", "could never pass 10/s"),
+        ("10/s", "token_bucket", "4", "11", "could never pass 10/s"),
     ],
 )
 def test_admin_refuses_a_bad_cost_as_a_form_error(
@@ -226,9 +252,21 @@ def test_admin_refuses_a_bad_cost_as_a_form_error(
     assert not Policy.objects.filter(name="api").exists()
 
 
-def test_admin_saves_a_cost_the_rates_hold(admin_client: Client) -> None:
+@pytest.mark.parametrize(
+    ("algorithm", "burst", "rates", "cost"),
+    [
+        ("fixed_window", "", "10/s, 100/h", "10"),
+        # Above the burst: passes when the bucket is full, and leaves it in debt.
+        ("token_bucket", "4", "10/s", "10"),
+    ],
+)
+def test_admin_saves_a_cost_the_rates_hold(
+    admin_client: Client, algorithm: str, burst: str, rates: str, cost: str
+) -> None:
     from tests.dashboard.test_admin import add_url, form
 
-    response = admin_client.post(add_url(), form(rates="10/s, 100/h", cost="10"))
+    response = admin_client.post(
+        add_url(), form(rates=rates, algorithm=algorithm, burst=burst, cost=cost)
+    )
     assert response.status_code == 302
-    assert Policy.objects.get(name="api").to_spec().cost == 10
+    assert Policy.objects.get(name="api").to_spec().cost == int(cost)

@@ -1,6 +1,8 @@
 -- Token bucket: `capacity` tokens, refilled continuously at limit/window
 -- ("<tokens> <last refill>"). Tokens are doubles, written with all their
--- digits (fmt_float), so the state round-trips exactly.
+-- digits (fmt_float), so the state round-trips exactly. A request that costs more
+-- than `capacity` (at most the limit: costs.py) passes only when the bucket is full,
+-- and leaves it in debt (fewer than no tokens) until its whole cost has refilled.
 ALG.tb = {}
 
 function ALG.tb.peek(v, now, limit, window, capacity, cost)
@@ -18,11 +20,13 @@ function ALG.tb.peek(v, now, limit, window, capacity, cost)
     end
   end
   local stamp = max(ts, now)
-  if tokens >= cost then
+  local need = cost > capacity and capacity or cost
+  if tokens >= need then
     local left = tokens - cost
     local full_in = ceil((capacity - left) * window / limit)
-    return true, floor(left), 0, full_in, fmt_float(left) .. ' ' .. fmt(stamp), full_in
+    return true, left > 0 and floor(left) or 0, 0, full_in,
+      fmt_float(left) .. ' ' .. fmt(stamp), full_in
   end
-  return false, floor(tokens), ceil((cost - tokens) * window / limit),
+  return false, tokens > 0 and floor(tokens) or 0, ceil((need - tokens) * window / limit),
     ceil((capacity - tokens) * window / limit)
 end
