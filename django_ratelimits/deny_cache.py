@@ -301,8 +301,14 @@ class DenialCache:
             if sent.epoch != self._epoch:
                 return
             for r in decision.results:
-                # A concurrency denial ends when a slot is released, not at a time.
-                if r.allowed or r.limit.policy not in enforced or r.limit.is_concurrency:
+                # A concurrency denial ends when a slot is released, not at a time; so
+                # does a login held back by those in flight, which is no denial.
+                if (
+                    r.allowed
+                    or r.limit.policy not in enforced
+                    or r.limit.is_concurrency
+                    or r.held_back
+                ):
                     continue
                 if r.limit.ban is not None and not r.blocked:
                     # A banning policy's denials must reach the check script, which

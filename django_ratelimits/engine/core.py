@@ -364,12 +364,20 @@ class Engine:
                         found.later.append(part.later)
                     pairs = (part.own or []) if passed else part.fallback
                 for identity, limit in pairs:
-                    # outcome: 1 allowed, 0 denied by the limit, 2 denied by a block
+                    # outcome: 1 allowed, 0 denied by the limit, 2 denied by a block,
+                    # 3 refused only for the failed logins in flight (lua/attempts.lua)
                     outcome, remaining, retry, reset = values[n : n + 4]
                     n += 4
                     found.results.append(
                         LimitResult(
-                            identity, limit, outcome == 1, remaining, retry, reset, outcome == 2
+                            identity,
+                            limit,
+                            outcome == 1,
+                            remaining,
+                            retry,
+                            reset,
+                            outcome == 2,
+                            outcome == 3,
                         )
                     )
         return found

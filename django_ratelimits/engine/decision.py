@@ -17,7 +17,10 @@ class LimitResult:
     the same request would be allowed (0 when allowed); ``reset_after_us`` how
     long until the quota is whole again if no request comes. Both are measured
     on Redis' clock, in microseconds. ``blocked``: denied by a block staff set
-    (until ``retry_after_us`` from now), not by the limit.
+    (until ``retry_after_us`` from now), not by the limit. ``held_back``: a failed
+    login's look refused only because the identity's logins in flight fill the limit
+    (:attr:`Check.reserve <django_ratelimits.engine.Check.reserve>`): no denial is
+    recorded for it, and the worker's cache of denials does not learn it.
     """
 
     identity: Identity
@@ -27,6 +30,7 @@ class LimitResult:
     retry_after_us: int
     reset_after_us: int
     blocked: bool = False
+    held_back: bool = False
 
     @property
     def retry_after(self) -> float:

@@ -17,12 +17,14 @@ from django.contrib.auth.signals import user_login_failed
 from django.test import RequestFactory, override_settings
 
 from django_ratelimits.decide import RateLimited
-from django_ratelimits.engine import Identity
+from django_ratelimits.deny_cache import cache_for
+from django_ratelimits.engine import Identity, get_engine
 from django_ratelimits.inflight import release
 from django_ratelimits.logins import BACKEND, FailedLoginBackend
 from django_ratelimits.models import Policy
 from django_ratelimits.offenders import Offenders
 from django_ratelimits.policies import get_registry
+from django_ratelimits.testing import FakeClock
 from tests.engine_helpers import all_keys
 
 pytestmark = pytest.mark.django_db
@@ -47,10 +49,10 @@ def policy(**fields: Any) -> Policy:
     return row
 
 
-def look(username: str, ip: str = ATTACKER) -> Any:
+def look(username: str, ip: str = ATTACKER, path: str = LOGIN) -> Any:
     """A login's look before its password: its request (holding its places), or
     RateLimited raised."""
-    request = RequestFactory().post(LOGIN, REMOTE_ADDR=ip)
+    request = RequestFactory().post(path, REMOTE_ADDR=ip)
     FailedLoginBackend().authenticate(request, username=username, password="guess")
     return request
 
@@ -143,3 +145,69 @@ def test_a_failure_the_budget_gate_moves_to_the_address_gives_back_the_username_
     end(other)
     places = {k: site.zcard(k) for k in all_keys(site) if b":v:" in k}
     assert all(n == 0 for n in places.values()), places
+
+
+def test_a_policy_that_refused_only_for_logins_in_flight_does_not_ban(site: Any) -> None:
+    """'web' (2/15m, the web login form only) and 'all' (5/h, every login, banning at
+    its first denial). Two guesses at the form fail: 'web' is full, 'all' holds 3 more.
+    Three people sign in through the API at once (in flight, within 'all'). A third
+    guess at the form is refused by 'web' on its own, and by 'all' only for the three in
+    flight, which then succeed: 'all' never denied a failure, so it bans no one (the
+    group's denial once counted towards every policy that refused it)."""
+    web, api = "/accounts/login/", "/api/login/"
+    policy(name="web", key="ip", rates="2/15m", path=f"^{web}$")
+    policy(
+        name="all",
+        key="ip",
+        rates="5/h",
+        ban_after=1,
+        ban_within="1h",
+        ban_for="1h",
+        ban_max="1d",
+    )
+    for name in ("x1", "x2"):
+        fail(look(name, path=web), name)
+    people = [look(name, path=api) for name in ("ann", "ben", "cat")]
+    with pytest.raises(RateLimited) as refused:
+        look("x3", path=web)
+    assert refused.value.verdict is not None and refused.value.verdict.decision is not None
+    by = {r.limit.policy: (r.allowed, r.held_back) for r in refused.value.verdict.decision.results}
+    assert by == {"web": (False, False), "all": (False, True)}
+    for request in people:
+        end(request)  # all three signed in
+    override = Offenders().inspect(Identity("ip", ATTACKER)).detail.override
+    assert override is None, override
+
+
+def _denials() -> int:
+    """The address's denials on record, the worker's batch of cached refusals recorded."""
+    cache = cache_for(get_engine())
+    if cache is not None:
+        cache.flush()
+    offender = Offenders().inspect(Identity("ip", ATTACKER)).detail.offender
+    return 0 if offender is None else offender.denials
+
+
+def test_logins_held_back_by_those_in_flight_add_no_denial_to_the_record(
+    site: Any, frozen_clock: FakeClock
+) -> None:
+    """An address with a record (three failures and one refusal, 20 minutes ago). Now,
+    its window long free, three people behind it log in at once with the right password,
+    and four more try meanwhile: each is told to retry in a second, and nobody failed a
+    password: the record counts no new denial (the worker's cache of denials once learnt
+    the first refusal and counted the next three)."""
+    policy(name="logins", key="ip", rates="3/15m")
+    for name in ("x1", "x2", "x3"):
+        fail(look(name), name)
+    with pytest.raises(RateLimited):
+        look("x4")
+    before = _denials()
+    assert before == 1
+    frozen_clock.advance(20 * 60)
+    people = [look(name) for name in ("ann", "ben", "cat")]
+    for name in ("dan", "eve", "fay", "gus"):
+        with pytest.raises(RateLimited):
+            look(name)  # held back by the three in flight
+    for request in people:
+        end(request)
+    assert _denials() == before

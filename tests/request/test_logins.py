@@ -20,6 +20,7 @@ from django.test import AsyncClient, Client, override_settings
 from django.urls import reverse
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from redis.cluster import RedisCluster
 
 from django_ratelimits.engine import Identity, get_engine
 from django_ratelimits.identity import USERNAME_MAX, normalize_username
@@ -373,12 +374,13 @@ def test_engine_calls_per_request(site: Any) -> None:
     assert login("alice", RIGHT).status_code == 302
     assert check_calls(*_primaries(redis)) - before == 2
     assert login("alice").status_code == 200
-    assert check_calls(*_primaries(redis)) - before == 4
+    # On a cluster the response's end gives the failure's place back too (a gated
+    # username in another slot is not sent once its gate refuses): one call more.
+    extra = 1 if isinstance(redis, RedisCluster) else 0
+    assert check_calls(*_primaries(redis)) - before == 4 + extra
 
 
 def _primaries(redis: Any) -> list[Any]:
-    from redis.cluster import RedisCluster
-
     if isinstance(redis, RedisCluster):
         return [redis.get_redis_connection(node) for node in redis.get_primaries()]
     return [redis]

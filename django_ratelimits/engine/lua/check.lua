@@ -32,7 +32,7 @@
 --       budget (ZSET).
 -- Returns one string of 64-bit little-endian integers (struct.pack): now_us,
 -- then per limit its outcome (1 allowed, 0 denied by the limit, 2 denied by a
--- block), remaining, retry_us, reset_us, with a gate's verdict (1 or 0) before
+-- block, 3 refused only for the failed logins in flight: attempts.lua), remaining, retry_us, reset_us, with a gate's verdict (1 or 0) before
 -- the limits it decided. (Packing costs Lua no number-to-text conversion, and
 -- one string is cheaper for Redis to reply and for the client to read than an
 -- array of numbers.) Hit entries are written, never returned: the reply stays
@@ -157,6 +157,12 @@ local function noted_before(groups, stride, p, value)
   return false
 end
 
+-- Whether a limit's outcome in OUT is a denial: 0 by its limit, 2 by a block. (1 is
+-- allowed; 3 refused only for the failed logins in flight, attempts.lua: no denial.)
+local function denies(outcome)
+  return outcome == 0 or outcome == 2
+end
+
 -- The denial counts of the policies the groups noted from DENIALS[d + 1] on denied
 -- (each once, though several groups or limits name it), in the offender `record`.
 -- FIELDS is kept between calls and overwritten (a request denies a few policies).
@@ -168,7 +174,7 @@ local function count_policies(record, d)
     if DENIALS[e + 1] == record then
       local limits, at, blocked = DENIALS[e + 5].limits, DENIALS[e + 6], DENIALS[e + 7]
       for i = 1, #limits do
-        if OUT[at + 4 * i - 3] ~= 1 then
+        if denies(OUT[at + 4 * i - 3]) then
           local field = blocked and BLOCKED_FIELD or limits[i][9]
           local j = index_in(FIELDS, n, field)
           if j > n then
@@ -237,7 +243,7 @@ end
 local function denied_policies(limits, at)
   local policies = {}
   for i = 1, #limits do
-    if OUT[at + 4 * i - 3] ~= 1 then
+    if denies(OUT[at + 4 * i - 3]) then
       policies[limits[i][5]] = true
     end
   end
@@ -245,16 +251,14 @@ local function denied_policies(limits, at)
 end
 
 -- Whether a login's group (outcomes from OUT[at + 1]) was refused only for the attempts
--- in flight (attempts.lua): its `waiting` limits refused beside them are all that
--- refused it.
-local function held_back(limits, at, waiting)
-  local refused = 0
+-- in flight (attempts.lua): none of its limits denied it on its own.
+local function held_back(limits, at)
   for i = 1, #limits do
-    if OUT[at + 4 * i - 3] ~= 1 then
-      refused = refused + 1
+    if denies(OUT[at + 4 * i - 3]) then
+      return false
     end
   end
-  return refused == waiting
+  return true
 end
 
 -- The override in force now of an OVERRIDE field's `value`: 'a' (allow-listed),
@@ -358,7 +362,7 @@ local function push_hits()
           if named then -- the group's limits are one policy's: one outcome for all
             local status = 'A'
             for i = 1, #limits do
-              if OUT[at + 4 * i - 3] ~= 1 then
+              if denies(OUT[at + 4 * i - 3]) then
                 status = no
                 break
               end
@@ -366,7 +370,7 @@ local function push_hits()
             n = note_status(n, named, status)
           else
             for i = 1, #limits do
-              n = note_status(n, limits[i][7], OUT[at + 4 * i - 3] == 1 and 'A' or no)
+              n = note_status(n, limits[i][7], denies(OUT[at + 4 * i - 3]) and no or 'A')
             end
           end
         end
@@ -495,7 +499,7 @@ local function run_group(KEYS, ARGV, a, k, n)
   for i = 1, #limits do -- not ipairs: a C call per step
     local l = limits[i]
     local alg, limit, window, capacity, lcost = l[1], l[2], l[3], l[4], l[8] or cost
-    local allowed, remaining, retry, reset, new, lives
+    local allowed, remaining, retry, reset, new, lives, waited
     if override == 'a' then
       allowed, remaining, retry, reset = true, limit, 0, 0
     elseif override == 'b' then
@@ -506,7 +510,7 @@ local function run_group(KEYS, ARGV, a, k, n)
         alg.peek(KEYS[lk], now, limit, window, capacity, lcost)
       if extra > 0 and allowed then
         allowed, remaining, retry = beside(remaining, extra)
-        waiting = allowed and waiting or waiting + 1
+        waited, waiting = not allowed, allowed and waiting or waiting + 1
       end
       if allowed then
         logs = logs or {}
@@ -519,14 +523,14 @@ local function run_group(KEYS, ARGV, a, k, n)
           l[6])
       if extra > 0 and allowed then
         allowed, remaining, retry = beside(remaining, extra)
-        waiting = allowed and waiting or waiting + 1
+        waited, waiting = not allowed, allowed and waiting or waiting + 1
       end
       if allowed then
         WRITES[nw + 1], WRITES[nw + 2], nw = l[6], new, nw + 2
         live = max(live, lives)
       end
     end
-    OUT[n + 1] = allowed and 1 or (override == 'b' and 2 or 0)
+    OUT[n + 1] = allowed and 1 or (override == 'b' and 2 or (waited and 3 or 0))
     OUT[n + 2], OUT[n + 3], OUT[n + 4] = remaining, retry, reset
     n = n + 4
     refused = refused or not allowed
@@ -540,7 +544,7 @@ local function run_group(KEYS, ARGV, a, k, n)
   -- (attempts.lua): the refusal is a denial, though nothing is charged; not one refused
   -- only for the attempts in flight.
   local recorded = charge or (refused and set.reserves and
-    (waiting == 0 or not held_back(limits, at, waiting)))
+    (waiting == 0 or not held_back(limits, at)))
   if recorded and not (set.soft and refusing > 0) then
     if not refused then
       commit(state_key, WRITES, nw, live, values[1], logs)
