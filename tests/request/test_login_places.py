@@ -49,6 +49,11 @@ def policy(**fields: Any) -> Policy:
     return row
 
 
+def banning(**fields: Any) -> Policy:
+    """A failed-login policy that bans for an hour at its first denial."""
+    return policy(ban_after=1, ban_within="1h", ban_for="1h", ban_max="1d", **fields)
+
+
 def look(username: str, ip: str = ATTACKER, path: str = LOGIN) -> Any:
     """A login's look before its password: its request (holding its places), or
     RateLimited raised."""
@@ -107,15 +112,7 @@ def test_logins_that_never_fail_do_not_ban_their_address(site: Any) -> None:
     fourth is told to retry in a second (three are in flight). No password failed: that
     refusal is no denial and no step towards the policy's ban (it once banned the
     address for an hour)."""
-    policy(
-        name="logins",
-        key="ip",
-        rates="3/15m",
-        ban_after=1,
-        ban_within="1h",
-        ban_for="1h",
-        ban_max="1d",
-    )
+    banning(name="logins", key="ip", rates="3/15m")
     people = [look(name) for name in ("ann", "ben", "cat")]
     with pytest.raises(RateLimited) as refused:
         look("dan")
@@ -156,15 +153,7 @@ def test_a_policy_that_refused_only_for_logins_in_flight_does_not_ban(site: Any)
     group's denial once counted towards every policy that refused it)."""
     web, api = "/accounts/login/", "/api/login/"
     policy(name="web", key="ip", rates="2/15m", path=f"^{web}$")
-    policy(
-        name="all",
-        key="ip",
-        rates="5/h",
-        ban_after=1,
-        ban_within="1h",
-        ban_for="1h",
-        ban_max="1d",
-    )
+    banning(name="all", key="ip", rates="5/h")
     for name in ("x1", "x2"):
         fail(look(name, path=web), name)
     people = [look(name, path=api) for name in ("ann", "ben", "cat")]
