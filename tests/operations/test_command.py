@@ -237,12 +237,13 @@ def test_offenders_show_blocks_in_force(engine: Engine) -> None:
 
 def declared_ip() -> dict[tuple[str, str], int]:
     """The full quota of every other policy counting addresses: the ones ``tests.urls``
-    (and any URLconf an earlier test imported) declare with ``@ratelimit(rate=...)``."""
+    (and any URLconf an earlier test imported) declare with ``@ratelimit(rate=...)``
+    (a bucket's is its burst)."""
     return {
-        (spec.name, str(rate)): rate.limit
+        (spec.name, str(limit.rate)): limit.capacity
         for spec in get_registry().counting("ip")
         if spec.name not in ("login", "api")
-        for rate in spec.rates
+        for limit in spec.limits
     }
 
 
