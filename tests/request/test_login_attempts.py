@@ -101,9 +101,10 @@ def test_logins_sent_together_test_no_more_passwords_than_the_limit(held: Any, k
     assert reached + refusals == ATTEMPTS
     if key == "ip_and_username" and isinstance(held, RedisCluster):
         # The address and the username live on two nodes, each decided apart: a login
-        # one refuses may hold its place on the other for a moment (never more than 3
-        # guesses; fewer, in some orders, as docs/logins.md says).
-        assert 1 <= reached <= 3
+        # one refuses may hold its place on the other for a moment, so never more than
+        # 3 guesses, but fewer in some orders, none at all in some (each refused one is
+        # told to retry in a second), as docs/logins.md says.
+        assert reached <= 3
         return
     assert reached == 3
     # The three failures were charged: the next attempt is refused, the right password too.
