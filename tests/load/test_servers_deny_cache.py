@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from django.conf import settings
 from django.test import override_settings
 
 from devtools.redis_harness import RedisServer
@@ -77,7 +78,9 @@ def test_a_flood_costs_no_check_per_denied_request_and_every_refusal_is_counted(
     assert ran <= 3 * batches, (ran, seconds)
     assert ran < FLOOD / 10  # a call per denied request would be 2 * FLOOD
     # Both processes exited: what they refused is in the record, every request once.
-    with override_settings(DJANGO_RATELIMITS={"REDIS": redis_standalone.url}):
+    with override_settings(
+        DJANGO_RATELIMITS={**settings.DJANGO_RATELIMITS, "REDIS": redis_standalone.url}
+    ):
         offender = Offenders().inspect(Identity("ip", source)).detail.offender
     assert offender is not None
     assert offender.denials == 2 * 2 + 2 * FLOOD
@@ -88,7 +91,9 @@ def test_a_lift_reaches_both_processes(redis_standalone: RedisServer, tmp_path: 
     source = new_source()
     with (
         two_sites(redis_standalone, tmp_path) as (a, b),
-        override_settings(DJANGO_RATELIMITS={"REDIS": redis_standalone.url}),
+        override_settings(
+            DJANGO_RATELIMITS={**settings.DJANGO_RATELIMITS, "REDIS": redis_standalone.url}
+        ),
     ):
         who = Identity("ip", source)
         Offenders().block(who, 3600)

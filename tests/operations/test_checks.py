@@ -301,7 +301,9 @@ def test_ordinary_proxy_networks_pass() -> None:
 def test_a_reachable_redis_passes(redis_standalone: RedisServer) -> None:
     if not redis_standalone.is_running():
         redis_standalone.start()
-    with override_settings(DJANGO_RATELIMITS={"REDIS": redis_standalone.url}):
+    with override_settings(
+        DJANGO_RATELIMITS={**settings.DJANGO_RATELIMITS, "REDIS": redis_standalone.url}
+    ):
         assert ids([REDIS_TAG]) == []
     caches = {"default": django_redis_cache(redis_standalone.url)}
     with override_settings(CACHES=caches, DJANGO_RATELIMITS={"REDIS": "default"}):

@@ -208,7 +208,10 @@ def test_accounts_rotated_from_one_address_past_its_budget_count_once_each(
 
 def test_a_429_discloses_nothing_about_others_or_the_key_space(site_redis: Any) -> None:
     redis_setting = _redis_setting()
-    with override_settings(DJANGO_RATELIMITS={"REDIS": redis_setting, "KEY_PREFIX": "k3ysp4ce"}):
+    from django.conf import settings as django_settings
+
+    limits = {**django_settings.DJANGO_RATELIMITS, "REDIS": redis_setting, "KEY_PREFIX": "k3ysp4ce"}
+    with override_settings(DJANGO_RATELIMITS=limits):
         _policy(name="api", rates="1/m", path=r"^/api/", key="ip_and_user")
         alice = User.objects.create_user("alice-secret", password="x")
         bob = User.objects.create_user("bob", password="x")
