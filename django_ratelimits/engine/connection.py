@@ -229,7 +229,7 @@ def cache_pool(alias: str | None) -> tuple[str, dict[str, Any]] | None:
         return None
     from django_redis.pool import ConnectionFactory, get_connection_factory
 
-    factory = get_connection_factory(options)
+    factory = get_connection_factory(options=options)  # by name: 5.4 takes a path first
     if type(factory) is not ConnectionFactory or factory.pool_cls is not redis.ConnectionPool:
         return None
     location = cache["LOCATION"]

@@ -207,5 +207,8 @@ def test_an_alias_s_ssl_options_reach_its_asyncio_twin() -> None:
         assert pool.connection_class is redis.asyncio.SSLConnection
         sync = get_redis_connection("default").connection_pool.connection_kwargs
         for option in ("ssl_cert_reqs", "username", "host", "port", "db"):
-            assert pool.connection_kwargs[option] == sync[option], option
-        assert (pool.connection_kwargs["ssl_cert_reqs"], sync["username"]) == ("none", "limiter")
+            assert pool.connection_kwargs.get(option) == sync.get(option), option
+        assert pool.connection_kwargs["ssl_cert_reqs"] == "none"
+        # OPTIONS' USERNAME: later django-redis releases pass it on; 5.4.0, the lowest
+        # this package takes, drops it from the sync pool, and so from the twin.
+        assert sync.get("username") in ("limiter", None)
