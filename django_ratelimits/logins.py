@@ -81,12 +81,11 @@ class FailedLoginBackend:
             charge=False,
             counted=True,
         )
-        places = _hold(planned, verdict, token)
+        if (back := _hold(planned, verdict, token)) is not None:
+            # If Redis fails here, its response's end gives them back, or the lease.
+            with contextlib.suppress(BackendError):
+                engine.release(back)
         if verdict.blocked():
-            if places is not None:  # taken on a cluster's other nodes
-                # If Redis fails here, its response's end gives them back, or the lease.
-                with contextlib.suppress(BackendError):
-                    engine.release(places)
             raise RateLimited(verdict)
 
     async def aauthenticate(self, request: Any, **credentials: Any) -> None:
@@ -102,28 +101,28 @@ class FailedLoginBackend:
             charge=False,
             counted=True,
         )
-        places = _hold(planned, verdict, token)
+        if (back := _hold(planned, verdict, token)) is not None:
+            with contextlib.suppress(BackendError):
+                await engine.arelease(back)
         if verdict.blocked():
-            if places is not None:  # taken on a cluster's other nodes
-                with contextlib.suppress(BackendError):
-                    await engine.arelease(places)
             raise RateLimited(verdict)
 
 
-#: The request's attributes holding the id its logins' places in flight are held by,
-#: and those places (``Held``, also in ``request.ratelimit``).
-_TOKEN: Final = "_ratelimits_login_token"
+#: The request's attribute holding the places its logins' looks took among the logins in
+#: flight (``Held``, also in ``request.ratelimit``), each under the request's one id.
 _PLACES: Final = "_ratelimits_login_places"
 
 
+def _places(request: HttpRequest) -> tuple[Held, ...]:
+    places: tuple[Held, ...] = getattr(request, _PLACES, ())
+    return places
+
+
 def _token(request: HttpRequest) -> bytes:
-    """The id of ``request``'s places among the logins in flight: made at its first
-    login, the same for every later one (a view may call ``authenticate()`` twice)."""
-    token: bytes | None = getattr(request, _TOKEN, None)
-    if token is None:
-        token = request_id()
-        setattr(request, _TOKEN, token)
-    return token
+    """The id of ``request``'s places among the logins in flight: that of the places an
+    earlier look took (a view may call ``authenticate()`` twice), else a new one."""
+    places = _places(request)
+    return places[0].token if places else request_id()
 
 
 def _reserving(checks: list[Check]) -> list[Check]:
@@ -133,18 +132,20 @@ def _reserving(checks: list[Check]) -> list[Check]:
 
 
 def _hold(planned: Planned, verdict: Verdict, token: bytes) -> Held | None:
-    """The places a login's look may have taken: given back when its response ends, as
-    they join the request's verdict (``request.ratelimit``), whose concurrency slots the
-    middleware gives back then. A failure takes its place first (``login_failed``);
-    without the middleware, a place lasts its lease, a minute.
+    """Notes the places a login's look may have taken: given back when its response
+    ends, as they join the request's verdict (``request.ratelimit``), whose concurrency
+    slots the middleware gives back then. A failure takes its place first
+    (``login_failed``); without the middleware, a place lasts its lease, a minute.
 
-    None if the look took none: it made no engine call, or it was refused by one call
-    (a look takes a place in every identity of a call or in none). On a cluster, where
-    a login's identities may live on several nodes, a refused login may hold places on
-    the others: the backend gives them back at once."""
+    Returns the places to give back at once, None if there are none. A look takes none
+    when it made no engine call, or when one call refused it (it takes a place in every
+    identity of a call or in none). On a cluster, where a login's identities may live on
+    several nodes, a refused login may hold places on the others: the backend gives
+    them back at once."""
     decision = verdict.decision
     engine = get_engine()
-    if decision is None or verdict.cached or (verdict.blocked() and not engine.cluster):
+    refused = verdict.blocked()
+    if decision is None or verdict.cached or (refused and not engine.cluster):
         return None
     keys = engine.keys
     places = dict.fromkeys(
@@ -157,8 +158,8 @@ def _hold(planned: Planned, verdict: Verdict, token: bytes) -> Held | None:
     request = planned.request
     before: Verdict = getattr(request, "ratelimit", None) or Verdict(())
     request.ratelimit = before.merge(Verdict((), Decision((), decision.now_us, (held,))))  # type: ignore[attr-defined]
-    setattr(request, _PLACES, (*getattr(request, _PLACES, ()), held))
-    return held
+    setattr(request, _PLACES, (*_places(request), held))
+    return held if refused else None
 
 
 def login_failed(
@@ -175,13 +176,14 @@ def login_failed(
     # A failure its look let through is counted by Redis, whatever the worker's cache of
     # denials learnt since (a login refused for the attempts in flight, this one among
     # them): it takes the place the look reserved.
-    token: bytes | None = getattr(planned.request, _TOKEN, None)
-    if token is None:  # no look before the password (no FailedLoginBackend): no place
-        planned.run(lambda checks: get_engine().check(checks), cached=False)
+    places, engine = _places(planned.request), get_engine()
+    if not places:  # no look took a place (no FailedLoginBackend, or Redis failed)
+        planned.run(engine.check, cached=False)
     else:
-        engine, checks = get_engine(), _reserving(planned.checks)
-        verdict = planned.run(lambda _: engine.check(checks, token=token), cached=False)
-        places: tuple[Held, ...] = getattr(planned.request, _PLACES, ())
+        token = places[0].token
+        verdict = planned.run(
+            lambda checks: engine.check(_reserving(checks), token=token), cached=False
+        )
         # The charge gave back every place of the one look it follows, in the groups it
         # ran or skipped (a gate that now counts the address): none is left to give back
         # when the response ends. On a cluster a gated username's group in another slot
