@@ -200,3 +200,22 @@ def test_logins_held_back_by_those_in_flight_add_no_denial_to_the_record(
     for request in people:
         end(request)
     assert _denials() == before
+
+
+def test_a_request_that_logs_in_twice_counts_both_failures_and_keeps_no_place(
+    site: Any,
+) -> None:
+    """A view that tries a second credential after the first fails (a username, then an
+    email) calls authenticate() twice in one request: both looks hold the request's one
+    place, both failures are charged, and once the response ends the address holds
+    nothing in flight, so its limit counts exactly the two failures."""
+    policy(name="logins", key="ip", rates="3/15m")
+    request = look("alice")
+    fail(request, "alice")
+    FailedLoginBackend().authenticate(request, username="alice@example.com", password="guess")
+    fail(request, "alice@example.com")
+    end(request)
+    assert not [key for key in all_keys(site) if b":v:" in key]
+    fail(look("carol"), "carol")  # the third failure of the 3/15m
+    with pytest.raises(RateLimited):
+        look("dave")
