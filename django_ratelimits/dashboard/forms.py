@@ -27,7 +27,7 @@ from django_ratelimits.offenders import (
     Query,
     resolve,
 )
-from django_ratelimits.offenders.identities import VALUE_MAX, user_pk
+from django_ratelimits.offenders.identities import VALUE_MAX, find_user
 
 PER_PAGE = 25
 # Pages reach as deep into the index as filters look (the reader reads every
@@ -74,7 +74,7 @@ class FilterForm(forms.Form):
         label=_("User"),
         required=False,
         max_length=150,
-        help_text=_("A user name or id."),
+        help_text=_("A user name or id (the id of a deleted user too)."),
         widget=forms.TextInput(attrs={"size": 12}),
     )
     shown = forms.ChoiceField(
@@ -86,6 +86,9 @@ class FilterForm(forms.Form):
         required=False,
     )
     page = forms.IntegerField(min_value=1, required=False, widget=forms.HiddenInput)
+
+    # Whether the user filter names the id of a user deleted since (set by is_valid()).
+    user_gone = False
 
     def __init__(self, data: QueryDict, policies: Sequence[str]) -> None:
         data = data.copy()  # the defaults, so that the selects show them
@@ -125,14 +128,21 @@ class FilterForm(forms.Form):
         return min(self.cleaned_data["page"] or 1, MAX_PAGE)
 
     def clean_user(self) -> str | None:
-        """The id of the user named by id or username."""
+        """The id of the user named by id or username, or of a user deleted since, named
+        by its id (what the limiter counted it as, say a deleted spam account's
+        ``user:42``, stays in Redis until the retention): :attr:`user_gone` then says so.
+        An id the user model's primary key cannot hold is no user's, deleted or not."""
         text = self.cleaned_data["user"].strip()
         if not text:
             return None
         try:
-            return user_pk(text)
+            pk, self.user_gone = find_user(text, former=True)
         except NoSuchIdentity:
-            raise ValidationError(_("No user has this id or username."), code="no_user") from None
+            raise ValidationError(
+                _("No user has this id or username (a deleted user is found by its id)."),
+                code="no_user",
+            ) from None
+        return pk
 
     def clean(self) -> dict[str, Any]:
         super().clean()

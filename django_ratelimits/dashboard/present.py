@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -179,14 +180,20 @@ class QuotaView:
     full_in: str  # "" when whole now
 
 
-def row_view(row: Row, now_ms: int, names: Mapping[str, str], url_for: UrlFor) -> RowView:
+def row_view(
+    row: Row,
+    now_ms: int,
+    names: Mapping[str, str],
+    url_for: UrlFor,
+    gone: AbstractSet[str] = frozenset(),
+) -> RowView:
     offender = row.offender
     return RowView(
         row=row,
         kind=kind_label(offender.kind),
-        name=display_name(offender.label, names),
+        name=display_name(offender.label, names, gone),
         url=None if row.identity is None else url_for(row.identity),
-        behind=behind(row.detail(), names, url_for),
+        behind=behind(row.detail(), names, url_for, gone),
         policies=denied_by(offender),
         last_seen=to_datetime(offender.last_ms),
         last_seen_text=ago(offender.last_ms, now_ms),
@@ -195,16 +202,27 @@ def row_view(row: Row, now_ms: int, names: Mapping[str, str], url_for: UrlFor) -
     )
 
 
-def behind(detail: OffenderDetail, names: Mapping[str, str], url_for: UrlFor) -> tuple[Who, ...]:
+def behind(
+    detail: OffenderDetail,
+    names: Mapping[str, str],
+    url_for: UrlFor,
+    gone: AbstractSet[str] = frozenset(),
+) -> tuple[Who, ...]:
     """The identities seen with this one, most frequent first, linked to their pages."""
-    return tuple(who_view(who, count, names, url_for) for who, count in detail.behind())
+    return tuple(who_view(who, count, names, url_for, gone) for who, count in detail.behind())
 
 
-def who_view(who: str, count: int, names: Mapping[str, str], url_for: UrlFor) -> Who:
+def who_view(
+    who: str,
+    count: int,
+    names: Mapping[str, str],
+    url_for: UrlFor,
+    gone: AbstractSet[str] = frozenset(),
+) -> Who:
     kind, _, value = who.partition(":")
     linkable = kind in KINDS and value not in ("", "-")
     url = url_for(Identity(kind, value)) if linkable else None
-    return Who(who, count, display_name(who, names), url)
+    return Who(who, count, display_name(who, names, gone), url)
 
 
 def page_activity(rows: Sequence[Row], now_ms: int) -> Activity:
@@ -298,8 +316,9 @@ def policy_label(name: str) -> str:
     return gettext("blocked (by staff or a ban)") if name == BLOCKED_POLICY else name
 
 
-def display_name(who: str, names: Mapping[str, str]) -> str:
-    """``alice (user 42)`` for a known user, ``anonymous`` for ``user:-``; for a hashed
+def display_name(who: str, names: Mapping[str, str], gone: AbstractSet[str] = frozenset()) -> str:
+    """``alice (user 42)`` for a known user, ``user 42 (no longer exists)`` for one of
+    ``gone`` (deleted since it was counted), ``anonymous`` for ``user:-``; for a hashed
     address (``HASH_IPS``) the address a recent hit keeps (:func:`addresses`), else
     ``hashed address h:ab12cd34…``; else the value."""
     if who == ANONYMOUS:
@@ -307,6 +326,8 @@ def display_name(who: str, names: Mapping[str, str]) -> str:
     kind, _, value = who.partition(":")
     if kind == "user" and who in names:
         return gettext("%(name)s (user %(pk)s)") % {"name": names[who], "pk": value}
+    if kind == "user" and who in gone:
+        return gettext("user %(pk)s (no longer exists)") % {"pk": value}
     if kind == "ip" and value.startswith(HASHED):
         return names.get(who) or gettext("hashed address %(hash)s…") % {"hash": value[:10]}
     return value
@@ -340,14 +361,18 @@ def to_datetime(ms: int) -> datetime:
 
 
 def hit_views(
-    hits: Sequence[Hit], now_ms: int, names: Mapping[str, str], url_for: UrlFor
+    hits: Sequence[Hit],
+    now_ms: int,
+    names: Mapping[str, str],
+    url_for: UrlFor,
+    gone: AbstractSet[str] = frozenset(),
 ) -> tuple[HitView, ...]:
     return tuple(
         HitView(
             hit=hit,
             at=to_datetime(hit.at_ms),
             ago=ago(hit.at_ms, now_ms),
-            who=who_view(hit.who, 1, names, url_for),
+            who=who_view(hit.who, 1, names, url_for, gone),
         )
         for hit in hits
     )

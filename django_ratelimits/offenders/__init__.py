@@ -28,7 +28,7 @@ from django_ratelimits.offenders.service import (
     UnknownPolicy,
     policy_names,
 )
-from django_ratelimits.offenders.users import user_names
+from django_ratelimits.offenders.users import Users, user_names, users
 
 __all__ = [
     "DURATIONS",
@@ -43,8 +43,10 @@ __all__ = [
     "Query",
     "Row",
     "UnknownPolicy",
+    "Users",
     "parse_identity",
     "policy_names",
     "resolve",
     "user_names",
+    "users",
 ]

@@ -154,6 +154,11 @@ def user_pk(value: str, *, former: bool = False) -> str:
     (the limiter counts users by id). Where the primary key is text, any value is one;
     there a name that never existed resolves to a ``user:`` that nothing counted.
     """
+    return find_user(value, former=former)[0]
+
+
+def find_user(value: str, *, former: bool = False) -> tuple[str, bool]:
+    """:func:`user_pk`'s id, and whether no user has it any more (only with ``former``)."""
     model = get_user_model()
     manager: Any = model._default_manager
     try:
@@ -165,7 +170,7 @@ def user_pk(value: str, *, former: bool = False) -> str:
         field = model.USERNAME_FIELD
         found = manager.filter(**{field: value}).values_list("pk", flat=True).first()
     if found is None and former and pk is not None and _could_be(model._meta.pk, pk):
-        return str(pk)
+        return str(pk), True
     if found is None:
         deleted = (
             "a deleted user is named by its id"
@@ -173,7 +178,7 @@ def user_pk(value: str, *, former: bool = False) -> str:
             else "a deleted user's data can still be shown, reset, lifted or forgotten by its id"
         )
         raise NoSuchIdentity(f"no user has the id or username {value!r} ({deleted})")
-    return str(found)
+    return str(found), False
 
 
 def _could_be(field: Any, pk: object) -> bool:

@@ -1,33 +1,60 @@
-"""The users behind ``user:<pk>`` identities: their names.
+"""The users behind ``user:<pk>`` identities: their names, and which no user has any more.
 
-Names are a nicety: a database error leaves them out rather than fail a page.
+Names are a nicety: a database error leaves them out rather than fail a page (and then
+no user is said to be gone either).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db import DatabaseError
 
+from django_ratelimits.engine.hits import ANONYMOUS
 
-def user_names(whos: Iterable[str]) -> dict[str, str]:
-    """``{"user:42": "alice"}`` for the ``user:<pk>`` identities that name a user (one query)."""
+
+@dataclass(frozen=True)
+class Users:
+    """What one query says of some ``user:<pk>`` identities."""
+
+    names: dict[str, str] = field(default_factory=dict)  # {"user:42": "alice"}
+    # The identities whose id no user has any more (a user deleted since the limiter
+    # counted it, such as a deleted spam account), as staff name them: ``user:42``.
+    gone: frozenset[str] = frozenset()
+
+
+def users(whos: Iterable[str]) -> Users:
+    """The names of the ``user:<pk>`` identities among ``whos`` that name a user, and
+    those whose id no user has (one query; nothing at all when it fails)."""
     model = get_user_model()
-    pks: list[Any] = []
+    pks: dict[str, Any] = {}
     for who in whos:
         kind, _, value = who.partition(":")
-        if kind == "user":
+        if kind == "user" and who != ANONYMOUS:
             try:
-                pks.append(model._meta.pk.to_python(value))
+                pks[who] = model._meta.pk.to_python(value)
             except ValidationError:
                 continue
     if not pks:
-        return {}
+        return Users()
     try:
-        rows = model._default_manager.filter(pk__in=pks).values_list("pk", model.USERNAME_FIELD)
-        return {f"user:{pk}": str(name) for pk, name in rows}
+        manager: Any = model._default_manager
+        rows = list(
+            manager.filter(pk__in=set(pks.values())).values_list("pk", model.USERNAME_FIELD)
+        )
     except DatabaseError:
-        return {}
+        return Users()
+    found = {pk for pk, _ in rows}
+    return Users(
+        names={f"user:{pk}": str(name) for pk, name in rows},
+        gone=frozenset(who for who, pk in pks.items() if pk not in found),
+    )
+
+
+def user_names(whos: Iterable[str]) -> dict[str, str]:
+    """``{"user:42": "alice"}`` for the ``user:<pk>`` identities that name a user (one query)."""
+    return users(whos).names

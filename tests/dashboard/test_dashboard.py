@@ -250,6 +250,44 @@ def test_filters(board: dict[str, Any]) -> None:
     assert shown(user="alice", policy="other") == set()
 
 
+def test_the_user_filter_finds_what_a_deleted_user_triggered(board: dict[str, Any]) -> None:
+    """A deleted spam account: Redis still names ``user:<id>``, and staff look it up by
+    that id (the filter refused it: it needed the user to exist)."""
+    client, users = board["client"], board["users"]
+    pk, carol_pk = str(users["alice"].pk), str(users["carol"].pk)
+    users["alice"].delete()
+    users["carol"].delete()  # never denied
+    gone = f"user {pk} (no longer exists)"
+    response = client.get(reverse(PAGE), {"user": pk})
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert idents(page) == [f"user:{pk}"]
+    assert f"No user has the id {pk} any more (deleted)" in page
+    assert gone in page and 'id="offenders-user-gone"' in page
+    body = data(client, user=pk, kind="user")
+    assert body["errors"] == {} and [o["name"] for o in body["offenders"]] == [gone]
+    assert 'id="offenders-user-gone"' in body["html"]["offenders-summary"]
+    assert idents(client.get(reverse(PAGE), {"user": carol_pk}).content.decode()) == []
+    # Named on the other rows too: the office IP's "seen with", her row unfiltered.
+    rows = {o["ident"]: o for o in data(client)["offenders"]}
+    assert rows[f"user:{pk}"]["name"] == gone
+    assert rows[f"ip:{OFFICE}"]["behind"][0] == {"who": f"user:{pk}", "count": 4, "name": gone}
+    assert 'id="offenders-user-gone"' not in client.get(reverse(PAGE)).content.decode()
+    # Her username was never counted; garbage and an id no key can hold are no user's:
+    # a form error next to the field (the filter left out), never a 500.
+    for bad in ("alice", "not a user", "9" * 23, "-1e3", "4 2"):
+        response = client.get(reverse(PAGE), {"user": bad})
+        assert response.status_code == 200
+        page = response.content.decode()
+        assert "No user has this id or username (a deleted user is found by its id)." in page
+        assert len(idents(page)) == 4 and 'id="offenders-user-gone"' not in page
+        assert data(client, user=bad)["errors"]["user"][0]["code"] == "no_user"
+    assert data(client, user="4\x002")["errors"]["user"][0]["code"] == "null_characters_not_allowed"
+    # With an IP filter as well, the conflict leaves the user out and says nothing of it.
+    page = client.get(reverse(PAGE), {"user": pk, "ip": OFFICE}).content.decode()
+    assert "Filter by IP or by user, not both." in page and "offenders-user-gone" not in page
+
+
 def test_bad_filters_are_shown_and_left_out(board: dict[str, Any]) -> None:
     client = board["client"]
     response = client.get(reverse(PAGE), {"ip": "not-an-ip", "period": "7", "order": "x"})

@@ -314,7 +314,7 @@ def test_a_deleted_users_page_lifts_and_forgets(
     alice.delete()
     assert f"user:{pk}" in idents(admin_client)
     page = page_of(admin_client, "user", pk)  # was a 404: the row's link led nowhere
-    assert 'id="user-gone"' in page
+    assert 'id="user-gone"' in page and f"user {pk} (no longer exists)" in page
     assert 'id="action-lift"' in page and 'id="action-forget"' in page
     assert 'id="action-block"' not in page and 'id="action-allow"' not in page
     refused = admin_client.post(

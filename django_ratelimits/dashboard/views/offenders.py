@@ -29,7 +29,7 @@ from django_ratelimits.dashboard.views.common import (
 )
 from django_ratelimits.engine.errors import BackendError
 from django_ratelimits.models import BlockedNetwork
-from django_ratelimits.offenders import OffenderList, Offenders, Query, policy_names, user_names
+from django_ratelimits.offenders import OffenderList, Offenders, Query, policy_names, users
 
 REFRESH_SECONDS = 5
 # The parts of the page that the JSON endpoint renders again: element id -> template.
@@ -57,6 +57,11 @@ class Board:
     def filtered(self) -> bool:
         f = self.filters
         return any(x is not None for x in (f.kind, f.policy, f.network, f.user))
+
+    @property
+    def gone_user(self) -> str | None:
+        """The id the user filter names when no user has it any more (deleted)."""
+        return self.filters.user if self.form.user_gone else None
 
     @property
     def page(self) -> int:
@@ -95,6 +100,7 @@ class Board:
             "period": PERIODS[self.filters.period],
             "chart": self.activity.chart() if self.activity else "",
             "shadow": self.filters.shadow,
+            "gone_user": self.gone_user,
             "page": page,
             "pages": self.pages,
             "previous_url": self.page_url(page - 1) if page > 1 else None,
@@ -167,13 +173,15 @@ def load(request: HttpRequest, site: AdminSite) -> Board:
     except BackendError as exc:
         message = gettext("Could not read the offenders from Redis: %(error)s") % {"error": exc}
         return Board(form, filters, None, (), None, message, request.GET)
-    names = user_names(
+    known = users(
         who for row in listing.rows for who in (row.offender.label, *(hit.who for hit in row.hits))
     )
+    names = dict(known.names)
     for row in listing.rows:
         names.update(addresses(row.hits, row.offender.label))
     rows = tuple(
-        row_view(row, listing.now_ms, names, lambda i: detail_url(site, i)) for row in listing.rows
+        row_view(row, listing.now_ms, names, lambda i: detail_url(site, i), known.gone)
+        for row in listing.rows
     )
     activity = page_activity(listing.rows, listing.now_ms)
     return Board(form, filters, listing, rows, activity, None, request.GET)
