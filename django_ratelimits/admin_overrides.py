@@ -21,7 +21,12 @@ from django.utils.translation import gettext_lazy as _
 from django_ratelimits.admin_search import BoundedSearch
 from django_ratelimits.engine import Identity
 from django_ratelimits.models import PolicyTier, RateOverride
-from django_ratelimits.offenders.identities import NoSuchIdentity, counted_now, parse
+from django_ratelimits.offenders.identities import (
+    NoSuchIdentity,
+    counted_now,
+    find_user,
+    parse,
+)
 from django_ratelimits.policies.tiers import Tier
 
 
@@ -54,17 +59,54 @@ class RateOverrideForm(forms.ModelForm):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        # The identity saved, as the row holds it (None on the add form).
+        self.saved: Identity | None = None
         if self.instance.pk:
             self.initial["identity"] = str(self.instance)
+            self.saved = Identity(self.instance.identity_kind, self.instance.identity_value)
+            if self._user_gone(self.saved):
+                self.fields["identity"].help_text = _(
+                    "No user has this id any more (deleted): no request is counted as it, "
+                    "so this override applies to nothing. Its rates, expiry and reason "
+                    "can still be changed, or it can be deleted."
+                )
 
     def clean_identity(self) -> str:
+        """What staff typed, resolved as the limiter counts it. A user must exist, with
+        one exception: an override saved for a user deleted since keeps its identity
+        when edited (its rates, expiry or reason changed), as
+        ``ratelimits unoverride`` still reaches it. A new override, or one moved to
+        another identity, for an id no user has is refused: nothing would be counted as
+        it, and an id mistyped could not be told from a deleted user's."""
         text: str = self.cleaned_data["identity"]
         try:
             identity = parse(text.strip())
         except NoSuchIdentity as exc:
-            raise forms.ValidationError(str(exc), code="no_such_identity") from None
+            kept = self._kept(text.strip())
+            if kept is None:
+                raise forms.ValidationError(str(exc), code="no_such_identity") from None
+            identity = kept
         self.instance.identity_kind, self.instance.identity_value = identity.kind, identity.value
         return text
+
+    def _kept(self, text: str) -> Identity | None:
+        """The saved identity, if ``text`` names it and it is a user deleted since."""
+        if self.saved is None or self.saved.kind != "user":
+            return None
+        try:
+            identity = parse(text, former_users=True)
+        except NoSuchIdentity:
+            return None
+        return identity if identity == self.saved else None
+
+    @staticmethod
+    def _user_gone(identity: Identity) -> bool:
+        if identity.kind != "user":
+            return False
+        try:
+            return find_user(identity.value, former=True)[1]
+        except NoSuchIdentity:  # not even an id the primary key can hold
+            return True
 
 
 class ExpiryFilter(admin.SimpleListFilter):

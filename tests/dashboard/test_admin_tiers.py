@@ -118,3 +118,53 @@ def test_the_override_list_filters_by_expiry_and_searches(admin_client: Client) 
     assert "198.51.100.1" in active and "198.51.100.2" not in active
     expired = admin_client.get(url, {"expiry": "expired", "q": "100.2"}).content.decode()
     assert "198.51.100.2" in expired and "198.51.100.1" not in expired
+
+
+def test_a_deleted_users_override_is_edited_but_none_is_made_for_an_id_no_user_has(
+    admin_client: Client, django_user_model: Any
+) -> None:
+    """Editing an override whose user was deleted since failed validation ("no user has
+    the id or username"), so its rates or expiry could not be changed, only deleted."""
+    Policy.objects.create(name="api", rates="10/s", key="user", path="^/api/")
+    spam = django_user_model.objects.create_user("spam", password="x")
+    bob = django_user_model.objects.create_user("bob", password="x")
+    add = reverse(OVERRIDE_ADD)
+    for who in ("user:spam", f"user:{bob.pk}"):
+        assert admin_client.post(add, override_form(identity=who)).status_code == 302
+    row = RateOverride.objects.get(identity_value=str(spam.pk))
+    other = RateOverride.objects.get(identity_value=str(bob.pk))
+    pk = str(spam.pk)
+    spam.delete()
+    change = reverse("admin:django_ratelimits_rateoverride_change", args=[row.pk])
+    page = admin_client.get(change).content.decode()
+    assert "No user has this id any more (deleted)" in page
+    assert f'value="user:{pk}"' in page
+    shorter = timezone.localtime() + timedelta(minutes=5)
+    edit = override_form(
+        identity=f"user:{pk}",
+        rates="5/h",
+        expires_at_0=shorter.strftime("%Y-%m-%d"),
+        expires_at_1=shorter.strftime("%H:%M:%S"),
+        reason="spam account, deleted",
+    )
+    response = admin_client.post(change, edit)
+    assert response.status_code == 302, response.content.decode()
+    row.refresh_from_db()
+    assert (row.identity_kind, row.identity_value, row.rates) == ("user", pk, "5/h")
+    assert row.reason == "spam account, deleted"
+    assert abs((row.expires_at - shorter).total_seconds()) < 1
+    # Bob's override keeps the usual help; an existing user's is not called gone.
+    other_change = reverse("admin:django_ratelimits_rateoverride_change", args=[other.pk])
+    assert "No user has this id any more" not in admin_client.get(other_change).content.decode()
+    # No override is made for an id no user has: not anew, not by moving bob's there,
+    # not by a mistyped id on the deleted user's own form.
+    mistyped = str(int(pk) + 1000)
+    for url, who in ((add, pk), (other_change, pk), (change, mistyped)):
+        response = admin_client.post(url, override_form(identity=f"user:{who}"))
+        assert response.status_code == 200
+        assert "no user has the id or username" in response.content.decode()
+    assert RateOverride.objects.count() == 2
+    other.refresh_from_db()
+    assert other.identity_value == str(bob.pk)
+    row.refresh_from_db()
+    assert row.identity_value == pk
