@@ -262,7 +262,7 @@ def test_the_user_filter_finds_what_a_deleted_user_triggered(board: dict[str, An
     assert response.status_code == 200
     page = response.content.decode()
     assert idents(page) == [f"user:{pk}"]
-    assert f"No user has the id {pk} any more (deleted)" in page
+    assert f"No user has the id {pk} (deleted, or never created)" in page
     assert gone in page and 'id="offenders-user-gone"' in page
     body = data(client, user=pk, kind="user")
     assert body["errors"] == {} and [o["name"] for o in body["offenders"]] == [gone]
