@@ -27,8 +27,9 @@ from django.utils import timezone
 from django_ratelimits.engine import Identity
 from django_ratelimits.engine.keys import label
 from django_ratelimits.management.output import Data, in_effect, table
-from django_ratelimits.models import Policy, RateOverride
+from django_ratelimits.models import Policy, RateOverride, spec_fields
 from django_ratelimits.offenders.text import span
+from django_ratelimits.policies import get_registry
 
 Report = tuple[Data, str]
 EVERY = "*"
@@ -55,7 +56,13 @@ def _policy(name: str | None) -> Policy | None:
         return None
     found = Policy.objects.filter(name=name).first()
     if found is None:
-        raise CommandError(f"no rate-limit policy is named {name!r}")
+        # A policy a view declares (@ratelimit(rate=...)) is enforced before a worker's
+        # refresh writes its row: write that row now, as the refresh would (the command
+        # imported the URLconf, so code's policies are known here as on the site).
+        declared = get_registry().declared(name)
+        if declared is None:
+            raise CommandError(f"no rate-limit policy is named {name!r}")
+        found, _ = Policy.objects.get_or_create(name=name, defaults=spec_fields(declared))
     return found
 
 

@@ -243,6 +243,11 @@ class PolicyRegistry:
         """Every name :meth:`knows`, sorted. No I/O."""
         return tuple(sorted(self._snapshot.row_names | self._declared.keys()))
 
+    def declared(self, name: str) -> PolicySpec | None:
+        """The default code declared as ``name`` (``@ratelimit(rate=...)``), row or no row.
+        No I/O."""
+        return self._declared.get(name)
+
     def knows(self, name: str) -> bool:
         """Whether a row (enabled or disabled) or a declared default is named ``name``. No I/O."""
         return name in self._snapshot.row_names or name in self._declared

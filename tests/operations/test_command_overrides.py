@@ -62,3 +62,17 @@ def test_an_override_for_every_policy_of_a_kind_none_counts_is_refused() -> None
     with pytest.raises(CommandError, match="No enabled policy counts the requests of a header"):
         run("override", "header:partner", "*", "50/s", "--for", "7d", "--reason", "partner")
     assert not RateOverride.objects.exists()
+
+
+def test_a_policy_a_view_declares_takes_an_override_before_its_row_is_written() -> None:
+    """tests.urls declares t-login with @ratelimit(rate=...): the site enforces it before
+    any worker has written its row, and the command (which imports the URLconf so that
+    such policies are known to it as to the site) gives it an override then too, writing
+    the row a worker's next refresh would write."""
+    assert not Policy.objects.filter(name="t-login").exists()
+    made = run_json("override", "ip:127.0.0.1", "t-login", "9/m", "--for", "1h", "--reason", "x")
+    assert (made["policy"], made["rates"]) == ("t-login", "9/m")
+    row = Policy.objects.get(name="t-login")
+    assert (row.rates, row.key, row.methods) == ("3/m", "ip", "POST")
+    assert RateOverride.objects.get().policy == row
+    assert run_json("unoverride", "ip:127.0.0.1", "t-login")["ended"] == 1
