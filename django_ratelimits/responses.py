@@ -224,6 +224,10 @@ def too_many_requests(request: HttpRequest, exception: RateLimited) -> HttpRespo
     custom = custom_response("RESPONSE_VIEW", view, request, exception) if view else None
     if custom is not None:
         response: HttpResponseBase = custom
+        if "status_code" not in vars(response) and response.status_code == 200:
+            # The view left the status out (HttpResponse's default, as render() gives):
+            # a refusal is a 429, never a 200. A status it chose is kept.
+            response.status_code = 429
     else:
         detail = ngettext(
             "Too many requests. Try again in %(seconds)d second.",

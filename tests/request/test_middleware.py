@@ -378,6 +378,31 @@ def test_response_view_renders_the_body_and_headers_are_kept(site_redis: Any) ->
     assert denied["RateLimit"].startswith('"api";r=0;')
 
 
+def page_429(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """A project's 429 page that leaves the status out, as ``render()`` does."""
+    return HttpResponse("slow down")
+
+
+def page_420(request: HttpRequest, exception: Exception) -> HttpResponse:
+    return HttpResponse("enhance your calm", status=420)
+
+
+@pytest.mark.parametrize(("view", "status"), [("page_429", 429), ("page_420", 420)])
+def test_a_response_view_that_sets_no_status_still_answers_429(
+    site_redis: Any, view: str, status: int
+) -> None:
+    """docs/request-path.md: the status is filled in if the view leaves it out (a
+    refusal is never a 200); a status the view chose is kept."""
+    policy(name="api", rates="1/m", path=r"^/api/")
+    with override_settings(DJANGO_RATELIMITS=_config(RESPONSE_VIEW=f"{__name__}.{view}")):
+        client = Client()
+        client.get("/api/hello")
+        denied = client.get("/api/hello")
+    assert denied.status_code == status
+    assert denied.content.startswith(b"slow down" if status == 429 else b"enhance")
+    assert int(denied["Retry-After"]) >= 1
+
+
 def broken_429(request: HttpRequest, exception: Exception) -> HttpResponse:
     raise RuntimeError("the project's 429 page is broken")
 
