@@ -88,6 +88,17 @@ def test_a_limit_of_its_own_cost_is_charged_that_cost(
 
 
 @pytest.mark.parametrize("algorithm", RATE_ALGORITHMS)
+def test_a_cost_of_thousands_is_charged_whole(redis_client: Any, algorithm: Algorithm) -> None:
+    """A cost admin accepts (up to the rate's limit) is charged by every algorithm: the
+    sliding log wrote one ZADD of all its members, which Lua's unpack() refuses past
+    about 8000 values, so a cost of 5000 failed the check (fail-open: no limit)."""
+    engine = fresh_engine(redis_client, FakeClock(EPOCH_US))
+    costly = [Check(IP, limits("10000/h", algorithm), costs=(5000,))]
+    assert [engine.check(costly).allowed for _ in range(3)] == [True, True, False]
+    assert engine.peek([Check(IP, limits("10000/h", algorithm))]).results[0].remaining == 0
+
+
+@pytest.mark.parametrize("algorithm", RATE_ALGORITHMS)
 def test_a_denied_identity_is_charged_nothing(redis_client: Any, algorithm: Algorithm) -> None:
     """All or nothing per identity: the 10/s rate is untouched while 2/m denies."""
     engine = fresh_engine(redis_client, FakeClock(EPOCH_US))

@@ -3,6 +3,7 @@
 -- in the same microsecond stay distinct. The one algorithm with a key of its
 -- own (ALG.log.zset): it reads and writes that key itself.
 ALG.log = {zset = true}
+local LOG_BATCH = 1000
 
 local function log_score_at(key, now, window, rank, reverse)
   local lo, hi = sformat('(%d', now - window), '+inf'
@@ -33,13 +34,16 @@ end
 
 function ALG.log.commit(key, now, window, cost, count)
   rcall('ZREMRANGEBYSCORE', key, '-inf', sformat('%d', now - window))
-  if cost > 0 then
-    local args, stamp = {}, fmt(now)
-    for i = 0, cost - 1 do
-      args[#args + 1] = stamp
-      args[#args + 1] = sformat('%d:%d', now, count + i)
+  -- At most LOG_BATCH members per ZADD: Lua's unpack() refuses more than about 8000
+  -- values (its C stack), and a cost may be up to the limit (1,000,000).
+  local stamp, args = fmt(now), {}
+  for first = 0, cost - 1, LOG_BATCH do
+    local n = min(cost - first, LOG_BATCH)
+    for i = 0, n - 1 do
+      args[2 * i + 1] = stamp
+      args[2 * i + 2] = sformat('%d:%d', now, count + first + i)
     end
-    rcall('ZADD', key, unpack(args))
+    rcall('ZADD', key, unpack(args, 1, 2 * n))
   end
   expire_in(key, window)
 end
