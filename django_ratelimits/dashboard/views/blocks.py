@@ -59,8 +59,9 @@ def blocks_page(request: HttpRequest, site: AdminSite) -> HttpResponse:
 
 
 def _page(text: str | None) -> int:
-    """The page asked for: 1 unless a whole number, at most :data:`MAX_PAGE`."""
-    if text is None or not text.isdigit() or len(text) > 6:
+    """The page asked for: 1 unless a whole number of ASCII digits, at most
+    :data:`MAX_PAGE` (``str.isdigit`` alone passes "²", which ``int`` refuses)."""
+    if text is None or not text.isascii() or not text.isdigit() or len(text) > 6:
         return 1
     return max(1, min(int(text), MAX_PAGE))
 
