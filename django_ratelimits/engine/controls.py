@@ -26,6 +26,7 @@ from django_ratelimits.engine.overrides import Note, Override
 
 _REDIS_ERRORS = (RedisError, RedisClusterException)
 MAX_OVERRIDE = 365 * 86_400  # seconds
+MIN_OVERRIDE = 0.001  # seconds
 ACTIVE_MAX = 1000  # overrides :meth:`Controls.active` reads from each shard at most
 # Deletes fields (ARGV[2]...: limits', or the override) from a state HASH (KEYS[1]),
 # and the HASH once nothing but its TTL horizon (keys.HORIZON, ARGV[1]) is left:
@@ -223,8 +224,10 @@ class Controls:
         return overrides.decode(value, now, note)
 
     def _override(self, identity: Identity, mode: str, seconds: float, by: str) -> None:
-        if not 0 < seconds <= MAX_OVERRIDE:
-            raise ValueError(f"an override lasts from 0 to 365 days, not {seconds} s")
+        # At least a millisecond: the keys' TTLs are whole ms (a shorter one was no
+        # override, or a Redis error on SET's PX 0), and at most a year.
+        if not MIN_OVERRIDE <= seconds <= MAX_OVERRIDE:
+            raise ValueError(f"an override lasts from 1 ms to 365 days, not {seconds} s")
         engine = self.engine
         keys = engine.keys.of(identity)
         try:
