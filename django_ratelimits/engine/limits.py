@@ -64,12 +64,14 @@ def burst_problem(algorithm: str, rate: Rate, burst: int) -> str | None:
     The one statement of the burst rules: :class:`Limit` refuses what this
     names, and admin shows each answer translated next to the field. The
     answer is a code: ``"burst_unused"`` (the algorithm, or a string that names
-    none, has no burst), ``"burst_range"`` (not 1 to :data:`MAX_BURST`) or
+    none, has no burst), ``"burst_range"`` (not a whole number from 1 to :data:`MAX_BURST`) or
     ``"burst_too_large"`` (GCRA's tolerance for ``rate`` would not stay exact).
     """
     if algorithm not in _BURST_ALGORITHMS:
         return "burst_unused"
-    if not 1 <= burst <= MAX_BURST:
+    # A whole number: the spec carries it as written, and the check script reads digits
+    # (a burst of 2.0 or True made every check of the limit fail, so fail open).
+    if isinstance(burst, bool) or not isinstance(burst, int) or not 1 <= burst <= MAX_BURST:
         return "burst_range"
     if -(-rate.window_us // rate.limit) * burst > _MAX_TOLERANCE_US:
         return "burst_too_large"

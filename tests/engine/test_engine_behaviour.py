@@ -9,6 +9,7 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
+from django_ratelimits.decorators import ratelimit
 from django_ratelimits.engine import (
     RATE_ALGORITHMS,
     Algorithm,
@@ -234,6 +235,20 @@ def test_burst_sets_the_bucket_capacity(redis_client: Any) -> None:
     for algorithm in (Algorithm.TOKEN_BUCKET, Algorithm.GCRA):
         checks = [Check(IP, [Limit("b", Rate(1, 1), algorithm, burst=20)])]
         assert sum(engine.check(checks).allowed for _ in range(25)) == 20
+
+
+@pytest.mark.parametrize("burst", [2.0, 2.5, True])
+def test_a_burst_is_a_whole_number(redis_client: Any, burst: object) -> None:
+    """A burst of 2.0 (or True) was accepted and written into the limit's spec as "2.0",
+    which the check script reads as digits: every check of the identity failed, and the
+    request path let it through (fail-open). It is refused like a burst of 0."""
+    engine = fresh_engine(redis_client, FakeClock(EPOCH_US))
+    checks = [Check(IP, [Limit("b", Rate(10, 1), Algorithm.TOKEN_BUCKET, burst=2)])]
+    assert [engine.check(checks).allowed for _ in range(3)] == [True, True, False]
+    with pytest.raises(ValueError, match="burst_range"):
+        Limit("b", Rate(10, 1), Algorithm.TOKEN_BUCKET, burst=burst)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="burst"):
+        ratelimit("b", rate="10/s", algorithm="token_bucket", burst=burst)  # type: ignore[arg-type]
 
 
 def test_a_limit_given_twice_is_rejected(redis_client: Any) -> None:
