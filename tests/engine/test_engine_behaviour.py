@@ -99,6 +99,24 @@ def test_a_cost_of_thousands_is_charged_whole(redis_client: Any, algorithm: Algo
     assert engine.peek([Check(IP, limits("10000/h", algorithm))]).results[0].remaining == 0
 
 
+@pytest.mark.parametrize("algorithm", [Algorithm.FIXED_WINDOW, Algorithm.SLIDING_LOG])
+def test_thousands_of_limits_on_one_identity_are_all_decided(
+    redis_client: Any, algorithm: Algorithm
+) -> None:
+    """Admin bounds no number of policies one request matches: an identity checked
+    against thousands of limits in one call is decided, charged and denied like one with
+    a few. (The script unpacked every limit's outcome, field and value into one Redis
+    command or reply, which Lua refuses past about 8000 values: from about 2000 limits
+    every check failed, and the requests went through unlimited.)"""
+    engine = fresh_engine(redis_client, FakeClock(EPOCH_US))
+    many = [Limit(f"p{i}", Rate(1, 3600), algorithm) for i in range(2500)]
+    first = engine.check([Check(IP, many)])
+    assert first.allowed and len(first.results) == len(many)
+    assert {r.remaining for r in first.results} == {0}
+    second = engine.check([Check(IP, many)])
+    assert not any(r.allowed for r in second.results) and len(second.results) == len(many)
+
+
 @pytest.mark.parametrize("algorithm", RATE_ALGORITHMS)
 def test_a_denied_identity_is_charged_nothing(redis_client: Any, algorithm: Algorithm) -> None:
     """All or nothing per identity: the 10/s rate is untouched while 2/m denies."""

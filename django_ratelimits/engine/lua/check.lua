@@ -90,6 +90,28 @@ local OUT, WRITES = {}, {}
 -- keeps the code loaded.
 local PACKINGS = {}
 
+-- Lua's unpack() gives at most about 8000 values: a command of more arguments, or a
+-- reply of more numbers, is made in batches of UNPACK_MAX (even: an HSET's field and
+-- value stay in one batch). Only a group of about a thousand limits or more (a request
+-- that many policies match: admin bounds them by no number) needs it; every other
+-- call unpacks its lists whole.
+local UNPACK_MAX = 4000
+
+-- rcall(command, key, list[1..n]...) in batches of UNPACK_MAX arguments; the batches'
+-- replies joined, if `reads` (HMGET).
+local function batched(command, key, list, n, reads)
+  local all = {}
+  for i = 1, n, UNPACK_MAX do
+    local part = rcall(command, key, unpack(list, i, min(n, i + UNPACK_MAX - 1)))
+    if reads then
+      for j = 1, #part do
+        all[i + j - 1] = part[j]
+      end
+    end
+  end
+  return all
+end
+
 local function packing(n)
   local format = PACKINGS[n]
   if format == nil then
@@ -279,15 +301,21 @@ end
 -- Charges an allowed group: one HSET of every field, the TTL extended only
 -- if the key's `horizon` (its HORIZON field, read with the limits) falls short
 -- of what the fields need, then the sliding logs.
-local function commit(state_key, writes, nw, live, horizon, logs)
+local function commit(state_key, writes, nw, live, horizon, logs, wide)
   if nw > 0 then
-    if (tonumber(horizon) or 0) < now_ms + ceil(live / 1000) then
-      local ttl = ceil(live / 1000 + max(live / 4000, TTL_SLACK_MS)) + 1
-      writes[nw + 1], writes[nw + 2] = HORIZON, fmt(now_ms + ttl)
-      rcall('HSET', state_key, unpack(writes, 1, nw + 2))
-      rcall('PEXPIRE', state_key, fmt(ttl + TTL_EXTRA_MS))
+    local extend = (tonumber(horizon) or 0) < now_ms + ceil(live / 1000)
+    local ttl
+    if extend then
+      ttl = ceil(live / 1000 + max(live / 4000, TTL_SLACK_MS)) + 1
+      writes[nw + 1], writes[nw + 2], nw = HORIZON, fmt(now_ms + ttl), nw + 2
+    end
+    if wide then
+      batched('HSET', state_key, writes, nw, false)
     else
       rcall('HSET', state_key, unpack(writes, 1, nw))
+    end
+    if extend then
+      rcall('PEXPIRE', state_key, fmt(ttl + TTL_EXTRA_MS))
     end
   end
   if logs then
@@ -468,6 +496,8 @@ local function limits_of(text)
     end
   end
   set.width = 1 + set.logs + (set.reserves and 1 or 0)
+  -- Its HMGET reads a field per limit and two more, its HSET writes two per limit and two.
+  set.wide = 2 * #set.limits + 2 > UNPACK_MAX
   return remember(SETS, text, set)
 end
 
@@ -483,7 +513,8 @@ local function run_group(KEYS, ARGV, a, k, n)
   local set, info = limits_of(ARGV[a]), ARGV[a + 1]
   local state_key = KEYS[k]
   -- The horizon, the override and every limit held in the HASH: one HMGET.
-  local values = rcall('HMGET', state_key, unpack(set.fields))
+  local values = set.wide and batched('HMGET', state_key, set.fields, #set.fields, true)
+    or rcall('HMGET', state_key, unpack(set.fields))
   local override, override_until = nil, 0
   if set.overrides then
     override, override_until = override_of(values[2])
@@ -547,7 +578,7 @@ local function run_group(KEYS, ARGV, a, k, n)
     (waiting == 0 or not held_back(limits, at)))
   if recorded and not (set.soft and refusing > 0) then
     if not refused then
-      commit(state_key, WRITES, nw, live, values[1], logs)
+      commit(state_key, WRITES, nw, live, values[1], logs, set.wide)
     else
       if not set.soft and not set.shadow then
         refusing = refusing + 1
@@ -688,5 +719,13 @@ local function check(KEYS, ARGV)
   if placing > 0 then -- a login's look (attempts.lua)
     take_places(now)
   end
-  return spack(packing(n), unpack(OUT, 1, n))
+  if n <= UNPACK_MAX then
+    return spack(packing(n), unpack(OUT, 1, n))
+  end
+  local parts = {}
+  for i = 1, n, UNPACK_MAX do
+    local j = min(n, i + UNPACK_MAX - 1)
+    parts[#parts + 1] = spack(packing(j - i + 1), unpack(OUT, i, j))
+  end
+  return tconcat(parts)
 end
