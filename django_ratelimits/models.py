@@ -39,6 +39,7 @@ from django_ratelimits.policies.parse import (
     check_burst,
     check_cost,
     check_key_arg,
+    check_log_size,
     check_login_key,
     check_path_start,
     parse_ban,
@@ -285,6 +286,7 @@ class Policy(models.Model):
             rates = _collect(errors, "rates", policy_rates, self.algorithm, self.rates, lease)
         if rates is not None:
             self.rates = rates_text(self.algorithm, rates)
+            _collect(errors, "rates", check_log_size, self.algorithm, rates)
             _collect(errors, "burst", check_burst, self.algorithm, rates, self.burst)
             if "burst" not in errors:
                 _collect(errors, "cost", check_cost, self.cost, self.algorithm, rates, self.burst)
@@ -455,6 +457,8 @@ def _clean_rates(
     rates = _collect(errors, "rates", rates_under, policy, row.rates) if row.rates else None
     if rates is not None:
         row.rates = rates_text(policy.algorithm if policy is not None else "", rates)
+        if policy is not None:
+            _collect(errors, "rates", check_log_size, policy.algorithm, rates)
 
 
 def _policy_of(tier: PolicyTier) -> Policy | None:

@@ -1,5 +1,5 @@
 """Checks of the policies that code names and the policy table holds
-(E005, E006, E008, W004, W013).
+(E005, E006, E008, W004, W013, W014).
 
 Each reads the policies' database through :func:`_rows`: a table that cannot
 be read yet (not migrated, no database, no access) has no rows to judge.
@@ -19,10 +19,13 @@ from django_ratelimits import key_functions
 from django_ratelimits.checks.common import TAG, valid_settings
 from django_ratelimits.checks.references import references
 from django_ratelimits.conf import SETTING_NAME
+from django_ratelimits.engine import Algorithm
+from django_ratelimits.errors import RateParseError
 from django_ratelimits.models import Policy
-from django_ratelimits.policies.parse import check_path_start, parse_path
+from django_ratelimits.policies.parse import LOG_MAX, check_path_start, parse_path
 from django_ratelimits.policies.registry import get_registry
 from django_ratelimits.policies.spec import KeyKind
+from django_ratelimits.rates import parse_rates
 
 _T = TypeVar("_T")
 
@@ -163,3 +166,32 @@ def _import_urlconf() -> None:
         get_resolver().url_patterns  # noqa: B018  (imports the URLconf modules)
     except Exception:  # a broken URLconf is Django's own check's to report
         return
+
+
+@register(TAG)
+def check_sliding_log_sizes(**kwargs: Any) -> list[CheckMessage]:
+    """W014: a sliding-log policy row saved with a rate over :data:`LOG_MAX` per window,
+    before admin refused one. It is enforced as saved, but each identity's log holds a
+    member per admitted request (per unit of cost) of the window: memory, and what one
+    costly request writes, grow with the limit."""
+    rows, _ = _rows(Policy.objects.filter(algorithm=Algorithm.SLIDING_LOG).order_by("name"))
+    found: list[CheckMessage] = []
+    for row in rows:
+        try:
+            rates = parse_rates(row.rates)
+        except RateParseError:  # the registry logs and skips it
+            continue
+        if any(rate.limit > LOG_MAX for rate in rates):
+            found.append(
+                Warning(
+                    f"Rate-limit policy {row.name!r} keeps a sliding log at {row.rates}: up "
+                    f"to that many members per identity and window, where admin now "
+                    f"accepts at most {LOG_MAX:,} per window.",
+                    hint="Choose the sliding window (exact to within a tenth of the window, "
+                    "O(1) memory) or a smaller rate in admin; the policy is enforced as "
+                    "saved meanwhile.",
+                    obj=row,
+                    id="django_ratelimits.W014",
+                )
+            )
+    return found

@@ -16,6 +16,7 @@ from django_ratelimits import key_functions
 from django_ratelimits.engine import Algorithm, Ban
 from django_ratelimits.policies.parse import (
     check_key_arg,
+    check_log_size,
     check_login_key,
     parse_cidrs,
     parse_identity_budget,
@@ -69,6 +70,7 @@ def declared(
         check_key_arg(kind, arg, False)
         check_login_key(Counts.REQUESTS, kind)  # a declared policy counts requests
         rates = policy_rates(algorithm, rate, parse_lease(algorithm, lease))
+        check_log_size(algorithm, rates)
     except ValidationError as exc:  # admin's wording, raised as code's mistake
         raise ValueError(f"policy {name!r}: {' '.join(exc.messages)}") from None
     spec = PolicySpec(

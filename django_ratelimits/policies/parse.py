@@ -47,12 +47,14 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_LEASE",
     "HTTP_METHODS",
+    "LOG_MAX",
     "MAX_LEASE",
     "MAX_NETWORKS",
     "PATH_MAX_LENGTH",
     "check_burst",
     "check_cost",
     "check_key_arg",
+    "check_log_size",
     "check_login_key",
     "check_path_start",
     "cidr_error",
@@ -76,6 +78,9 @@ _SEPARATORS: Final = re.compile(r"[\s,]+")
 _QUOTE_MAX: Final = 60
 DEFAULT_LEASE: Final = 60
 MAX_LEASE: Final = 86_400
+LOG_MAX: Final = 10_000
+"""The most a sliding log admits per window: it keeps a member per admitted unit of
+cost, so an identity's memory, and what one costly request writes, grow with its limit."""
 _CONCURRENT: Final = re.compile(r"\s*([0-9]{1,7})\s*(?:/\s*concurrent\s*)?", re.ASCII)
 
 
@@ -134,6 +139,25 @@ def policy_rates(algorithm: str, text: str, lease: int | None) -> tuple[Rate, ..
     if algorithm == Algorithm.CONCURRENCY:
         return (Rate(parse_concurrency(text), lease or DEFAULT_LEASE),)
     return parse_policy_rates(text)
+
+
+def check_log_size(algorithm: str, rates: tuple[Rate, ...]) -> None:
+    """A sliding log's rates admit at most :data:`LOG_MAX` per window. Asked where a
+    policy is saved or declared, never where a saved one is loaded: a row saved before
+    the bound is enforced as saved (check W014), not skipped."""
+    if algorithm != Algorithm.SLIDING_LOG:
+        return
+    for rate in rates:
+        if rate.limit > LOG_MAX:
+            raise ValidationError(
+                _(
+                    "The sliding log keeps a member per request for each window, so it "
+                    "admits at most %(max)s per window; %(rate)s admits more. Choose the "
+                    "sliding window for such a rate."
+                ),
+                code="log_too_large",
+                params={"max": LOG_MAX, "rate": str(rate)},
+            )
 
 
 def rates_text(algorithm: str, rates: tuple[Rate, ...]) -> str:

@@ -560,3 +560,18 @@ def test_a_row_whose_pattern_lacks_the_leading_slash_is_a_warning_naming_it() ->
     get_registry().refresh()
     spec = get_registry().get("routes-style")
     assert spec is not None and str(spec.rates[0]) == "10/s"
+
+
+@pytest.mark.django_db
+def test_a_sliding_log_row_saved_over_the_log_limit_is_a_warning_naming_it() -> None:
+    # Saved before admin refused a sliding log over 10,000 a window: enforced as saved,
+    # and each identity's log grows with its limit.
+    Policy.objects.create(name="big-log", rates="10/h", algorithm="sliding_log")
+    Policy.objects.create(name="big-window", rates="1000000/h")
+    Policy.objects.filter(name="big-log").update(rates="10/s, 50000/h")
+    found = [m for m in messages() if m.id == "django_ratelimits.W014"]
+    assert [(str(m.obj), m.level) for m in found] == [("big-log", logging.WARNING)]
+    assert "10/s, 50000/h" in found[0].msg and "10,000" in found[0].msg and found[0].hint
+    get_registry().refresh()
+    spec = get_registry().get("big-log")
+    assert spec is not None and [r.limit for r in spec.rates] == [10, 50000]

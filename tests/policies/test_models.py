@@ -116,6 +116,9 @@ INVALID = [
     ({"ban_within": "5 fortnights"}, "ban_within", "Enter a duration such as “10m”"),
     ({"ban_for": "1h, 2h"}, "ban_for", "expected the end of the input"),
     ({"ban_max": "9" * 21}, "ban_max", "at most 20 characters"),
+    # A member per admitted request and window: memory and one costly request's writes
+    # grow with the limit (a cost of a million once held Redis for seconds).
+    ({"algorithm": "sliding_log", "rates": "10/s, 20000/h"}, "rates", "at most 10000 per"),
 ]
 
 
@@ -278,3 +281,8 @@ def test_migrations_match_the_models() -> None:
     out = StringIO()
     call_command("makemigrations", "django_ratelimits", "--check", "--dry-run", stdout=out)
     assert "No changes detected" in out.getvalue()
+
+
+def test_a_sliding_log_takes_up_to_ten_thousand_a_window_and_other_algorithms_more() -> None:
+    make(algorithm="sliding_log", rates="10000/h, 100/s").full_clean(validate_unique=False)
+    make(algorithm="sliding_window", rates="1000000/h").full_clean(validate_unique=False)

@@ -262,6 +262,15 @@ def test_code_declares_only_a_key_admin_would_save(key: str) -> None:
         declare("signup", rate="5/m", key=key)
 
 
+def test_code_declares_only_a_sliding_log_admin_would_save() -> None:
+    # A member per admitted request and window: at most 10,000 a window, as in admin.
+    from django_ratelimits.policies.declare import declared as declare
+
+    with pytest.raises(ValueError, match=r"policy 'exports'.*at most 10000 per window"):
+        declare("exports", rate="20000/h", algorithm="sliding_log")
+    assert declare("exports", rate="10000/h", algorithm="sliding_log").rates[0].limit == 10000
+
+
 @pytest.mark.django_db
 def test_an_existing_row_wins_over_the_declaration(registry: PolicyRegistry) -> None:
     add("signup", rates="50/m", mode="shadow")

@@ -244,3 +244,25 @@ def test_a_concurrency_policy_s_tiers_and_overrides_are_slots() -> None:
     assert own is not None and [(lim.rate.limit, lim.rate.period) for lim in own] == [(8, 30)]
     assert registry.own_limits("uploads", Identity("ip", "203.0.113.10")) is None
     assert registry.own_limits(api.name, Identity("ip", "203.0.113.10")) is not None
+
+
+def test_a_sliding_log_policy_s_tiers_and_overrides_are_bounded_like_it() -> None:
+    """A tier or an override is the policy's algorithm at other rates: a sliding log's
+    holds a member per admitted request too, so it takes at most 10,000 a window."""
+    policy = Policy.objects.create(name="log", rates="10/h", algorithm="sliding_log")
+    Group.objects.create(name="pro")
+    tier = PolicyTier(policy=policy, match="group", name="pro", rates="20000/h")
+    override = RateOverride(
+        policy=policy,
+        identity_kind="ip",
+        identity_value="203.0.113.7",
+        rates="20000/h",
+        expires_at=timezone.now() + timedelta(days=1),
+        reason="load test",
+    )
+    for row in (tier, override):
+        with pytest.raises(ValidationError) as raised:
+            row.full_clean()
+        assert "at most 10000 per window" in " ".join(raised.value.message_dict["rates"])
+        row.rates = "10000/h"
+        row.full_clean()
