@@ -13,6 +13,10 @@ DEMO_REDIS_PORT ?= 6390
 DEMO_ADDR       ?= 127.0.0.1:8000
 DEMO_TRAFFIC    ?= 6
 PYTEST_ARGS     ?=
+# Test processes (pytest-xdist): one per core, at most four, each with Redis servers of
+# its own and whole test files; PYTEST_WORKERS=0 runs the suite in make's process.
+PYTEST_WORKERS  ?= auto
+PYTEST_XDIST    := -n $(PYTEST_WORKERS) --maxprocesses 4 --dist loadfile
 
 .DEFAULT_GOAL := help
 .PHONY: help venv test pytest lint typecheck bench demo clean
@@ -45,7 +49,7 @@ $(STAMP): pyproject.toml
 # Runs them all even when one fails, then fails if any did.
 test: venv
 	@status=0; \
-	echo "==> pytest $(PYTEST_ARGS)"; $(BIN)/pytest $(PYTEST_ARGS) || status=1; \
+	echo "==> pytest $(PYTEST_XDIST) $(PYTEST_ARGS)"; $(BIN)/pytest $(PYTEST_XDIST) $(PYTEST_ARGS) || status=1; \
 	echo "==> ruff check ."; $(BIN)/ruff check . || status=1; \
 	echo "==> ruff format --check ."; $(BIN)/ruff format --check . || status=1; \
 	echo "==> mypy django_ratelimits devtools benchmarks"; $(BIN)/mypy django_ratelimits devtools benchmarks || status=1; \
@@ -54,7 +58,7 @@ test: venv
 	exit $$status
 
 pytest: venv
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest $(PYTEST_XDIST) $(PYTEST_ARGS)
 
 lint: venv
 	$(BIN)/ruff check .

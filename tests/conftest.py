@@ -22,9 +22,9 @@ Contract (other test modules rely on these names):
     The site wired to that clean Redis (``tests.urls``, ``RateLimitMiddleware``);
     yields the same client. ``frozen_clock`` stops its engine's clock.
 
-Servers live in one temporary directory for the session. When the session
-had failures their logs are copied to ``test-logs/`` in the repository root;
-otherwise the directory is deleted.
+Servers live in one temporary directory for the session (each pytest-xdist worker
+has its own, and its own servers). When the session had failures their logs are
+copied to ``test-logs/`` in the repository root; otherwise the directory is deleted.
 """
 
 from __future__ import annotations
@@ -166,6 +166,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     )
     if failed and any(workdir.rglob("redis.log")):
         stamp = time.strftime("%Y%m%d-%H%M%S")
+        # Each pytest-xdist worker (gw0, gw1...) ran servers of its own.
+        worker = os.environ.get("PYTEST_XDIST_WORKER")
+        stamp = f"{stamp}-{worker}" if worker else stamp
         dest = session.config.rootpath / "test-logs" / f"redis-{stamp}"
         dest.mkdir(parents=True, exist_ok=True)
         for log in workdir.rglob("*.log"):
