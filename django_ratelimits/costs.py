@@ -30,7 +30,7 @@ from django.http import HttpRequest
 from django_ratelimits.engine import Limit
 from django_ratelimits.policies.spec import MAX_COST, PolicySpec
 
-__all__ = ["CostFunction", "charges", "cost_of", "register"]
+__all__ = ["CostFunction", "charges", "cost_of", "has_function", "register"]
 
 logger = logging.getLogger("django_ratelimits")
 
@@ -49,6 +49,11 @@ def register(policy: str, function: CostFunction) -> None:
             "one policy, one cost function (name another policy for the other view)"
         )
     _functions[policy] = function
+
+
+def has_function(policy: str) -> bool:
+    """Whether code gave ``policy`` a cost function (which may read ``request.user``)."""
+    return policy in _functions
 
 
 def cost_of(request: HttpRequest, policy: PolicySpec) -> int:

@@ -44,7 +44,7 @@ from django.http import HttpRequest
 from django_ratelimits import metrics, signals
 from django_ratelimits.breaker import breaker
 from django_ratelimits.conf import get_settings
-from django_ratelimits.costs import charges, cost_of
+from django_ratelimits.costs import charges, cost_of, has_function
 from django_ratelimits.deny_cache import DenialCache, Sending, cache_for
 from django_ratelimits.effective import limits_for, prepare
 from django_ratelimits.engine import (
@@ -61,7 +61,7 @@ from django_ratelimits.engine.hits import entry_head, ip_behind, user_behind
 from django_ratelimits.errors import RateLimitsError
 from django_ratelimits.identity import client_address, client_ip, identities, ip_identity
 from django_ratelimits.policies.registry import PolicyRegistry, acurrent, current, get_registry
-from django_ratelimits.policies.spec import PolicySpec, Recording, gated
+from django_ratelimits.policies.spec import KeyKind, PolicySpec, Recording, gated
 from django_ratelimits.rates import Rate
 from django_ratelimits.way_back import away_back, way_back
 
@@ -610,9 +610,13 @@ def _names(policies: tuple[PolicySpec, ...]) -> frozenset[str]:
 
 def _reads_user(policy: PolicySpec) -> bool:
     """Whether planning ``policy`` reads ``request.user``: to count by it, to exempt it, or
-    to name the user behind an address in hit entries."""
+    to name the user behind an address in hit entries; or may read it: a key function or
+    a cost function is the project's code, called with the request (on the event loop,
+    the lazy user's first read would raise ``SynchronousOnlyOperation``)."""
     return (
         "user" in policy.key.identity_kinds
+        or policy.key == KeyKind.CALLABLE
+        or has_function(policy.name)
         or policy.exempt_staff
         or policy.exempt_superusers
         or policy.record_metadata != Recording.NONE

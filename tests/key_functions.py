@@ -24,3 +24,10 @@ def never_listed(request: HttpRequest) -> str:
     """Importable, but no setting lists it and no code names it."""
     CALLED.append(request.path)
     return "everyone"
+
+
+def signed_in_user(request: HttpRequest) -> str | None:
+    """The signed-in user's id, read from ``request.user``: a key function a project
+    writes for a per-account key (``None``, not counted, when anonymous)."""
+    user = request.user
+    return str(user.pk) if user.is_authenticated else None
