@@ -88,6 +88,10 @@ class Verdict:
     or Redis failed (then ``error`` says why). ``effective`` holds, by policy
     name, the limits that were checked when they were not the policy's own (an
     identity override or a tier, see :mod:`django_ratelimits.effective`).
+    ``unanswered`` names the policies whose engine call failed (``error`` says why):
+    a request decided in two steps (the middleware, then a DRF throttle) may have one
+    step answered and the other not, and only the policies of the failed one fail
+    closed.
     """
 
     policies: tuple[PolicySpec, ...]
@@ -97,6 +101,7 @@ class Verdict:
     effective: tuple[tuple[str, tuple[Limit, ...]], ...] = ()
     # Whether the worker's cache of denials answered: no engine call was made.
     cached: bool = False
+    unanswered: frozenset[str] = frozenset()
 
     def covers(self, name: str) -> bool:
         """Whether the policy ``name`` was already decided (or found exempt) here."""
@@ -120,6 +125,7 @@ class Verdict:
             self.considered | other.considered,
             self.effective + other.effective,
             self.cached and other.cached,
+            self.unanswered | other.unanswered,
         )
 
     def limits_of(self, policy: PolicySpec) -> tuple[Limit, ...]:
@@ -150,10 +156,14 @@ class Verdict:
         )
 
     def failed_closed(self, names: Iterable[str] | None = None) -> bool:
-        """Redis failed and an enforced fail-closed policy (of ``names``) applies."""
+        """Redis failed to decide an enforced fail-closed policy (of ``names``)."""
         wanted = None if names is None else set(names)
-        return self.error is not None and any(
-            p.fail_closed and not p.shadow and (wanted is None or p.name in wanted)
+        unanswered = self.unanswered
+        return bool(unanswered) and any(
+            p.fail_closed
+            and not p.shadow
+            and p.name in unanswered
+            and (wanted is None or p.name in wanted)
             for p in self.policies
         )
 
@@ -164,12 +174,15 @@ class Verdict:
 
     def retry_after(self, names: Iterable[str] | None = None) -> int:
         """Whole seconds to send in ``Retry-After`` for the denials (of ``names``):
-        never earlier than the real time. Without a decision (Redis failed), the
-        breaker's cooldown."""
+        never earlier than the real time. Without a decision (Redis failed), or when
+        one of them failed closed (Redis failed to decide it), the breaker's cooldown
+        at least."""
+        cooldown = math.ceil(get_settings().breaker_cooldown)
         if self.decision is None:
-            return math.ceil(get_settings().breaker_cooldown)
+            return cooldown
         waits = [r.retry_after_us for r in self.blocking(names)]
-        return max(1, math.ceil(max(waits, default=0) / 1_000_000))
+        wait = max(1, math.ceil(max(waits, default=0) / 1_000_000))
+        return max(wait, cooldown) if self.failed_closed(names) else wait
 
     def headline(self) -> LimitResult | None:
         """The enforced result to report in ``RateLimit``: the longest denial,
@@ -546,7 +559,11 @@ class Planned:
 
     def _refused(self, error: BackendError) -> Verdict:
         verdict = Verdict(
-            self.applied, error=error, considered=self.considered, effective=self.effective
+            self.applied,
+            error=error,
+            considered=self.considered,
+            effective=self.effective,
+            unanswered=_names(self.applied),
         )
         if self.observer is not None:
             metrics.record_failure(self.observer, self.applied)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,11 +15,13 @@ from django.test import Client, RequestFactory, override_settings
 from rest_framework.request import Request
 
 from django_ratelimits import decide as limiter_module
+from django_ratelimits.conf import get_settings
 from django_ratelimits.contrib.drf import PolicyThrottle
+from django_ratelimits.decide import decide
 from django_ratelimits.models import Policy
 from django_ratelimits.policies import get_registry
 from django_ratelimits.testing import FakeClock
-from tests.compat_urls import ScopedApi
+from tests.compat_urls import LoginThrottle, ScopedApi, drf_login
 from tests.engine_helpers import check_calls
 
 pytestmark = pytest.mark.django_db
@@ -172,3 +175,58 @@ def test_disabled_limiting_throttles_nothing(api: Any) -> None:
     policy(name="drf-api", rates="1/m")
     with override_settings(DJANGO_RATELIMITS={**settings.DJANGO_RATELIMITS, "ENABLED": False}):
         assert statuses(Client(), "/drf/api", 3) == [200] * 3
+
+
+def _open_breaker() -> None:
+    """Open the circuit breaker, as requests that met a dead Redis meanwhile would."""
+    from django_ratelimits.breaker import breaker
+    from django_ratelimits.engine.errors import BackendError
+
+    for _ in range(get_settings().breaker_failures):
+        breaker.failure(BackendError("another request's timeout"))
+
+
+def _decided_by_the_middleware(path: str, *names: str) -> Any:
+    """A DRF request whose Django request the middleware decided (``names``) already."""
+    django_request = RequestFactory().get(path)
+    django_request.ratelimit = decide(  # type: ignore[attr-defined]
+        django_request, [get_registry().get(n) for n in names]
+    )
+    return Request(django_request)
+
+
+def test_a_fail_closed_throttle_after_the_middleware_decided_waits_the_cooldown(
+    api: Any,
+) -> None:
+    """The middleware decided a site-wide policy; Redis failed before the throttle
+    decided its fail-closed policy (here the breaker opened meanwhile): the 429 said
+    ``Retry-After: 1``, since the request's verdict held a decision (the middleware's),
+    where the docs and a throttle alone say ``BREAKER_COOLDOWN``."""
+    policy(name="site", rates="100/m", path=r"^/drf/")
+    policy(name="drf-login", rates="100/m", fail_closed=True)
+    request = _decided_by_the_middleware("/drf/login", "site")
+    assert request._request.ratelimit.decision is not None  # Redis answered the middleware
+    _open_breaker()
+    throttle = LoginThrottle()
+    assert throttle.allow_request(request, drf_login) is False
+    assert throttle.wait() == math.ceil(get_settings().breaker_cooldown) == 5
+
+
+def test_a_fail_closed_throttle_that_redis_answered_is_not_refused_for_another_failure(
+    api: Any,
+) -> None:
+    """The middleware's call failed (the breaker was open) for a fail-open policy, then
+    Redis answered the throttle's own call, which allowed the request: the fail-closed
+    throttle refused it all the same, because the request's verdict kept the
+    middleware's failure and took it for its policy's."""
+    from django_ratelimits.breaker import breaker
+
+    policy(name="site", rates="100/m", path=r"^/drf/")
+    policy(name="drf-login", rates="100/m", fail_closed=True)
+    _open_breaker()
+    request = _decided_by_the_middleware("/drf/login", "site")
+    assert request._request.ratelimit.error is not None  # fails open: the middleware let it by
+    breaker.success()  # another request's trial found Redis back
+    throttle = LoginThrottle()
+    assert throttle.allow_request(request, drf_login) is True
+    assert request._request.ratelimit.results  # Redis decided drf-login
