@@ -14,9 +14,10 @@ DEMO_ADDR       ?= 127.0.0.1:8000
 DEMO_TRAFFIC    ?= 6
 PYTEST_ARGS     ?=
 # Test processes (pytest-xdist): one per core, at most four, each with Redis servers of
-# its own and whole test files; PYTEST_WORKERS=0 runs the suite in make's process.
+# its own, whole test files, and the load tests one after another (tests/conftest.py);
+# PYTEST_WORKERS=0 runs the suite in make's process.
 PYTEST_WORKERS  ?= auto
-PYTEST_XDIST    := -n $(PYTEST_WORKERS) --maxprocesses 4 --dist loadfile
+PYTEST_XDIST    := -n $(PYTEST_WORKERS) --maxprocesses 4 --dist loadgroup
 
 .DEFAULT_GOAL := help
 .PHONY: help venv test pytest lint typecheck bench demo clean

@@ -141,13 +141,26 @@ def redis_client(request: pytest.FixtureRequest) -> Iterator[redis.Redis | Redis
 # --------------------------------------------------------------------------- markers
 
 
+LOAD_TESTS = Path(__file__).parent / "load"
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Marks every test that drives Chromium ``browser``: CI's leg 3 runs them beside the
-    quick tests, as they are what a new Django changes (admin's markup and CSS)."""
+    quick tests, as they are what a new Django changes (admin's markup and CSS).
+
+    Under pytest-xdist (``--dist loadgroup``, as ``make test`` and CI run it) each test
+    file is a group a worker takes whole, but the load tests (``tests/load``: servers
+    under traffic, faults, exactness, soak) are one group, run one after another on one
+    worker: each bounds latencies by how busy the machine was before its fault, which
+    another load test starting beside it would make a lie."""
+    grouping = config.pluginmanager.hasplugin("xdist")
     for item in items:
         if "browser" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.browser)
+        if grouping:
+            load = LOAD_TESTS in item.path.parents
+            item.add_marker(pytest.mark.xdist_group("load" if load else item.nodeid.split("::")[0]))
 
 
 # --------------------------------------------------------------------------- session end
