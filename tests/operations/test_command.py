@@ -539,13 +539,15 @@ def test_on_the_command_line_a_failure_is_one_line_and_exit_status_1(tmp_path: P
 
 
 def test_on_the_command_line_a_policy_a_view_declares_is_known(
-    tmp_path: Path, redis_standalone: Any
+    tmp_path: Path, clean_standalone: Any
 ) -> None:
     """The command runs no system checks, so nothing else imports the URLconf: it does,
-    and t-async, declared by a @ratelimit in tests/urls.py, can be asked for there."""
+    and t-async, declared by a @ratelimit in tests/urls.py, can be asked for there. (On
+    a flushed Redis: the offenders earlier tests of this process left are not this
+    command's.)"""
     (tmp_path / "cli_settings.py").write_text(
         "from tests.settings import *  # noqa: F403\n"
-        f"DJANGO_RATELIMITS = {{'REDIS': {redis_standalone.url!r}}}\n"
+        f"DJANGO_RATELIMITS = {{'REDIS': {clean_standalone.url!r}}}\n"
         "ROOT_URLCONF = 'tests.urls'\n"
         "DATABASES = {'default': {'ENGINE': 'django.db.backends.sqlite3', "
         f"'NAME': {str(tmp_path / 'db.sqlite3')!r}}}}}\n"
