@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -23,7 +22,7 @@ from django_ratelimits.engine.hits import ANONYMOUS, DENIED, SHADOW, Hit
 from django_ratelimits.engine.offenders import Offender, OffenderDetail
 from django_ratelimits.engine.overrides import BLOCKED_POLICY, Override
 from django_ratelimits.identity import HASHED
-from django_ratelimits.offenders import Row
+from django_ratelimits.offenders import Row, Users
 from django_ratelimits.offenders.text import ago, duration
 from django_ratelimits.policies.labels import ALGORITHM_LABELS
 from django_ratelimits.policies.parse import rates_text
@@ -180,20 +179,14 @@ class QuotaView:
     full_in: str  # "" when whole now
 
 
-def row_view(
-    row: Row,
-    now_ms: int,
-    names: Mapping[str, str],
-    url_for: UrlFor,
-    gone: AbstractSet[str] = frozenset(),
-) -> RowView:
+def row_view(row: Row, now_ms: int, names: Mapping[str, str], url_for: UrlFor) -> RowView:
     offender = row.offender
     return RowView(
         row=row,
         kind=kind_label(offender.kind),
-        name=display_name(offender.label, names, gone),
+        name=display_name(offender.label, names),
         url=None if row.identity is None else url_for(row.identity),
-        behind=behind(row.detail(), names, url_for, gone),
+        behind=behind(row.detail(), names, url_for),
         policies=denied_by(offender),
         last_seen=to_datetime(offender.last_ms),
         last_seen_text=ago(offender.last_ms, now_ms),
@@ -202,27 +195,16 @@ def row_view(
     )
 
 
-def behind(
-    detail: OffenderDetail,
-    names: Mapping[str, str],
-    url_for: UrlFor,
-    gone: AbstractSet[str] = frozenset(),
-) -> tuple[Who, ...]:
+def behind(detail: OffenderDetail, names: Mapping[str, str], url_for: UrlFor) -> tuple[Who, ...]:
     """The identities seen with this one, most frequent first, linked to their pages."""
-    return tuple(who_view(who, count, names, url_for, gone) for who, count in detail.behind())
+    return tuple(who_view(who, count, names, url_for) for who, count in detail.behind())
 
 
-def who_view(
-    who: str,
-    count: int,
-    names: Mapping[str, str],
-    url_for: UrlFor,
-    gone: AbstractSet[str] = frozenset(),
-) -> Who:
+def who_view(who: str, count: int, names: Mapping[str, str], url_for: UrlFor) -> Who:
     kind, _, value = who.partition(":")
     linkable = kind in KINDS and value not in ("", "-")
     url = url_for(Identity(kind, value)) if linkable else None
-    return Who(who, count, display_name(who, names, gone), url)
+    return Who(who, count, display_name(who, names), url)
 
 
 def page_activity(rows: Sequence[Row], now_ms: int) -> Activity:
@@ -316,21 +298,31 @@ def policy_label(name: str) -> str:
     return gettext("blocked (by staff or a ban)") if name == BLOCKED_POLICY else name
 
 
-def display_name(who: str, names: Mapping[str, str], gone: AbstractSet[str] = frozenset()) -> str:
-    """``alice (user 42)`` for a known user, ``user 42 (no longer exists)`` for one of
-    ``gone`` (deleted since it was counted), ``anonymous`` for ``user:-``; for a hashed
-    address (``HASH_IPS``) the address a recent hit keeps (:func:`addresses`), else
-    ``hashed address h:ab12cd34…``; else the value."""
+def display_name(who: str, names: Mapping[str, str]) -> str:
+    """What ``names`` shows for ``who``: a user as :func:`user_labels` names it, the address
+    a recent hit keeps behind a hashed one (``HASH_IPS``, :func:`addresses`). Else
+    ``anonymous`` for ``user:-``, ``hashed address h:ab12cd34…`` for a hashed address,
+    the value for the rest."""
     if who == ANONYMOUS:
         return gettext("anonymous")
+    if who in names:
+        return names[who]
     kind, _, value = who.partition(":")
-    if kind == "user" and who in names:
-        return gettext("%(name)s (user %(pk)s)") % {"name": names[who], "pk": value}
-    if kind == "user" and who in gone:
-        return gettext("user %(pk)s (no longer exists)") % {"pk": value}
     if kind == "ip" and value.startswith(HASHED):
-        return names.get(who) or gettext("hashed address %(hash)s…") % {"hash": value[:10]}
+        return gettext("hashed address %(hash)s…") % {"hash": value[:10]}
     return value
+
+
+def user_labels(known: Users) -> dict[str, str]:
+    """How the dashboard names the ``user:<pk>`` identities ``known`` tells of:
+    ``alice (user 42)``, or ``user 42 (no longer exists)`` for one deleted since."""
+    names = {
+        who: gettext("%(name)s (user %(pk)s)") % {"name": name, "pk": who.partition(":")[2]}
+        for who, name in known.names.items()
+    }
+    for who in known.gone:
+        names[who] = gettext("user %(pk)s (no longer exists)") % {"pk": who.partition(":")[2]}
+    return names
 
 
 def addresses(hits: Iterable[Hit], own: str) -> dict[str, str]:
@@ -361,18 +353,14 @@ def to_datetime(ms: int) -> datetime:
 
 
 def hit_views(
-    hits: Sequence[Hit],
-    now_ms: int,
-    names: Mapping[str, str],
-    url_for: UrlFor,
-    gone: AbstractSet[str] = frozenset(),
+    hits: Sequence[Hit], now_ms: int, names: Mapping[str, str], url_for: UrlFor
 ) -> tuple[HitView, ...]:
     return tuple(
         HitView(
             hit=hit,
             at=to_datetime(hit.at_ms),
             ago=ago(hit.at_ms, now_ms),
-            who=who_view(hit.who, 1, names, url_for, gone),
+            who=who_view(hit.who, 1, names, url_for),
         )
         for hit in hits
     )

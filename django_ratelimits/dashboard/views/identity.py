@@ -21,6 +21,7 @@ from django_ratelimits.dashboard.present import (
     override_text,
     quota_views,
     to_datetime,
+    user_labels,
     who_view,
 )
 from django_ratelimits.dashboard.views.common import (
@@ -81,15 +82,14 @@ def _report(report: IdentityReport, site: AdminSite) -> dict[str, Any]:
     seen_with, hits = everyone[:SHOWN_BEHIND], detail.hits[:SHOWN_HITS]
     me = label(report.identity)
     chart = activity(detail.hits, report.now_ms)
-    known = users([me, *(who for who, _ in seen_with), *(hit.who for hit in hits)])
-    names, gone = dict(known.names), known.gone
+    names = user_labels(users([me, *(who for who, _ in seen_with), *(hit.who for hit in hits)]))
     names.update(addresses(detail.hits, me))
 
     def url_for(other: Identity) -> str:
         return detail_url(site, other)
 
     return {
-        "name": display_name(me, names, gone),
+        "name": display_name(me, names),
         "offender": offender,
         "first_denied": to_datetime(offender.first_ms) if offender else None,
         "last_denied": to_datetime(offender.last_ms) if offender else None,
@@ -98,13 +98,13 @@ def _report(report: IdentityReport, site: AdminSite) -> dict[str, Any]:
         "would_deny": denied_by(detail.shadow) if detail.shadow else (),
         "override": detail.override,
         "override_text": override_text(detail.override),
-        "behind": [who_view(who, count, names, url_for, gone) for who, count in seen_with],
+        "behind": [who_view(who, count, names, url_for) for who, count in seen_with],
         "more_behind": len(everyone) - len(seen_with),
         "quotas": quota_views(report.quotas),
         "overridden": sorted(report.overridden),
         "tiered": sorted(report.tiered),
         "chart": chart.chart(),
-        "hits": hit_views(hits, report.now_ms, names, url_for, gone),
+        "hits": hit_views(hits, report.now_ms, names, url_for),
         "more_hits": len(detail.hits) - len(hits),
     }
 

@@ -20,6 +20,7 @@ from django_ratelimits.dashboard.present import (
     addresses,
     page_activity,
     row_view,
+    user_labels,
 )
 from django_ratelimits.dashboard.views.common import (
     TEMPLATES,
@@ -173,15 +174,17 @@ def load(request: HttpRequest, site: AdminSite) -> Board:
     except BackendError as exc:
         message = gettext("Could not read the offenders from Redis: %(error)s") % {"error": exc}
         return Board(form, filters, None, (), None, message, request.GET)
-    known = users(
-        who for row in listing.rows for who in (row.offender.label, *(hit.who for hit in row.hits))
+    names = user_labels(
+        users(
+            who
+            for row in listing.rows
+            for who in (row.offender.label, *(hit.who for hit in row.hits))
+        )
     )
-    names = dict(known.names)
     for row in listing.rows:
         names.update(addresses(row.hits, row.offender.label))
     rows = tuple(
-        row_view(row, listing.now_ms, names, lambda i: detail_url(site, i), known.gone)
-        for row in listing.rows
+        row_view(row, listing.now_ms, names, lambda i: detail_url(site, i)) for row in listing.rows
     )
     activity = page_activity(listing.rows, listing.now_ms)
     return Board(form, filters, listing, rows, activity, None, request.GET)
