@@ -8,10 +8,13 @@ limiter counts it (:func:`django_ratelimits.offenders.identities.parse`).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Final
 
 from django import forms
 from django.contrib import admin
+from django.contrib.admin.views.main import ChangeList
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
@@ -19,6 +22,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from django_ratelimits.admin_search import BoundedSearch
+from django_ratelimits.dashboard.present import user_labels
 from django_ratelimits.engine import Identity
 from django_ratelimits.models import PolicyTier, RateOverride
 from django_ratelimits.offenders.identities import (
@@ -27,6 +31,7 @@ from django_ratelimits.offenders.identities import (
     find_user,
     parse,
 )
+from django_ratelimits.offenders.users import users
 from django_ratelimits.policies.tiers import Tier
 
 
@@ -114,7 +119,9 @@ class ExpiryFilter(admin.SimpleListFilter):
     parameter_name = "expiry"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
-        return [("active", _("in force")), ("expired", _("expired"))]
+        # Not "in force": an override not expired may still match no request (an IP
+        # counted otherwise since, a user deleted since); the list's column says which.
+        return [("active", _("not expired")), ("expired", _("expired"))]
 
     def queryset(
         self, request: HttpRequest, queryset: QuerySet[RateOverride]
@@ -126,20 +133,77 @@ class ExpiryFilter(admin.SimpleListFilter):
         return queryset
 
 
+@dataclass(frozen=True)
+class Shown:
+    """An override as its list shows it: its identity, and whether the limiter counts
+    requests as that identity now."""
+
+    text: str  # "ip:203.0.113.7", "user:42", or "user 42 (no longer exists)"
+    counted: bool
+
+
+SHOWN: Final = "_ratelimits_shown"  # the attribute the list sets on each row of its page
+
+
+def shown(rows: Iterable[RateOverride]) -> dict[int, Shown]:
+    """How the list shows ``rows``, by primary key: a user deleted since as the dashboard
+    names one (``user 42 (no longer exists)``), and not counted. One query for all the
+    rows' users (:func:`~django_ratelimits.offenders.users.users`); when it fails, no
+    user is called gone."""
+    rows = list(rows)
+    known = users(str(row) for row in rows if row.identity_kind == "user")
+    labels = user_labels(known)
+    return {
+        row.pk: Shown(
+            labels[str(row)] if str(row) in known.gone else str(row),
+            counted_now(Identity(row.identity_kind, row.identity_value), known.gone),
+        )
+        for row in rows
+    }
+
+
 @admin.register(RateOverride)
 class RateOverrideAdmin(BoundedSearch):
     form = RateOverrideForm
-    list_display = ("__str__", "policy", "rates", "expires_at", "in_force", "reason", "created_by")
+    list_display = (
+        "identity_shown",
+        "policy",
+        "rates",
+        "expires_at",
+        "in_force",
+        "reason",
+        "created_by",
+    )
     list_filter = (ExpiryFilter, "identity_kind", "policy")
     search_fields = ("identity_value", "reason", "policy__name")
     list_select_related = ("policy", "created_by")
 
+    def get_changelist_instance(self, request: HttpRequest) -> ChangeList:
+        """The list, each row of its page told how it is shown (:func:`shown`): the
+        columns see one row at a time, and must not ask for its user one by one."""
+        changelist = super().get_changelist_instance(request)
+        page = list(changelist.result_list)  # runs the page's query; its rows stay cached
+        seen = shown(page)
+        for row in page:
+            setattr(row, SHOWN, seen[row.pk])
+        return changelist
+
+    @staticmethod
+    def _shown(obj: RateOverride) -> Shown:
+        seen = getattr(obj, SHOWN, None)
+        return seen if isinstance(seen, Shown) else shown([obj])[obj.pk]
+
+    @admin.display(description=_("identity override"))
+    def identity_shown(self, obj: RateOverride) -> str:
+        """``kind:value`` as staff type it; a user deleted since as the dashboard names it."""
+        return self._shown(obj).text
+
     @admin.display(description=_("in force"), boolean=True)
     def in_force(self, obj: RateOverride) -> bool:
-        """Not expired, and an identity the limiter counts under the settings now (an IP
-        saved before ``HASH_IPS`` or the prefixes changed is not: check W012)."""
-        identity = Identity(obj.identity_kind, obj.identity_value)
-        return obj.expires_at > timezone.now() and counted_now(identity)
+        """Not expired, and an identity the limiter counts now: not an IP saved before
+        ``HASH_IPS`` or the prefixes changed (check W012), nor a user deleted since
+        (nothing authenticates as it)."""
+        return obj.expires_at > timezone.now() and self._shown(obj).counted
 
     def save_model(self, request: HttpRequest, obj: RateOverride, form: Any, change: bool) -> None:
         if not change and request.user.is_authenticated:

@@ -27,6 +27,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Container
 from typing import Any, Final
 
 from django.contrib.auth import get_user_model
@@ -106,12 +107,18 @@ def ip_value(value: str) -> str:
     return counted_ip(address_group(value), config)
 
 
-def counted_now(identity: Identity) -> bool:
+def counted_now(identity: Identity, gone: Container[str] = frozenset()) -> bool:
     """Whether the limiter counts requests as ``identity`` under the settings now: false
     for an IP (or the IP of an ``ip_username``) stored as counted before ``HASH_IPS``,
     ``IPV4_PREFIX`` or ``IPV6_PREFIX`` changed (``203.0.113.5`` once the limiter counts
     ``203.0.113.0/24``, or ``h:`` and a hash once it counts addresses). A hash made under
-    another secret has the counted form and cannot be told from a current one."""
+    another secret has the counted form and cannot be told from a current one.
+
+    False too for a ``user:<pk>`` among ``gone``, the users
+    :func:`~django_ratelimits.offenders.users.users` found no user has any more (a user
+    deleted since: nothing authenticates as it). Without ``gone`` a user is counted."""
+    if identity.kind == "user":
+        return f"user:{identity.value}" not in gone
     if identity.kind not in ("ip", "ip_username"):
         return True
     address = identity.value.partition(" ")[0]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -168,3 +169,78 @@ def test_a_deleted_users_override_is_edited_but_none_is_made_for_an_id_no_user_h
     assert other.identity_value == str(bob.pk)
     row.refresh_from_db()
     assert row.identity_value == pk
+
+
+OVERRIDE_LIST = "admin:django_ratelimits_rateoverride_changelist"
+OVERRIDE_CHANGE = "admin:django_ratelimits_rateoverride_change"
+
+
+def listed(client: Client) -> dict[str, str]:
+    """The override list's rows as the page shows them, by their identity's link text."""
+    page = client.get(reverse(OVERRIDE_LIST)).content.decode()
+    body = page.split('id="result_list"', 1)[1].split("<tbody>", 1)[1].split("</tbody>", 1)[0]
+    rows = re.findall(r"<tr[^>]*>(.*?)</tr>", body, re.S)
+    return {re.findall(r"<a [^>]*>([^<]*)</a>", row)[0]: row for row in rows}
+
+
+def test_a_deleted_users_override_is_not_in_force_and_names_the_user_gone(
+    admin_client: Client, django_user_model: Any
+) -> None:
+    """The list ticked "in force" for the override of a user deleted since, though nothing
+    authenticates as that user and no request could match it."""
+    from tests.overrides_helpers import override
+
+    Policy.objects.create(name="api", rates="10/s", key="user", path="^/api/")
+    spam = django_user_model.objects.create_user("spam", password="x")
+    bob = django_user_model.objects.create_user("bob", password="x")
+    row = override(f"user:{spam.pk}", "100/h", policy=None)
+    override(f"user:{bob.pk}", "100/h", policy=None)
+    override("ip:203.0.113.7", "100/h", policy=None)
+    pk = spam.pk
+    spam.delete()
+    rows = listed(admin_client)
+    gone = rows[f"user {pk} (no longer exists)"]
+    assert 'alt="False"' in gone and 'alt="True"' not in gone
+    # An existing user's override and an address's are listed as before: in force.
+    for shown in (f"user:{bob.pk}", "ip:203.0.113.7"):
+        assert 'alt="True"' in rows[shown] and "no longer exists" not in rows[shown]
+    assert set(rows) == {f"user {pk} (no longer exists)", f"user:{bob.pk}", "ip:203.0.113.7"}
+    # The filter by expiry does not call every override not expired "in force" either.
+    page = admin_client.get(reverse(OVERRIDE_LIST)).content.decode()
+    assert "?expiry=active" in page and ">not expired</a>" in page and ">in force</a>" not in page
+    # Its own page still opens under the identity staff type, and says the user is gone.
+    change = admin_client.get(reverse(OVERRIDE_CHANGE, args=[row.pk])).content.decode()
+    assert f'value="user:{pk}"' in change and "No user has this id any more" in change
+
+
+def test_the_override_list_asks_for_its_users_in_one_query(
+    admin_client: Client, django_user_model: Any, django_assert_num_queries: Any
+) -> None:
+    """One query for the page's users, however many rows name one: 1 row and 5 rows (of
+    deleted and existing users) cost the same number of queries."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from tests.overrides_helpers import override
+
+    Policy.objects.create(name="api", rates="10/s", key="user", path="^/api/")
+
+    def add(name: str, *, delete: bool) -> str:
+        user = django_user_model.objects.create_user(name, password="x")
+        pk = user.pk
+        override(f"user:{pk}", "100/h", policy=None)
+        if delete:
+            user.delete()
+            return f"user {pk} (no longer exists)"
+        return f"user:{pk}"
+
+    shown = [add("u0", delete=True)]
+    listed(admin_client)  # what the first request of a session caches
+    with CaptureQueriesContext(connection) as one_row:
+        assert list(listed(admin_client)) == shown
+    shown += [add(f"u{n}", delete=n % 2 == 1) for n in range(1, 5)]
+    with django_assert_num_queries(len(one_row.captured_queries)):
+        rows = listed(admin_client)
+    assert sorted(rows) == sorted(shown)
+    for text, row in rows.items():
+        assert ('alt="True"' in row) == ("no longer exists" not in text)
