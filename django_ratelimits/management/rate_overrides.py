@@ -26,9 +26,11 @@ from django.utils import timezone
 
 from django_ratelimits.engine import Identity
 from django_ratelimits.engine.keys import label
-from django_ratelimits.management.output import Data, in_effect, table
+from django_ratelimits.management.output import Data, in_effect, named, table
 from django_ratelimits.models import Policy, RateOverride, spec_fields
+from django_ratelimits.offenders.identities import counted_now
 from django_ratelimits.offenders.text import span
+from django_ratelimits.offenders.users import users
 from django_ratelimits.policies import get_registry
 
 Report = tuple[Data, str]
@@ -44,7 +46,7 @@ def add_arguments(
     create.add_argument("rates", help="e.g. 10000/h or '10/s, 500/h'")
     create.add_argument("--for", dest="seconds", type=duration, required=True, metavar="DURATION")
     create.add_argument("--reason", required=True, help="why: shown in admin")
-    listing = add("overrides", "the identity overrides in force")
+    listing = add("overrides", "the identity overrides not expired, and whether each is in force")
     listing.add_argument("--expired", action="store_true", help="the expired ones instead")
     remove = add("unoverride", "end an identity's overrides (under one policy, or all)")
     remove.add_argument("ident")
@@ -100,17 +102,43 @@ def override(identity: Identity, options: dict[str, Any], who: str) -> Report:
 
 
 def overrides(options: dict[str, Any]) -> Report:
+    """The overrides not expired (or the expired ones), each ``in_force`` as admin's list
+    says it: not expired, and an identity a request can still be counted as (not an IP
+    counted otherwise since, W012, nor a user deleted since: ``user:42 (no longer
+    exists)`` in the table). One query for the rows' users."""
     now = timezone.now()
-    rows = RateOverride.objects.select_related("policy")
-    rows = (
-        rows.filter(expires_at__lte=now) if options["expired"] else rows.filter(expires_at__gt=now)
+    query = RateOverride.objects.select_related("policy")
+    query = (
+        query.filter(expires_at__lte=now)
+        if options["expired"]
+        else query.filter(expires_at__gt=now)
     )
-    data = [_row_data(row) for row in rows]
+    rows = list(query)
+    gone = users(str(row) for row in rows if row.identity_kind == "user").gone
+    data = [
+        _row_data(row)
+        | {
+            "in_force": row.expires_at > now
+            and counted_now(Identity(row.identity_kind, row.identity_value), gone)
+        }
+        for row in rows
+    ]
     if not data:
         return {"overrides": []}, "No identity override to show."
+    marks = dict.fromkeys(gone, "no longer exists")
     lines = table(
-        ("identity", "policy", "rates", "expires", "reason"),
-        [(d["identity"], d["policy"], d["rates"], d["expires_at"], d["reason"]) for d in data],
+        ("identity", "policy", "rates", "in force", "expires", "reason"),
+        [
+            (
+                named(d["identity"], marks),
+                d["policy"],
+                d["rates"],
+                "yes" if d["in_force"] else "no",
+                d["expires_at"],
+                d["reason"],
+            )
+            for d in data
+        ],
     )
     return {"overrides": data}, lines
 

@@ -76,3 +76,32 @@ def test_a_policy_a_view_declares_takes_an_override_before_its_row_is_written() 
     assert (row.rates, row.key, row.methods) == ("3/m", "ip", "POST")
     assert RateOverride.objects.get().policy == row
     assert run_json("unoverride", "ip:127.0.0.1", "t-login")["ended"] == 1
+
+
+def test_overrides_says_a_deleted_users_override_is_not_in_force(
+    django_user_model: Any, django_assert_max_num_queries: Any
+) -> None:
+    """`overrides` listed a deleted user's override as one "in force", as admin did: no
+    request can match it, since nothing authenticates as that user."""
+    from tests.overrides_helpers import override
+
+    Policy.objects.create(name="api", rates="2/h", key="user")
+    spam = django_user_model.objects.create_user("spam", password="x")
+    bob = django_user_model.objects.create_user("bob", password="x")
+    pk = spam.pk
+    override(f"user:{pk}", "5/h", policy=None)
+    override(f"user:{bob.pk}", "5/h", policy=None)
+    spam.delete()
+    with django_assert_max_num_queries(2):  # the overrides, then their users at once
+        listed = run_json("overrides")["overrides"]
+    in_force = {o["identity"]: o["in_force"] for o in listed}
+    assert in_force == {f"user:{pk}": False, f"user:{bob.pk}": True}
+    lines = run("overrides").splitlines()
+    assert lines[0].split() == ["identity", "policy", "rates", "in", "force", "expires", "reason"]
+    gone = next(line for line in lines if line.startswith(f"user:{pk} "))
+    assert gone.startswith(f"user:{pk} (no longer exists)") and " no " in gone
+    kept = next(line for line in lines if line.startswith(f"user:{bob.pk} "))
+    assert " yes " in kept and "no longer exists" not in kept
+    # Still ended as the deleted user's id, and then no longer listed.
+    assert run_json("unoverride", f"user:{pk}")["ended"] == 1
+    assert [o["identity"] for o in run_json("overrides")["overrides"]] == [f"user:{bob.pk}"]
