@@ -16,6 +16,7 @@ from django_ratelimits.engine.hits import ANONYMOUS, DENIED, SHADOW, Hit
 from django_ratelimits.engine.offenders import Offender
 from django_ratelimits.engine.overrides import Override
 from django_ratelimits.offenders.text import span
+from django_ratelimits.offenders.users import Users
 
 Data = dict[str, Any]
 
@@ -86,6 +87,12 @@ def override_text(override: Data | None) -> str:
         return ""
     mode = f"banned (level {override['ban_level']})" if override["ban_level"] else override["mode"]
     return f"{mode}, {span(override['seconds_left'])} left"
+
+
+def shown_names(known: Users) -> dict[str, str]:
+    """What :func:`named` puts after each ``user:<pk>`` ``known`` tells of: its username,
+    or that no user has its id any more (a user deleted since the limiter counted it)."""
+    return known.names | dict.fromkeys(known.gone, "no longer exists")
 
 
 def named(who: str, names: dict[str, str]) -> str:

@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from django_ratelimits.engine import Identity
 from django_ratelimits.engine.keys import label
-from django_ratelimits.management.output import Data, in_effect, named, table
+from django_ratelimits.management.output import Data, in_effect, named, shown_names, table
 from django_ratelimits.models import Policy, RateOverride, spec_fields
 from django_ratelimits.offenders.identities import counted_now
 from django_ratelimits.offenders.text import span
@@ -114,18 +114,18 @@ def overrides(options: dict[str, Any]) -> Report:
         else query.filter(expires_at__gt=now)
     )
     rows = list(query)
-    gone = users(str(row) for row in rows if row.identity_kind == "user").gone
+    known = users(str(row) for row in rows if row.identity_kind == "user")
     data = [
         _row_data(row)
         | {
             "in_force": row.expires_at > now
-            and counted_now(Identity(row.identity_kind, row.identity_value), gone)
+            and counted_now(Identity(row.identity_kind, row.identity_value), known.gone)
         }
         for row in rows
     ]
     if not data:
         return {"overrides": []}, "No identity override to show."
-    marks = dict.fromkeys(gone, "no longer exists")
+    marks = shown_names(known)
     lines = table(
         ("identity", "policy", "rates", "in force", "expires", "reason"),
         [

@@ -28,7 +28,7 @@ from django_ratelimits.offenders.service import (
     UnknownPolicy,
     policy_names,
 )
-from django_ratelimits.offenders.users import Users, user_names, users
+from django_ratelimits.offenders.users import Users, users
 
 __all__ = [
     "DURATIONS",
@@ -47,6 +47,5 @@ __all__ = [
     "parse_identity",
     "policy_names",
     "resolve",
-    "user_names",
     "users",
 ]

@@ -53,8 +53,3 @@ def users(whos: Iterable[str]) -> Users:
         names={f"user:{pk}": str(name) for pk, name in rows},
         gone=frozenset(who for who, pk in pks.items() if pk not in found),
     )
-
-
-def user_names(whos: Iterable[str]) -> dict[str, str]:
-    """``{"user:42": "alice"}`` for the ``user:<pk>`` identities that name a user (one query)."""
-    return users(whos).names

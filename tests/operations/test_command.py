@@ -123,6 +123,25 @@ def test_offenders_lists_the_denied_identities(engine: Engine) -> None:
     assert f"user:{alice.pk} (alice)" in text
 
 
+def test_offenders_and_show_say_which_users_no_longer_exist(engine: Engine) -> None:
+    """A user deleted since the limiter counted it (a deleted spam account) is still an
+    offender Redis holds: listed and shown as gone, not as a bare id nor as someone else."""
+    alice, bob = scripted(engine)
+    gone = f"user:{bob.pk}"
+    bob.delete()
+    data = run_json("offenders", "--period", "5m")
+    assert data["usernames"] == {f"user:{alice.pk}": "alice"}
+    assert data["deleted_users"] == [gone]
+    text = run("offenders", "--period", "5m")
+    assert f"{gone} (no longer exists)" in text and f"user:{alice.pk} (alice)" in text
+
+    shown = run_json("show", gone)
+    assert shown["deleted_users"] == [gone] and shown["offender"]["denials"] == 1
+    assert run("show", gone).startswith(f"{gone} (no longer exists)")
+    behind = run("show", f"ip:{OFFICE}")
+    assert f"{gone} (no longer exists) x3" in behind and f"user:{alice.pk} (alice) x3" in behind
+
+
 def test_offenders_sort_filter_and_paginate(engine: Engine) -> None:
     alice, bob = scripted(engine)
     by_count = run_json("offenders", "--order", "denials", "--limit", "2")["offenders"]

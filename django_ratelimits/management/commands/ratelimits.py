@@ -81,6 +81,7 @@ from django_ratelimits.management.output import (
     override_text,
     quota_data,
     show_text,
+    shown_names,
     table,
 )
 from django_ratelimits.offenders import (
@@ -89,7 +90,7 @@ from django_ratelimits.offenders import (
     Query,
     UnknownPolicy,
     parse_identity,
-    user_names,
+    users,
 )
 from django_ratelimits.offenders.text import parse_span, span
 from django_ratelimits.policies import current
@@ -286,7 +287,8 @@ def offenders(options: dict[str, Any]) -> Report:
     )
     listing = Offenders(get_engine).listing(query)
     rows = [offender_data(row.offender, row.override) for row in listing.rows]
-    names = user_names(row.offender.label for row in listing.rows)
+    known = users(row.offender.label for row in listing.rows)
+    names = shown_names(known)
     data = {
         "period": period,
         "order": order,
@@ -295,7 +297,8 @@ def offenders(options: dict[str, Any]) -> Report:
         "total": listing.total,
         "now_ms": listing.now_ms,
         "offenders": rows,
-        "usernames": names,
+        "usernames": known.names,
+        "deleted_users": sorted(known.gone),
     }
     denied = "shadow policies would have denied" if query.shadow else "denied"
     total = len(rows) if listing.total is None else listing.total  # None: a user's lookup
@@ -333,7 +336,8 @@ def show(options: dict[str, Any]) -> Report:
     report = Offenders(get_engine).inspect(identity)
     detail = report.detail
     hits = detail.hits[: options["hits"]]
-    names = user_names({label(identity), *(h.who for h in detail.hits)})
+    known = users({label(identity), *(h.who for h in detail.hits)})
+    names = shown_names(known)
     data = {
         "identity": label(identity),
         "now_ms": report.now_ms,
@@ -344,7 +348,8 @@ def show(options: dict[str, Any]) -> Report:
         "hits_recorded": len(detail.hits),
         "hits": [hit_data(h) for h in hits],
         "quota": [quota_data(r) for r in report.quotas],
-        "usernames": names,
+        "usernames": known.names,
+        "deleted_users": sorted(known.gone),
     }
     return data, show_text(data, names)
 
