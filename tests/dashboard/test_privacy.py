@@ -210,6 +210,22 @@ def test_nothing_about_the_identity_outlives_the_retention(
     assert outliving(hashed, RETENTION, *me) == {}
 
 
+def test_an_ended_block_leaves_the_override_index_with_it(
+    hashed: Any, django_user_model: Any
+) -> None:
+    """A block (staff's, or a policy's ban: the same script) puts the identity in its
+    shard's override index. Once the block has ended, no other override is set in the
+    shard to trim it: the index must not keep naming the identity for a year (its TTL
+    was a year and a day, however short the overrides it held)."""
+    alice = traffic(django_user_model)
+    me = (hashed_value(), ADDRESS, f"user:{alice.pk}")
+    run_command("block", f"ip:{ADDRESS}", "--for", "5m")
+    run_command("allow", f"user:{alice.pk}", "--for", "1m")
+    get_engine().clock.advance(RETENTION + 1)
+    assert hit(OTHER, times=3)[-1] == 429
+    assert outliving(hashed, RETENTION, *me) == {}
+
+
 # --------------------------------------------------------------------------- actions by IP
 
 

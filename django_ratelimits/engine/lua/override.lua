@@ -6,10 +6,6 @@
 -- blocks and allow-listings (controls.py, through script.OVERRIDE) and a
 -- policy's ban (ban.lua) are all written here.
 
--- The index outlives the longest override it may hold (controls.MAX_OVERRIDE: a
--- year) by a day.
-local OVERRIDE_INDEX_TTL_MS = (365 + 1) * 86400000
-
 -- Sets the override of the identity whose state HASH is `state_key` to `marker`
 -- until `until_us` (`now_us` now), noted `note`. The HASH lives at least until
 -- then: its TTL is extended, never shortened, as its horizon (HORIZON, ms) says;
@@ -31,6 +27,11 @@ local function set_override(state_key, marker, until_us, note, now_us, horizon)
   local index = tag .. ':xs'
   rcall('ZREMRANGEBYSCORE', index, '-inf', fmt(floor(now_us / 1000)))
   rcall('ZADD', index, fmt(until_ms), ident)
-  rcall('PEXPIRE', index, fmt(OVERRIDE_INDEX_TTL_MS))
+  -- The index lives as long as the longest override it holds, no longer: an ended
+  -- one's entry names its identity until the next write here trims it, or until the
+  -- index expires (a fixed year would keep it that long in a quiet shard).
+  if rcall('PTTL', index) < tonumber(ttl) then
+    rcall('PEXPIRE', index, ttl)
+  end
   return horizon
 end
