@@ -112,8 +112,8 @@ class Eraser:
                 pipe.execute_command("ZREM", index, keys.ident, **route)
             who = hit_entries.behind(identity)
             gates = budgets if identity.kind in gated else ()
-            for other in others:
-                theirs = engine.keys.of(other)
+            for other, ident in others:
+                theirs = engine.keys.of(other) if ident is None else engine.keys.of_ident(ident)
                 there = engine._route(theirs.state)
                 pipe.execute_command("EVAL", _DROP_ENTRIES, 1, theirs.metadata, who, **there)
                 for budget in gates if other.kind == "ip" else ():
@@ -123,10 +123,10 @@ class Eraser:
         except _REDIS_ERRORS as exc:
             raise BackendError(f"could not forget {label(identity)}: {exc}") from exc
         dropped, at = 0, 6  # after the UNLINK and the five ZREM
-        for other in others:
+        for other, _ in others:
             dropped += int(replies[at])
             at += 1 + (len(gates) if other.kind == "ip" else 0)
-        return Erased(int(replies[0]), others, dropped)
+        return Erased(int(replies[0]), tuple(other for other, _ in others), dropped)
 
 
 def _own_keys(
@@ -150,13 +150,15 @@ def _own_keys(
     return names
 
 
-def _others(entries: Sequence[bytes]) -> tuple[Identity, ...]:
-    """The identities the hit ``entries`` name (anonymous users name no one)."""
-    found: dict[Identity, None] = {}
+def _others(entries: Sequence[bytes]) -> tuple[tuple[Identity, str | None], ...]:
+    """The identities the hit ``entries`` name (anonymous users name no one), each with
+    the ident of its keys when the entry names it by a digest (a username cut,
+    :func:`~django_ratelimits.engine.hits.named_identity`)."""
+    found: dict[tuple[Identity, str | None], None] = {}
     for hit in map(hit_entries.parse, entries):
         if hit is None or hit.who == hit_entries.ANONYMOUS:
             continue
-        kind, _, value = hit.who.partition(":")
-        if value:
-            found[Identity(kind, value)] = None
+        other = hit_entries.named_identity(hit.who)
+        if other[0].value:
+            found[other] = None
     return tuple(found)

@@ -5,7 +5,8 @@ parses it. An entry reads ``<who>|<what>|<ms>|<outcome>|<policies>``:
 
 - ``who`` is the other identity behind the request: ``user:<pk>`` (``user:-``
   when anonymous) in an IP's list, or ``username:<name>`` for a login's username
-  tried (failed-login policies), ``ip:<address>`` in anyone else's;
+  tried (failed-login policies; a name an entry cannot hold as it is is shown cut,
+  with its key's digest: :func:`username_behind`), ``ip:<address>`` in anyone else's;
 - ``what`` is ``<method> <path>`` and may itself hold ``|``;
 - ``ms`` is the check's time in milliseconds;
 - ``outcome`` is ``D`` denied (by an enforced policy or a block), ``S`` only a
@@ -33,7 +34,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from django_ratelimits.engine.keys import printable
+from django_ratelimits.engine.keys import key_part, printable
 from django_ratelimits.engine.limits import Identity
 
 ANONYMOUS = "user:-"
@@ -42,6 +43,11 @@ ANONYMOUS = "user:-"
 DENIED, SHADOW, ALLOWED = "D", "S", "A"
 _OUTCOMES = (DENIED, SHADOW, ALLOWED)
 _NAME_SEPARATORS = re.compile(r"[|,=]")  # as the script replaces them in policy names
+# How much of a username tried an entry shows, the mark of a name shown cut, and the
+# digest of its key after that mark (keys.key_part: "~" and 20 characters).
+_USERNAME_SHOWN = 150
+_CUT = "\u2026"
+_DIGESTED = re.compile(_CUT + r" (~[A-Za-z0-9_-]{20})\Z")
 
 
 @dataclass(frozen=True)
@@ -77,10 +83,27 @@ def user_behind(pk: object | None) -> str:
 
 
 def username_behind(name: str) -> str:
-    """``username:<name>`` for the username a login tried (in its IP's list), cut to 150
-    printable characters: an entry stays short whatever was typed. The logins write it
-    and erasure looks for it (:func:`behind`), so a long or unprintable name is found."""
-    return f"username:{printable(name, 150).replace('|', '/')}"
+    """``username:<name>`` for the username a login tried (in its IP's list). A name
+    that an entry cannot hold as it is (over 150 characters, or with ``|``, ``…`` or
+    anything unprintable) is written cut to 150 printable characters, ``…``, a space
+    and its key's digest (``username:xxxx… ~Ab3…``, as :func:`~.keys.label` shows
+    such a value): an entry stays short whatever was typed, and still names one
+    identity, whose keys erasure finds (:func:`named_identity`) and whose entries it
+    drops (:func:`behind`), no other's."""
+    shown = printable(name, _USERNAME_SHOWN).replace("|", "/")
+    if shown == name and _CUT not in name:
+        return f"username:{name}"
+    return f"username:{shown}{_CUT} {key_part(name)}"
+
+
+def named_identity(who: str) -> tuple[Identity, str | None]:
+    """The identity a hit entry's ``who`` names, and the ident of its keys when the
+    entry holds a username cut (:func:`username_behind`: ``username:`` and the digest
+    at its end) rather than the value itself (``None``: the keys follow from the
+    identity)."""
+    kind, _, value = who.partition(":")
+    digested = _DIGESTED.search(value) if kind == "username" else None
+    return Identity(kind, value), None if digested is None else f"{kind}:{digested[1]}"
 
 
 def ip_behind(address: str) -> str:

@@ -629,6 +629,45 @@ def test_forgetting_a_username_erases_it_from_its_addresses_hits_however_written
     assert naming(site, needle) == {}
 
 
+@pytest.mark.parametrize(
+    "name",
+    ["x" * 170 + "@example.org", "a|b@example.org", "mallory\u200b@example.org"],
+    ids=["182-chars", "pipe", "unprintable"],
+)
+def test_forgetting_an_address_reaches_the_list_of_every_username_it_tried(
+    site: Any, name: str
+) -> None:
+    """The address's entry cannot hold such a username as it is (it is cut to 150
+    printable characters, a ``|`` would end the field): erasure must still find the
+    username's own list, which names the address. It kept four entries naming it."""
+    from django.core.management import call_command
+
+    from tests.dashboard.test_privacy import naming
+
+    policy(key="ip_and_username", record_metadata="every")
+    ip = "198.51.100.7"
+    assert login(name, ip=ip).status_code == 200
+    assert naming(site, ip), "the username's list names the address"
+    call_command("ratelimits", "forget", f"ip:{ip}", stdout=io.StringIO())
+    assert naming(site, ip) == {}
+
+
+def test_forgetting_a_long_username_keeps_another_that_reads_the_same(site: Any) -> None:
+    """Two usernames alike in their first 150 characters are two identities: forgetting
+    one leaves the other's entries in the address's list (erasure used to drop both)."""
+    from django.core.management import call_command
+
+    policy(key="ip_and_username", record_metadata="every")
+    ip, stem = "198.51.100.7", "y" * 150
+    assert [login(stem + end, ip=ip).status_code for end in ("-one", "-two")] == [200, 200]
+    call_command("ratelimits", "forget", f"username:{stem}-one", stdout=io.StringIO())
+    hits = Offenders(get_engine).inspect(Identity("ip", ip)).detail.hits
+    (kept,) = [hit.who for hit in hits]
+    assert kept.startswith(f"username:{stem}") and "-one" not in kept
+    digest = get_engine().keys.of(Identity("username", f"{stem}-two")).ident.partition(":")[2]
+    assert kept.endswith(f"\u2026 {digest}")
+
+
 def test_a_locked_out_username_is_refused_without_redis_and_every_refusal_counted(
     site: Any, frozen_clock: Any
 ) -> None:
