@@ -4,7 +4,7 @@
 
     python -m benchmarks.scaling                    # both parts, 4 client processes, 5 s each
     python -m benchmarks.scaling --instructions     # also callgrind's counts (valgrind, minutes)
-    python -m benchmarks.scaling --quick            # a second of each, printed only
+    python -m benchmarks.scaling --quick            # half a second of each, printed only
     python -m benchmarks.scaling --processes 6 --seconds 10 --output /tmp/scaling.md
 
 docs/scaling.md pastes its tables and works from them. Not part of ``make bench``.
@@ -399,7 +399,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.scaling", description=__doc__)
     parser.add_argument("--processes", type=int, default=4, help="client processes (4)")
     parser.add_argument("--seconds", type=float, default=5.0, help="per measurement (5)")
-    parser.add_argument("--quick", action="store_true", help="a second each, few requests")
+    parser.add_argument("--quick", action="store_true", help="half a second each, few requests")
     parser.add_argument("--instructions", action="store_true", help="also count (valgrind)")
     parser.add_argument("--redis-server", type=Path, help="the binary (default: as the tests)")
     parser.add_argument("--output", type=Path, help="also write the tables here")
