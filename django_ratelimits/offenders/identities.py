@@ -154,8 +154,9 @@ def address_group(value: str) -> str:
 
 def user_pk(value: str, *, former: bool = False) -> str:
     """The id of the user whose id, else whose username, is ``value``; with ``former``,
-    else ``value`` read as the id of a user deleted since, as the limiter counted it
-    (``str(user.pk)``), when the primary key takes it (for an integer key, a number).
+    ``value`` read as the id of a user deleted since, as the limiter counted it
+    (``str(user.pk)``), whenever the primary key takes it (for an integer key, a
+    number), before any username: of a user deleted since, the id is all that names it.
 
     A username that no user has is refused even with ``former``: it was never counted
     (the limiter counts users by id). Where the primary key is text, any value is one;
@@ -165,7 +166,10 @@ def user_pk(value: str, *, former: bool = False) -> str:
 
 
 def find_user(value: str, *, former: bool = False) -> tuple[str, bool]:
-    """:func:`user_pk`'s id, and whether no user has it any more (only with ``former``)."""
+    """:func:`user_pk`'s id, and whether no user has it any more (only with ``former``).
+
+    With ``former``, a value the primary key can hold is an id, whether or not a user
+    has it: a deleted user's id is never taken for the username of another."""
     model = get_user_model()
     manager: Any = model._default_manager
     try:
@@ -173,11 +177,13 @@ def find_user(value: str, *, former: bool = False) -> tuple[str, bool]:
     except ValidationError:
         pk = None
     found = None if pk is None else manager.filter(pk=pk).values_list("pk", flat=True).first()
+    if found is None and former and pk is not None and _could_be(model._meta.pk, pk):
+        # An id no user has is the deleted user's, never another user's username: else
+        # forgetting user 42, deleted, would erase (and lift) the live user named "42".
+        return str(pk), True
     if found is None:
         field = model.USERNAME_FIELD
         found = manager.filter(**{field: value}).values_list("pk", flat=True).first()
-    if found is None and former and pk is not None and _could_be(model._meta.pk, pk):
-        return str(pk), True
     if found is None:
         deleted = (
             "a deleted user is named by its id"

@@ -321,6 +321,29 @@ def test_a_deleted_users_data_is_lifted_and_forgotten_in_the_terminal(
         run_command("forget", "user:alice")
 
 
+def test_forgetting_a_deleted_id_never_erases_the_user_whose_username_it_is(
+    hashed: Any, django_user_model: Any
+) -> None:
+    """A deleted user's id is the id, even where a live user's username reads the same:
+    forgetting it erased (and lifted) the live user named "<id>" instead, and left the
+    deleted user's keys (a privacy review)."""
+    gone = traffic(django_user_model)
+    pk = str(gone.pk)
+    gone.delete()
+    other = django_user_model.objects.create_user(pk, password="x")
+    run_command("block", f"user:{other.pk}", "--for", "1h")
+    assert json.loads(run_command("show", f"user:{pk}", "--json"))["identity"] == f"user:{pk}"
+    erased = json.loads(run_command("forget", f"user:{pk}", "--json"))
+    assert erased["identity"] == f"user:{pk}" and erased["keys_deleted"] > 0
+    assert naming(hashed, f"user:{pk}") == {}
+    assert naming(hashed, f"user:{other.pk}"), "the live user's block stays"
+    # Where no user had the id, the username still names its user for an action.
+    assert (
+        json.loads(run_command("block", f"user:{pk}", "--for", "5m", "--json"))["identity"]
+        == f"user:{other.pk}"
+    )
+
+
 def test_a_deleted_users_page_lifts_and_forgets(
     hashed: Any, django_user_model: Any, admin_client: Client
 ) -> None:
