@@ -420,9 +420,13 @@ class Planned:
         sent with ``asend`` once the verdict is made."""
         verdict = await self._arun(call, charge, counted, cached)
         kept, self._unsent = self._unsent or [], []
+        if kept:
+            await _handing_over(verdict, self._asend(kept))
+        return verdict
+
+    async def _asend(self, kept: list[tuple[Signal, dict[str, object]]]) -> None:
         for signal, named in kept:
             await signal.asend(sender=PolicySpec, request=self.request, **named)
-        return verdict
 
     async def _arun(
         self,
@@ -448,7 +452,7 @@ class Planned:
             else:
                 breaker.abandon(trial)
             if cache.flush_due():
-                await cache.aflush()
+                await _handing_over(verdict, cache.aflush())
             return verdict
         except BaseException:
             breaker.abandon(trial)
@@ -583,6 +587,21 @@ class Planned:
             signal.send(sender=PolicySpec, request=self.request, **named)
         else:
             self._unsent.append((signal, named))
+
+
+async def _handing_over(verdict: Verdict, step: Awaitable[None]) -> None:
+    """Await ``step``, taken between the engine's answer and handing ``verdict`` over.
+
+    Should it raise (the request cancelled while a signal's receiver runs, say), the
+    verdict never reaches the caller, which gives its concurrency slots back: they are
+    given back here first.
+    """
+    try:
+        await step
+    except BaseException:
+        if verdict.decision is not None and verdict.decision.held:
+            await get_engine().arelease_shielded(verdict.decision.held)
+        raise
 
 
 def _cache() -> DenialCache | None:

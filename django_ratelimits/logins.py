@@ -96,14 +96,24 @@ class FailedLoginBackend:
         if planned is None:
             return
         engine, token = get_engine(), _token(planned.request)
-        verdict = await planned.arun(
-            lambda checks: engine.apeek(_reserving(checks), cost=1, token=token),
-            charge=False,
-            counted=True,
-        )
+        try:
+            verdict = await planned.arun(
+                lambda checks: engine.apeek(_reserving(checks), cost=1, token=token),
+                charge=False,
+                counted=True,
+            )
+        except BaseException:
+            # Cancelled (on ASGI, the client went away), or a signal's receiver raised:
+            # the look may have taken places, and its verdict, which says so, is lost.
+            # (Cancelled during the look's call, the engine gave them back once the call
+            # ended.) A place not taken is left alone.
+            if (places := _places_of(planned, token)).keys:
+                await engine.arelease_shielded([places])
+            raise
         if (back := _hold(planned, verdict, token)) is not None:
-            with contextlib.suppress(BackendError):
-                await engine.arelease(back)
+            # Marked released as it starts: should the login be cancelled meanwhile, the
+            # release goes on (a Redis failure is logged; their lease frees them then).
+            await engine.arelease_shielded([back])
         if verdict.blocked():
             raise RateLimited(verdict)
 
@@ -143,23 +153,28 @@ def _hold(planned: Planned, verdict: Verdict, token: bytes) -> Held | None:
     several nodes, a refused login may hold places on the others: the backend gives
     them back at once."""
     decision = verdict.decision
-    engine = get_engine()
     refused = verdict.blocked()
-    if decision is None or verdict.cached or (refused and not engine.cluster):
+    if decision is None or verdict.cached or (refused and not get_engine().cluster):
         return None
-    keys = engine.keys
+    held = _places_of(planned, token)
+    request = planned.request
+    before: Verdict = getattr(request, "ratelimit", None) or Verdict(())
+    request.ratelimit = before.merge(Verdict((), Decision((), decision.now_us, (held,))))  # type: ignore[attr-defined]
+    setattr(request, _PLACES, (*_places(request), held))
+    return held if refused else None
+
+
+def _places_of(planned: Planned, token: bytes) -> Held:
+    """The places a login's look may take among the logins in flight, under ``token``:
+    one per identity its enforced checks count (a gate's client IP too)."""
+    keys = get_engine().keys
     places = dict.fromkeys(
         keys.of(who).attempts
         for check in planned.checks
         if not check.shadow
         for who in (check.identity, *((check.gate.client,) if check.gate else ()))
     )
-    held = Held(token, tuple(places))
-    request = planned.request
-    before: Verdict = getattr(request, "ratelimit", None) or Verdict(())
-    request.ratelimit = before.merge(Verdict((), Decision((), decision.now_us, (held,))))  # type: ignore[attr-defined]
-    setattr(request, _PLACES, (*_places(request), held))
-    return held if refused else None
+    return Held(token, tuple(places))
 
 
 def login_failed(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import struct
 import weakref
 from collections.abc import Callable, Generator, Iterable
@@ -24,6 +25,10 @@ from django_ratelimits.engine.limits import Check, Identity, Limit
 
 RedisClient = Redis | RedisCluster
 _REDIS_ERRORS = (RedisError, RedisClusterException)
+logger = logging.getLogger("django_ratelimits")
+# The give-backs of cancelled calls, kept until they end: the event loop keeps only weak
+# references to tasks, and a give-back whose caller was cancelled again has no other.
+_giving_back: set[asyncio.Task[None]] = set()
 _SETTINGS_KEPT = 64  # settings arguments an engine keeps encoded (by mode and cost)
 _ATTEMPTS = 3  # sends of one check: the call, then at most two after "not loaded" errors
 
@@ -77,6 +82,9 @@ class _Call:
     parts: list[Pairs | _Gated] = field(default_factory=list)
     concurrent: bool = False  # whether the call may take concurrency slots
     token: bytes | None = None  # then the request's id, which _plan names
+    # The keys where the call may take a place under the request's id: its concurrency
+    # slots, its logins in flight (lua/attempts.lua).
+    taking: tuple[str, ...] = ()
 
 
 @dataclass
@@ -102,7 +110,9 @@ class Engine:
     the event loop is never blocked.
 
     A check that passes a concurrency limit holds a slot until :meth:`release`
-    (or :meth:`arelease`) gives back ``Decision.held``, or its lease ends.
+    (or :meth:`arelease`) gives back ``Decision.held``, or its lease ends. An
+    ``acheck`` (or a reserving ``apeek``) whose caller is cancelled before it returns
+    gives back whatever its call may have taken, once the call has ended.
 
     Staff's writes (reset, block, allow-list, lift) are not here: see
     :class:`~django_ratelimits.engine.controls.Controls`.
@@ -318,12 +328,69 @@ class Engine:
             return done.value  # type: ignore[no-any-return]
 
     async def _arun(self, rounds: Generator[list[_Call], list[Any], Decision]) -> Decision:
+        taking: list[_Call] = []  # the calls sent that may take places, this round's too
         try:
             calls = next(rounds)
             while True:
-                calls = rounds.send(await self._aexecute(calls))
+                taking += [call for call in calls if call.taking]
+                if taking:
+                    replies = await self._aexecute_taking(calls, taking)
+                else:
+                    replies = await self._aexecute(calls)
+                calls = rounds.send(replies)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
+
+    async def _aexecute_taking(self, calls: list[_Call], taking: list[_Call]) -> list[Any]:
+        """:meth:`_aexecute` for a round after which the request may hold places in Redis
+        (``taking``: its calls, and those of earlier rounds, that may have taken some).
+
+        The caller's cancellation (on ASGI, the client went away) does not cut the
+        call short: once sent, Redis may run it whatever the caller does, and only its
+        end tells when that has happened. The cancelled caller waits for that end (its
+        reply, or its failure), then for the release of every place ``taking`` may have
+        taken under the request's id (a place not taken is left alone), then is
+        cancelled. Should that wait be cancelled too, the release still runs.
+        """
+        sent = asyncio.ensure_future(self._aexecute(calls))
+        try:
+            return await asyncio.shield(sent)
+        except asyncio.CancelledError:
+            keys: dict[bytes, dict[str, None]] = {}  # by request id (one per engine call)
+            for call in taking:
+                assert call.token is not None  # a call that takes places sends the id
+                keys.setdefault(call.token, {}).update(dict.fromkeys(call.taking))
+            held = [Held(token, tuple(its)) for token, its in keys.items()]
+            await self.arelease_shielded(held, after=sent)
+            raise
+
+    async def arelease_shielded(
+        self, held: Iterable[Held], *, after: asyncio.Future[Any] | None = None
+    ) -> None:
+        """:meth:`arelease` of each of ``held`` (once ``after`` has ended, if given: its
+        reply or its failure) for a caller that is being cancelled, or may be: the caller
+        waits for it, and should that wait be cancelled, it goes on. Raises nothing for
+        Redis failing: that is logged, and the leases free the places."""
+        giving_back = asyncio.ensure_future(self._release_after(list(held), after))
+        _giving_back.add(giving_back)
+        giving_back.add_done_callback(_giving_back.discard)
+        await asyncio.shield(giving_back)
+
+    async def _release_after(self, held: list[Held], after: asyncio.Future[Any] | None) -> None:
+        if after is not None:  # a call's end: the release must not reach Redis before it
+            await asyncio.wait([after])
+            if not after.cancelled():
+                after.exception()  # its caller, cancelled, no longer hears of a failure
+        for slots in held:
+            try:
+                await self.arelease(slots)
+            except BackendError as error:
+                logger.warning(
+                    "could not give back %d concurrency slot(s) or login place(s), their "
+                    "lease will: %s",
+                    len(slots.keys),
+                    error,
+                )
 
     def _prepare(
         self, checks: Iterable[Check], mode: str, cost: int, token: bytes | None = None
@@ -455,10 +522,14 @@ class Engine:
         logs = [keys.log(limit) for limit in limits if limit.is_log]
         if logs:
             call.keys += logs
-            call.concurrent = call.concurrent or any(limit.is_concurrency for limit in limits)
+            slots = tuple(keys.log(limit) for limit in limits if limit.is_concurrency)
+            if slots:
+                call.concurrent = True
+                call.taking += slots
         if chk.reserve:  # its logins in flight (lua/attempts.lua), by the request's id
             call.keys.append(keys.attempts)
             call.concurrent = True
+            call.taking += (keys.attempts,)
         # Two arguments. The limits, after the group's 4 flags: the script parses
         # each distinct text once. The info: the label, then a hit entry's head after
         # a "\n" (neither holds one: both are printable). The script reads the ident
