@@ -58,6 +58,7 @@ from django_ratelimits.engine import (
 )
 from django_ratelimits.engine.errors import BackendError
 from django_ratelimits.engine.hits import entry_head, ip_behind, user_behind
+from django_ratelimits.engine.keys import label
 from django_ratelimits.errors import RateLimitsError
 from django_ratelimits.identity import client_address, client_ip, identities, ip_identity
 from django_ratelimits.policies.registry import PolicyRegistry, acurrent, current, get_registry
@@ -614,16 +615,27 @@ def _cache() -> DenialCache | None:
 
 def _log_block(request: HttpRequest, result: LimitResult) -> None:
     """One line for a request a block refused (staff's, or a policy's ban): the block,
-    not a policy's rate."""
+    not a policy's rate. What the client sent is escaped: its path (``%0A`` is a line
+    break in ``request.path``) and the identity (a header, a username) could otherwise
+    forge lines of the log (as Django escapes the paths it logs)."""
     until = time.time() + result.retry_after
     logger.info(
-        "refused %s %s: %s %s is blocked (by staff or a ban) until %s UTC",
-        request.method,
-        request.path,
-        result.identity.kind,
-        result.identity.value,
+        "refused %s %s: %s is blocked (by staff or a ban) until %s UTC",
+        _escaped(request.method or ""),
+        _escaped(request.path[:_LOGGED_PATH]),
+        label(result.identity),
         time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(until)),
     )
+
+
+# How much of a refused request's path its log line shows.
+_LOGGED_PATH: Final = 200
+
+
+def _escaped(text: str) -> str:
+    """``text`` for a log line: control characters and anything not ASCII escaped
+    (``\\n``, ``\\x1b``, ``\\xe9``), so that no value a client sends starts a line."""
+    return text.encode("unicode_escape").decode("ascii")
 
 
 def _effective(

@@ -152,7 +152,7 @@ def test_staff_who_block_themselves_can_still_log_in_and_lift(
     act(me, kind="ip", value="127.0.0.1", action="block", seconds="300")
     with caplog.at_level(logging.INFO, logger="django_ratelimits"):
         assert Client(REMOTE_ADDR="127.0.0.1").get("/api/hello").status_code == 429
-    assert "ip 127.0.0.1 is blocked (by staff or a ban) until " in caplog.text
+    assert "ip:127.0.0.1 is blocked (by staff or a ban) until " in caplog.text
     assert "over" not in caplog.text
 
     me.logout()

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import html
 import json
+import logging
 from typing import Any
 
 import pytest
@@ -34,6 +35,7 @@ from redis.cluster import RedisCluster
 
 from django_ratelimits.deny_cache import cache_for
 from django_ratelimits.engine import Identity, get_engine
+from django_ratelimits.engine.controls import Controls
 from django_ratelimits.engine.denials import Denials
 from django_ratelimits.models import Policy
 from django_ratelimits.policies import get_registry
@@ -121,6 +123,28 @@ def test_a_hostile_identity_is_limited_in_its_own_slot(
     assert page.status_code == 200
     assert "\x00" not in page.content.decode()
     assert admin_client.get(detail_url("key", value)).status_code in (200, 404)
+
+
+def test_a_blocked_clients_path_and_identity_cannot_forge_log_lines(
+    site_redis: redis.Redis | RedisCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The line logged for a request a block refused escapes what the client chose: a
+    path's ``%0A`` is a line break in ``request.path``, and a header identity may hold
+    escape sequences (a terminal reading the log) or a line separator."""
+    _policy(
+        name="who-logged", rates=f"{LIMIT}/m", path=r"^/api/", key="callable",
+        key_arg="tests.request.test_hostile.who",
+    )  # fmt: skip
+    _flush(site_redis)
+    value = "evil\x1b[2J\u2028forged"
+    Controls(get_engine()).block(Identity("key", value), 300)
+    forged = "/api/hello%0A2026-11-27 refused GET /: ip 10.0.0.1 is blocked%1B[31m"
+    with caplog.at_level(logging.INFO, logger="django_ratelimits"):
+        assert Client().get(forged, headers={"X-Who": value}).status_code == 429
+    [line] = [r.getMessage() for r in caplog.records if "is blocked (by" in r.getMessage()]
+    assert line.startswith("refused GET /api/hello\\n2026-11-27 refused GET /: ip 10.0.0.1")
+    assert line.isprintable() and "\x1b" not in line and "\u2028" not in line
+    assert ": key:evil\ufffd[2J\ufffdforged\u2026 ~" in line  # as the dashboard names it
 
 
 # --------------------------------------------------------------------------- the admin form
