@@ -31,8 +31,6 @@ import redis
 from django.conf import settings
 from django.contrib.auth import aauthenticate
 from django.core.handlers.asgi import ASGIHandler
-from django.core.signals import request_finished, request_started
-from django.db import close_old_connections
 from django.test import RequestFactory, override_settings
 from redis.cluster import RedisCluster
 
@@ -43,7 +41,13 @@ from django_ratelimits.models import Policy
 from django_ratelimits.policies import get_registry
 from django_ratelimits.policies.registry import current
 from tests.request.inflight_urls import in_flight
-from tests.request.test_inflight_disconnect import WITHOUT_MIDDLEWARE, _get, _scope, _until
+from tests.request.test_inflight_disconnect import (
+    WITHOUT_MIDDLEWARE,
+    _get,
+    _scope,
+    _until,
+    inflight_site,
+)
 from tests.request.test_logins import LOGIN, policy
 
 pytestmark = pytest.mark.django_db
@@ -111,21 +115,10 @@ def way(
 
 @pytest.fixture
 def site(nodes: Nodes) -> Iterator[ASGIHandler]:
-    """One slot per client IP on /inflight/ (lease 60 s), the views of the concurrency
-    tests, Django's database signals off (as in test_inflight_disconnect). Yields an
-    ASGI handler of the site (``RateLimitMiddleware`` included)."""
-    request_started.disconnect(close_old_connections)
-    request_finished.disconnect(close_old_connections)
-    try:
-        with override_settings(ROOT_URLCONF="tests.request.inflight_urls"):
-            Policy.objects.create(
-                name="cc", algorithm="concurrency", rates="1", lease=60, path=r"^/inflight/"
-            )
-            get_registry().refresh()
-            yield ASGIHandler()
-    finally:
-        request_started.connect(close_old_connections)
-        request_finished.connect(close_old_connections)
+    """The concurrency tests' site (:func:`inflight_site`, lease 60 s). Yields an ASGI
+    handler of it (``RateLimitMiddleware`` included)."""
+    with inflight_site(lease=60):
+        yield ASGIHandler()
 
 
 def _wait(condition: Callable[[], bool], what: str) -> None:

@@ -13,6 +13,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, ClassVar
 
 import pytest
@@ -108,13 +109,28 @@ class _Deferred(logging.Handler):
             self.seen = True
 
 
-@pytest.fixture
-def asgi(site_redis: Any) -> Iterator[_Deferred]:
-    """One slot per client IP on /inflight/ (lease 30 s); the held views reset; Django's
-    database signals off (the views run in threads of their own, outside the test's
-    transaction). Yields what notes a deferred release."""
+@contextmanager
+def inflight_site(lease: int) -> Iterator[None]:
+    """One slot per client IP on /inflight/ (``lease`` seconds), with Django's database
+    signals off: the views run in threads of their own, outside the test's transaction."""
     request_started.disconnect(close_old_connections)
     request_finished.disconnect(close_old_connections)
+    try:
+        with override_settings(ROOT_URLCONF="tests.request.inflight_urls"):
+            Policy.objects.create(
+                name="cc", algorithm="concurrency", rates="1", lease=lease, path=r"^/inflight/"
+            )
+            get_registry().refresh()
+            yield
+    finally:
+        request_started.connect(close_old_connections)
+        request_finished.connect(close_old_connections)
+
+
+@pytest.fixture
+def asgi(site_redis: Any) -> Iterator[_Deferred]:
+    """:func:`inflight_site` (lease 30 s), the held views reset. Yields what notes a
+    deferred release."""
     gate.reset()
     logger = logging.getLogger("django_ratelimits")
     deferred = _Deferred()
@@ -122,18 +138,12 @@ def asgi(site_redis: Any) -> Iterator[_Deferred]:
     logger.setLevel(logging.DEBUG)
     logger.addHandler(deferred)
     try:
-        with override_settings(ROOT_URLCONF="tests.request.inflight_urls"):
-            Policy.objects.create(
-                name="cc", algorithm="concurrency", rates="1", lease=30, path=r"^/inflight/"
-            )
-            get_registry().refresh()
+        with inflight_site(lease=30):
             yield deferred
     finally:
         gate.go.set()  # a failed test must not leave a view blocked
         logger.removeHandler(deferred)
         logger.setLevel(level)
-        request_started.connect(close_old_connections)
-        request_finished.connect(close_old_connections)
 
 
 def test_a_client_gone_away_keeps_the_slot_until_its_sync_view_returns(asgi: _Deferred) -> None:
