@@ -28,7 +28,7 @@ help:
 	@echo "make pytest     only the test suite (PYTEST_ARGS='-k cluster -x' to narrow it)"
 	@echo "make lint       ruff check . and ruff format --check ."
 	@echo "make typecheck  mypy django_ratelimits devtools benchmarks"
-	@echo "make bench      every benchmark (engine, peers, request, servers, accuracy): docs/benchmarks.md"
+	@echo "make bench      every benchmark (engine, peers, request, servers, flood, blocklist, accuracy): docs/benchmarks.md"
 	@echo "make venv       create $(VENV) with $(PYTHON) (PYTHON=python3.13 to choose another)"
 	@echo "make clean      remove $(VENV), caches, test logs and the demo's database and Redis dir"
 
