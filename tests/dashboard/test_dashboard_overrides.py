@@ -34,6 +34,21 @@ def test_the_identity_page_shows_its_own_rates_and_a_reset_clears_them(
     assert client.get("/api/hello").status_code == 200  # the override's count was reset
 
 
+def test_a_deleted_users_page_says_its_own_rates_apply_to_no_request(
+    site_redis: Any, admin_client: Client, django_user_model: Any
+) -> None:
+    policy = Policy.objects.create(name="api", rates="2/h", path="^/api/", key="user")
+    gone = django_user_model.objects.create_user("gone")
+    override(f"user:{gone.pk}", "4/h", policy=policy)
+    get_registry().refresh()
+    live = admin_client.get(detail_url("user", str(gone.pk))).content.decode()
+    assert 'id="own-rates"' in live and "apply to no request" not in live
+    pk = gone.pk
+    gone.delete()
+    page = admin_client.get(detail_url("user", str(pk))).content.decode()
+    assert 'id="own-rates"' in page and "so they apply to no request" in page
+
+
 def test_the_link_to_give_own_rates_follows_the_add_permission(
     site_redis: Any, django_user_model: Any
 ) -> None:
