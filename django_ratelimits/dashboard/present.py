@@ -18,7 +18,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext, pgettext_lazy
 
 from django_ratelimits.engine import Identity, LimitResult
-from django_ratelimits.engine.hits import ANONYMOUS, DENIED, SHADOW, Hit
+from django_ratelimits.engine.hits import ANONYMOUS, DENIED, SHADOW, Hit, named_identity
 from django_ratelimits.engine.offenders import Offender, OffenderDetail
 from django_ratelimits.engine.overrides import BLOCKED_POLICY, Override
 from django_ratelimits.identity import HASHED
@@ -201,8 +201,12 @@ def behind(detail: OffenderDetail, names: Mapping[str, str], url_for: UrlFor) ->
 
 
 def who_view(who: str, count: int, names: Mapping[str, str], url_for: UrlFor) -> Who:
+    """``who`` of hit entries, linked to its page when it names an identity whole: not
+    a username an entry could only hold cut (:func:`~.hits.named_identity`)."""
     kind, _, value = who.partition(":")
     linkable = kind in KINDS and value not in ("", "-")
+    if linkable and kind == "username":
+        linkable = named_identity(who)[1] is None
     url = url_for(Identity(kind, value)) if linkable else None
     return Who(who, count, display_name(who, names), url)
 

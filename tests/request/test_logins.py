@@ -652,6 +652,24 @@ def test_forgetting_an_address_reaches_the_list_of_every_username_it_tried(
     assert naming(site, ip) == {}
 
 
+def test_the_dashboard_links_no_username_an_entry_holds_cut(site: Any, admin_client: Any) -> None:
+    """Behind an address, a username its entries hold whole links to its page; one they
+    hold cut names no identity (its page would be a username nobody tried): no link."""
+    import re
+
+    from tests.dashboard.test_dashboard import detail_url
+
+    policy(key="ip_and_username", record_metadata="every")
+    long = "z" * 170 + "@example.org"
+    assert login("short@example.org").status_code == 200
+    assert login(long).status_code == 200
+    page = admin_client.get(detail_url("ip", "198.51.100.7")).content.decode()
+    rows = dict(re.findall(r'<tr class="behind" data-who="([^"]*)">\s*<td[^>]*>(.*?)</td>', page))
+    assert rows["username:short@example.org"].startswith("<a href=")
+    [cut] = [text for who, text in rows.items() if who.startswith("username:zzz")]
+    assert "\u2026" in cut and "<a " not in cut
+
+
 def test_forgetting_a_long_username_keeps_another_that_reads_the_same(site: Any) -> None:
     """Two usernames alike in their first 150 characters are two identities: forgetting
     one leaves the other's entries in the address's list (erasure used to drop both)."""
