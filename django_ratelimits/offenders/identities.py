@@ -32,6 +32,7 @@ from typing import Any, Final
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
+from django.utils.translation import gettext, ngettext
 
 from django_ratelimits.conf import get_settings, ip_network
 from django_ratelimits.engine import Identity
@@ -55,14 +56,19 @@ _HASH = re.compile(re.escape(HASHED) + "[0-9a-f]{32}")
 
 
 class NoSuchIdentity(ValueError):
-    """What staff named is no identity the limiter could count; the message says why."""
+    """What staff named is no identity the limiter could count; the message says why, in
+    the active language (the dashboard and admin show it; the command prints it)."""
 
 
 def parse(text: str, *, former_users: bool = False) -> Identity:
     """``kind:value`` as staff type it (``ip:203.0.113.7``, ``user:alice``), resolved."""
     kind, colon, value = text.partition(":")
     if not colon or not value:
-        raise NoSuchIdentity(f"{text!r} is not an identity: write kind:value, e.g. ip:203.0.113.7")
+        raise NoSuchIdentity(
+            # Translators: %(text)s is what staff typed, quoted.
+            gettext("%(text)s is not an identity: write kind:value, e.g. ip:203.0.113.7")
+            % {"text": repr(text)}
+        )
     return resolve(kind, value, former_users=former_users)
 
 
@@ -72,11 +78,20 @@ def resolve(kind: str, value: str, *, former_users: bool = False) -> Identity:
     id of a deleted user is the identity it was counted as (see the module). Costs one
     or two database queries for a user, nothing else."""
     if kind not in RECORDED_KINDS:
-        kinds = ", ".join(RECORDED_KINDS)
-        raise NoSuchIdentity(f"{kind!r} is not a kind of identity (one of {kinds})")
+        raise NoSuchIdentity(
+            # Translators: %(kind)s is the kind staff typed, quoted; %(kinds)s lists the
+            # kinds as typed (ip, user, header...), not words to translate.
+            gettext("%(kind)s is not a kind of identity (one of %(kinds)s)")
+            % {"kind": repr(kind), "kinds": ", ".join(RECORDED_KINDS)}
+        )
     if not value.strip() or len(value) > VALUE_MAX:
         raise NoSuchIdentity(
-            f"an identity's value has 1 to {VALUE_MAX} characters, not only spaces"
+            ngettext(
+                "an identity's value has 1 to %(max)d character, not only spaces",
+                "an identity's value has 1 to %(max)d characters, not only spaces",
+                VALUE_MAX,
+            )
+            % {"max": VALUE_MAX}
         )
     if kind == "ip":
         return Identity("ip", ip_value(value))
@@ -93,7 +108,7 @@ def resolve(kind: str, value: str, *, former_users: bool = False) -> Identity:
 def _username(value: str) -> str:
     name = normalize_username(value)
     if name is None:
-        raise NoSuchIdentity("a username tried has something other than spaces")
+        raise NoSuchIdentity(gettext("a username tried has something other than spaces"))
     return name
 
 
@@ -140,13 +155,27 @@ def address_group(value: str) -> str:
         try:
             network = ip_network(value.strip(), strict=False)
         except ValueError:
-            raise NoSuchIdentity(f"{value!r} is not an IP address or network") from None
+            raise NoSuchIdentity(
+                # Translators: %(value)s is what staff typed, quoted.
+                gettext("%(value)s is not an IP address or network") % {"value": repr(value)}
+            ) from None
         prefix = config.ipv4_prefix if network.version == 4 else config.ipv6_prefix
         if network.prefixlen < prefix:
+            groups = 2 ** (prefix - network.prefixlen)
             raise NoSuchIdentity(
-                f"{value!r} holds {2 ** (prefix - network.prefixlen):,} address groups of "
-                f"/{prefix}, each counted apart: name one address, or block the network "
-                "in Blocked networks"
+                # Translators: "Blocked networks" is the admin page of that name.
+                ngettext(
+                    "%(value)s holds %(count)s address group of /%(prefix)s, each counted "
+                    "apart: name one address, or block the network in Blocked networks",
+                    "%(value)s holds %(count)s address groups of /%(prefix)s, each counted "
+                    "apart: name one address, or block the network in Blocked networks",
+                    groups,
+                )
+                % {
+                    "value": repr(value),
+                    "count": f"{groups:,}",
+                    "prefix": prefix,
+                }
             )
         address = network.network_address
     return group(address, config.ipv4_prefix, config.ipv6_prefix)
@@ -185,12 +214,16 @@ def find_user(value: str, *, former: bool = False) -> tuple[str, bool]:
         field = model.USERNAME_FIELD
         found = manager.filter(**{field: value}).values_list("pk", flat=True).first()
     if found is None:
-        deleted = (
-            "a deleted user is named by its id"
-            if former
-            else "a deleted user's data can still be shown, reset, lifted or forgotten by its id"
-        )
-        raise NoSuchIdentity(f"no user has the id or username {value!r} ({deleted})")
+        if former:
+            message = gettext(
+                "no user has the id or username %(value)s (a deleted user is named by its id)"
+            )
+        else:
+            message = gettext(
+                "no user has the id or username %(value)s (a deleted user's data can still be "
+                "shown, reset, lifted or forgotten by its id)"
+            )
+        raise NoSuchIdentity(message % {"value": repr(value)})
     return str(found), False
 
 
