@@ -53,9 +53,13 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import (
+    BaseCommand,
+    CommandError,
+    CommandParser,
+    no_translations,
+)
 from django.urls import get_resolver
-from django.utils.translation import ngettext
 from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException, RedisError, ResponseError
 
@@ -199,6 +203,11 @@ class Command(BaseCommand):
         networks.add_arguments(add, duration)
         rate_overrides.add_arguments(add, duration)
 
+    # The command speaks English whatever LANGUAGE_CODE is, as Django's own commands and
+    # system checks do (their output is not translated): its sentences are English, and
+    # the texts it shares with the dashboard (why an identity or a policy is refused)
+    # would otherwise come in the site's language in the middle of them.
+    @no_translations
     def handle(self, *args: Any, **options: Any) -> None:
         subcommand: Callable[[dict[str, Any]], Report] = SUBCOMMANDS[options["subcommand"]]
         self.declare_view_policies()
@@ -302,7 +311,7 @@ def offenders(options: dict[str, Any]) -> Report:
     }
     denied = "shadow policies would have denied" if query.shadow else "denied"
     total = len(rows) if listing.total is None else listing.total  # None: a user's lookup
-    identities = ngettext("%(n)d identity", "%(n)d identities", total) % {"n": total}
+    identities = f"{total} {'identity' if total == 1 else 'identities'}"
     head = f"{identities} {denied} in the last {span(period)}"
     if not rows:
         return data, f"{head}: none to show."
