@@ -25,6 +25,7 @@ from functools import cached_property
 
 from django.contrib.auth import get_user_model
 from django.http import HttpRequest
+from django.utils.translation import gettext, pgettext
 
 from django_ratelimits.conf import get_settings
 from django_ratelimits.deny_cache import cache_for
@@ -60,10 +61,13 @@ class UnknownPolicy(ValueError):
     or disabled, or a declared default) and no denial ``recorded`` names either."""
 
     def __init__(self, name: str, *, recorded: str | None = None) -> None:
-        if recorded is None:
-            known = ", ".join(policy_names()) or "none"
-            message = f"no enabled policy is named {name!r} (enabled: {known})"
-        else:
+        if recorded is None:  # the dashboard's actions show it, in the active language
+            known = ", ".join(policy_names()) or pgettext("no policies", "none")
+            message = gettext("no enabled policy is named %(name)s (enabled: %(known)s)") % {
+                "name": repr(name),
+                "known": known,
+            }
+        else:  # only the command's filter (its output is English: no_translations)
             known = ", ".join(current().names()) or "none"
             message = f"no policy is named {name!r} and no {recorded} names it (policies: {known})"
         super().__init__(message)
