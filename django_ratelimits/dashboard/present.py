@@ -160,9 +160,14 @@ class HitView:
     @property
     def policies_text(self) -> str:
         """``api, orders-watch (would have denied)``: who counted it, and how."""
-        marks = {DENIED: gettext("denied"), SHADOW: gettext("would have denied")}
+        marked = {
+            DENIED: gettext("%(policy)s (denied)"),
+            SHADOW: gettext("%(policy)s (would have denied)"),
+        }
         return ", ".join(
-            f"{policy_label(name)} ({marks[status]})" if status in marks else policy_label(name)
+            marked[status] % {"policy": policy_label(name)}
+            if status in marked
+            else policy_label(name)
             for name, status in self.hit.policies
         )
 
