@@ -1,7 +1,8 @@
 // Live refresh of the offenders table (django-ratelimits). No library, no inline script:
 // polls the JSON endpoint named in #offenders-live's data-url and swaps in the parts it
 // renders (data.html: element id -> HTML). Paused while the tab is hidden or the box is
-// unchecked. Texts come translated in data-text-* attributes.
+// unchecked. Texts come translated in data-text-* attributes, whole sentences whose
+// {time} or {error} this script fills in (a translation may put it anywhere).
 (function () {
     "use strict";
 
@@ -18,6 +19,13 @@
 
     function running() {
         return toggle.checked && !document.hidden;
+    }
+
+    // The translated sentence in data-text-<name>, its {name} placeholders filled in.
+    function phrase(name, values) {
+        return (box.dataset[name] || "").replace(/\{(\w+)\}/g, function (whole, key) {
+            return Object.prototype.hasOwnProperty.call(values || {}, key) ? values[key] : whole;
+        });
     }
 
     function say(text, failed) {
@@ -44,9 +52,9 @@
         });
         showError(data.error);
         if (data.error) {
-            say(box.dataset.textFailed + " " + data.error, true);
+            say(phrase("textFailed", {error: data.error}), true);
         } else {
-            say(box.dataset.textUpdated + " " + new Date().toLocaleTimeString(), false);
+            say(phrase("textUpdated", {time: new Date().toLocaleTimeString()}), false);
         }
     }
 
@@ -64,12 +72,12 @@
             if (type.indexOf("application/json") === -1) {
                 // Sent to the login page, or refused: a reload shows why.
                 throw new Error(response.redirected
-                    ? box.dataset.textSignedOut
+                    ? phrase("textSignedOut")
                     : response.status + " " + response.statusText);
             }
             return response.json();
         }).then(apply, function (error) {
-            say(box.dataset.textFailed + " " + error.message, true);
+            say(phrase("textFailed", {error: error.message}), true);
         }).then(function () {
             inFlight = false;
             schedule();
@@ -80,7 +88,7 @@
         if (toggle.checked) {
             refresh();
         } else {
-            say(box.dataset.textPaused, false);
+            say(phrase("textPaused"), false);
             schedule();
         }
     });
