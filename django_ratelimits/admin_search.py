@@ -15,7 +15,7 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.text import smart_split
-from django.utils.translation import gettext
+from django.utils.translation import ngettext
 
 __all__ = ["MAX_SEARCH_WORDS", "BoundedSearch"]
 
@@ -32,7 +32,12 @@ class BoundedSearch(admin.ModelAdmin):
             if words > MAX_SEARCH_WORDS:
                 messages.error(
                     request,
-                    gettext("Search for at most %(count)d words.") % {"count": MAX_SEARCH_WORDS},
+                    ngettext(
+                        "Search for at most %(count)d word.",
+                        "Search for at most %(count)d words.",
+                        MAX_SEARCH_WORDS,
+                    )
+                    % {"count": MAX_SEARCH_WORDS},
                 )
                 return queryset.none(), False
         return super().get_search_results(request, queryset, search_term)

@@ -23,6 +23,7 @@ from django.db import models
 from django.db.models.signals import post_delete, post_save
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext_lazy
 
 from django_ratelimits.engine import Algorithm, Ban, Identity
 from django_ratelimits.policies.labels import (
@@ -351,9 +352,12 @@ class Policy(models.Model):
         for field, names in stranded.items():
             if names:
                 errors[field] = ValidationError(
-                    _(
-                        "%(count)d identity override(s) of this policy would no longer apply "
-                        "(%(names)s): change or delete them first."
+                    ngettext_lazy(
+                        "%(count)d identity override of this policy would no longer apply "
+                        "(%(names)s): change or delete it first.",
+                        "%(count)d identity overrides of this policy would no longer apply "
+                        "(%(names)s): change or delete them first.",
+                        "count",
                     ),
                     code="overrides_stranded",
                     params={"count": len(names), "names": ", ".join(names[:5])},
