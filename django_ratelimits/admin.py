@@ -18,7 +18,7 @@ from django.utils.formats import date_format
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.text import capfirst, get_text_list
-from django.utils.translation import gettext, ngettext
+from django.utils.translation import gettext, ngettext, pgettext_lazy
 from django.utils.translation import gettext_lazy as _
 
 from django_ratelimits import (
@@ -37,9 +37,10 @@ from django_ratelimits.policies.labels import MODE_LABELS, MODE_WORDS
 from django_ratelimits.policies.spec import KeyKind, Mode, PolicySpec, Recording
 from django_ratelimits.rates import Rate
 
+# The sections of the policy form: what the policy is, where and whom it applies to.
 _FIELDSETS: list[tuple[Any, dict[str, Any]]] = [
     (
-        _("What"),
+        pgettext_lazy("policy form section", "What"),
         {
             "fields": (
                 "name",
@@ -58,8 +59,11 @@ _FIELDSETS: list[tuple[Any, dict[str, Any]]] = [
         _("Logins"),
         {"fields": ("counts", "reset_on_success")},
     ),
-    (_("Where"), {"fields": ("path", "methods", "priority")}),
-    (_("Who"), {"fields": ("key", "key_arg", "identity_budget")}),
+    (pgettext_lazy("policy form section", "Where"), {"fields": ("path", "methods", "priority")}),
+    (
+        pgettext_lazy("policy form section", "Who"),
+        {"fields": ("key", "key_arg", "identity_budget")},
+    ),
     (_("Exemptions"), {"fields": ("exempt_staff", "exempt_superusers", "allow_cidrs")}),
     (_("Escalating ban"), {"fields": ("ban_after", "ban_within", "ban_for", "ban_max")}),
     (_("Failure and recording"), {"fields": ("fail_closed", "record_metadata")}),

@@ -23,7 +23,7 @@ from django.db import models
 from django.db.models.signals import post_delete, post_save
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
-from django.utils.translation import ngettext_lazy
+from django.utils.translation import ngettext_lazy, pgettext_lazy
 
 from django_ratelimits.engine import Algorithm, Ban, Identity
 from django_ratelimits.policies.labels import (
@@ -119,7 +119,7 @@ class Policy(models.Model):
         ),
     )
     counts = models.CharField(
-        _("counts"),
+        pgettext_lazy("what a policy counts", "counts"),
         max_length=16,
         choices=choices(COUNTS_LABELS),
         default=Counts.REQUESTS.value,
@@ -600,10 +600,12 @@ class PolicyTier(models.Model):
         Policy, on_delete=models.CASCADE, related_name="tiers", verbose_name=_("policy")
     )
     order = models.PositiveSmallIntegerField(
-        _("order"), default=0, help_text=_("The first tier that matches the user applies.")
+        pgettext_lazy("position in a list", "order"),
+        default=0,
+        help_text=_("The first tier that matches the user applies."),
     )
     match = models.CharField(
-        _("match"),
+        pgettext_lazy("what a tier matches", "match"),
         max_length=16,
         choices=[(GROUP, _("users in the group")), (ATTRIBUTE, _("users whose attribute"))],
         default=GROUP,

@@ -15,6 +15,7 @@ from django import forms
 from django.core.exceptions import ValidationError
 from django.http import QueryDict
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import pgettext_lazy
 
 from django_ratelimits.conf import get_settings, ip_network
 from django_ratelimits.engine.offenders import SCAN_LIMIT, Order
@@ -186,7 +187,7 @@ class ActionForm(forms.Form):
         label=_("Also forget its offender record (it leaves the offenders list)"), required=False
     )
     seconds = forms.TypedChoiceField(
-        label=_("For"),
+        label=pgettext_lazy("duration", "For"),
         choices=list(DURATIONS.items()),
         coerce=int,
         required=False,
