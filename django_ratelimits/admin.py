@@ -254,6 +254,7 @@ class OffenderDashboardAdmin(admin.ModelAdmin):
 # --------------------------------------------------------------------------- preview
 
 _ALGORITHMS = {
+    # Translators: the algorithms as the policy preview names them in "%(algorithm)s".
     Algorithm.FIXED_WINDOW: _("fixed window"),
     Algorithm.SLIDING_WINDOW: _("sliding window"),
     Algorithm.SLIDING_WINDOW_COUNTER: _("sliding window counter (approximate)"),
@@ -269,6 +270,10 @@ def describe(spec: PolicySpec, enabled: bool = True) -> list[str]:
     """``spec`` in plain sentences, for the admin preview."""
     sentences = [] if enabled else [gettext("Disabled: this policy is not enforced.")]
     sentences.append(
+        # Translators: the policy preview's first sentence, e.g. "10 requests per second and
+        # 120 per minute per client IP, sliding window.": %(limits)s, %(who)s and
+        # %(algorithm)s are the phrases translated below ("%(count)s requests per
+        # %(period)s", "per client IP", "sliding window").
         gettext("%(limits)s %(who)s, %(algorithm)s.")
         % {
             "limits": _limits(spec.algorithm, spec.rates),
@@ -287,6 +292,8 @@ def describe(spec: PolicySpec, enabled: bool = True) -> list[str]:
     if spec.ban is not None and not spec.shadow:
         sentences.append(_ban(spec.ban))
     sentences += [
+        # Translators: %(who)s is "in the group “staff”" or "whose profile.plan is “pro”";
+        # %(limits)s is "%(count)s requests per %(period)s" and the rest.
         gettext("Signed-in users %(who)s instead: %(limits)s.")
         % {"who": tier_who(tier), "limits": _limits(spec.algorithm, tier.rates)}
         for tier in spec.tiers
@@ -303,6 +310,8 @@ def describe(spec: PolicySpec, enabled: bool = True) -> list[str]:
             sentences.append(gettext("A successful login clears the counters of its username."))
     exempt = _exemptions(spec)
     if exempt:
+        # Translators: %(exempt)s lists "staff users", "superusers" and "requests from
+        # %(networks)s", joined with "and".
         sentences.append(gettext("Exempt: %(exempt)s.") % {"exempt": exempt})
     if spec.fail_closed:
         sentences.append(gettext("While Redis is unreachable, requests are denied (fail closed)."))
@@ -330,20 +339,26 @@ def _limits(algorithm: Algorithm, rates: tuple[Rate, ...]) -> str:
             first.limit,
         ) % {"count": first.limit}
     parts = [
+        # Translators: %(period)s is "second", "minute", "5 minutes"...
         ngettext(
             "%(count)s request per %(period)s", "%(count)s requests per %(period)s", first.limit
         )
         % {"count": first.limit, "period": _period(first.period)}
     ]
     parts += [
+        # Translators: a policy's second and later rates, after "%(count)s requests per
+        # %(period)s", e.g. "120 per minute".
         gettext("%(count)s per %(period)s") % {"count": rate.limit, "period": _period(rate.period)}
         for rate in others
     ]
+    # Translators: joins the last two items of a list, as in "a, b and c".
     return str(get_text_list(parts, gettext("and")))
 
 
 def _who(spec: PolicySpec) -> str:
     phrases = {
+        # Translators: whom a policy counts, after its rates in the policy preview:
+        # "10 requests per minute per client IP".
         KeyKind.IP: _("per client IP"),
         KeyKind.USER: _("per signed-in user (anonymous requests are not counted)"),
         KeyKind.USER_OR_IP: _("per user, or per client IP when anonymous"),

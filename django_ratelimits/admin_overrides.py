@@ -38,8 +38,11 @@ from django_ratelimits.policies.tiers import Tier
 def tier_who(tier: Tier) -> str:
     """Whom ``tier`` matches, in words, for the policy's preview."""
     if tier.group:
+        # Translators: in the policy preview, "Signed-in users %(who)s instead: ...".
         return gettext("in the group “%(group)s”") % {"group": tier.group}
     path = ".".join(tier.attribute)
+    # Translators: in the policy preview, "Signed-in users %(who)s instead: ..."; %(path)s
+    # is an attribute of the user such as profile.plan.
     return gettext("whose %(path)s is “%(value)s”") % {"path": path, "value": tier.value}
 
 

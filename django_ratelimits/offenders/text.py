@@ -23,6 +23,7 @@ _TEXTS = (
     pgettext_lazy("duration", "%(count)d s"),
 )
 _PERIODS = (
+    # Translators: a rate's period alone, as in "10 requests per day".
     (_("day"), ngettext_lazy("%(count)s day", "%(count)s days", "count")),
     (_("hour"), ngettext_lazy("%(count)s hour", "%(count)s hours", "count")),
     (_("minute"), ngettext_lazy("%(count)s minute", "%(count)s minutes", "count")),
