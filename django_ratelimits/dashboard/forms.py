@@ -181,7 +181,8 @@ class ActionForm(forms.Form):
 
     kind = forms.CharField(max_length=16)
     value = forms.CharField(max_length=VALUE_MAX, strip=False)
-    action = forms.ChoiceField(choices=[(a.value, a.label) for a in Action])
+    # A callable: the labels are translated when the form is used, not once at import.
+    action = forms.ChoiceField(choices=lambda: [(a.value, a.label) for a in Action])
     policy = forms.ChoiceField(label=_("Policy"), required=False)
     forget = forms.BooleanField(
         label=_("Also forget its offender record (it leaves the offenders list)"), required=False
