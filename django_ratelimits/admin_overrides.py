@@ -22,7 +22,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from django_ratelimits.admin_search import BoundedSearch
-from django_ratelimits.dashboard.present import user_labels
+from django_ratelimits.dashboard.present import kind_label, user_labels
 from django_ratelimits.engine import Identity
 from django_ratelimits.models import PolicyTier, RateOverride
 from django_ratelimits.offenders.identities import (
@@ -136,6 +136,26 @@ class ExpiryFilter(admin.SimpleListFilter):
         return queryset
 
 
+class IdentityKindFilter(admin.SimpleListFilter):
+    """The kinds of identity the overrides name, called as the dashboard calls them
+    (*IP*, *User*, translated), not by the value stored (``ip``, ``user``). The same
+    parameter as admin's own filter of the field, so its links keep working."""
+
+    title = _("identity kind")
+    parameter_name = "identity_kind"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        rows = model_admin.get_queryset(request)
+        kinds = rows.order_by("identity_kind").values_list("identity_kind", flat=True).distinct()
+        return [(kind, kind_label(kind)) for kind in kinds]
+
+    def queryset(
+        self, request: HttpRequest, queryset: QuerySet[RateOverride]
+    ) -> QuerySet[RateOverride]:
+        kind = self.value()
+        return queryset if kind is None else queryset.filter(identity_kind=kind)
+
+
 @dataclass(frozen=True)
 class Shown:
     """An override as its list shows it: its identity, and whether the limiter counts
@@ -177,7 +197,7 @@ class RateOverrideAdmin(BoundedSearch):
         "reason",
         "created_by",
     )
-    list_filter = (ExpiryFilter, "identity_kind", "policy")
+    list_filter = (ExpiryFilter, IdentityKindFilter, "policy")
     search_fields = ("identity_value", "reason", "policy__name")
     list_select_related = ("policy", "created_by")
 
