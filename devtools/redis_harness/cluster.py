@@ -11,6 +11,7 @@ from redis.cluster import RedisCluster
 
 from devtools.redis_harness.binaries import find_redis_server
 from devtools.redis_harness.server import RedisServer, RedisStartError
+from devtools.redis_harness.tls import TLSFiles
 
 CLUSTER_TIMEOUT = 30.0  # seconds until a new cluster must agree on its slot map
 
@@ -21,22 +22,34 @@ class RedisClusterHarness:
 
     Built with plain commands (CLUSTER ADDSLOTS / CLUSTER MEET / CLUSTER
     REPLICATE), which Redis 6.2 understands, so no ``redis-cli --cluster`` is
-    needed. ``servers`` lists the masters first, then the replicas.
+    needed. ``servers`` lists the masters first, then the replicas. With ``tls`` every
+    node serves clients, its cluster bus and replication over TLS only.
     """
 
     SLOT_RANGES = ((0, 5460), (5461, 10922), (10923, 16383))
 
-    def __init__(self, workdir: Path, *, binary: Path | None = None, replicas: int = 0) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        binary: Path | None = None,
+        replicas: int = 0,
+        tls: TLSFiles | None = None,
+    ) -> None:
         self.workdir = Path(workdir)
         self.binary = binary or find_redis_server()
+        self.tls = tls
         masters = len(self.SLOT_RANGES)
+        over_tls = ["--tls-cluster", "yes", "--tls-replication", "yes"] if tls else []
         self.servers = [
             RedisServer(
                 self.workdir / f"node{i}",
                 binary=self.binary,
                 cluster_bus=True,
                 name=f"cluster-node{i}",
+                tls=tls,
                 extra_args=[
+                    *over_tls,
                     "--cluster-enabled",
                     "yes",
                     "--cluster-config-file",
@@ -73,6 +86,8 @@ class RedisClusterHarness:
         """A new ``redis.cluster.RedisCluster`` that starts from the first node."""
         kwargs.setdefault("socket_timeout", 5)
         kwargs.setdefault("socket_connect_timeout", 5)
+        for key, value in self.tls.client_options().items() if self.tls is not None else ():
+            kwargs.setdefault(key, value)
         host, port = self.nodes[0]
         return RedisCluster(host=host, port=port, **kwargs)
 

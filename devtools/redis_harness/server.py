@@ -1,8 +1,9 @@
 """One real ``redis-server`` process on a free loopback port, and a temporary directory.
 
-Every server binds 127.0.0.1, keeps its log (``redis.log``) in its own working
-directory, and gets SIGTERM if the process that started it dies (Linux). Servers still
-running when this process exits are stopped (:func:`stop_all`).
+Every server binds 127.0.0.1 (on its TLS port alone, if given :class:`TLSFiles`), keeps
+its log (``redis.log``) in its own working directory, and gets SIGTERM if the process
+that started it dies (Linux). Servers still running when this process exits are stopped
+(:func:`stop_all`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from devtools.redis_harness.binaries import find_redis_server, parse_version
+from devtools.redis_harness.tls import TLSFiles
 
 HOST = "127.0.0.1"
 START_TIMEOUT = 15.0  # seconds until a new server must answer PING
@@ -106,7 +108,8 @@ class RedisServer:
 
     ``port=None`` picks a free port (kept across :meth:`stop` / :meth:`start`,
     so a restart comes back at the same address). ``workdir`` holds the log
-    (``redis.log``) and, for a cluster node, ``nodes.conf``.
+    (``redis.log``) and, for a cluster node, ``nodes.conf``. With ``tls`` the port is a
+    TLS port (and the only one): ``url`` is a ``rediss://`` URL, ``client()`` a TLS client.
     """
 
     def __init__(
@@ -118,6 +121,7 @@ class RedisServer:
         extra_args: Sequence[str] = (),
         cluster_bus: bool = False,
         name: str = "redis",
+        tls: TLSFiles | None = None,
     ) -> None:
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -128,6 +132,7 @@ class RedisServer:
         self.extra_args = list(extra_args)
         self.cluster_bus = cluster_bus
         self.name = name
+        self.tls = tls
         self.log_path = self.workdir / "redis.log"
         self.process: subprocess.Popen[bytes] | None = None
         self._version: tuple[int, ...] | None = None
@@ -140,12 +145,19 @@ class RedisServer:
 
     @property
     def url(self) -> str:
+        """``redis://host:port/0``; for a TLS server a ``rediss://`` URL whose query
+        trusts the harness's CA (and presents no client certificate)."""
+        if self.tls is not None:
+            return f"rediss://{self.host}:{self.port}/0?{self.tls.url_query()}"
         return f"redis://{self.host}:{self.port}/0"
 
     def client(self, **kwargs: Any) -> redis.Redis:
-        """A new ``redis.Redis`` for this server (bytes replies unless told otherwise)."""
+        """A new ``redis.Redis`` for this server (bytes replies unless told otherwise;
+        over TLS, with the client certificate, to a TLS server)."""
         kwargs.setdefault("socket_timeout", 5)
         kwargs.setdefault("socket_connect_timeout", 5)
+        for key, value in self.tls.client_options().items() if self.tls is not None else ():
+            kwargs.setdefault(key, value)
         return redis.Redis(host=self.host, port=self.port, **kwargs)
 
     @property
@@ -159,9 +171,13 @@ class RedisServer:
     # -- life cycle
 
     def command_line(self) -> list[str]:
+        if self.tls is None:
+            ports = ["--port", str(self.port)]
+        else:
+            ports = ["--port", "0", "--tls-port", str(self.port), *self.tls.server_args()]
         return [
             str(self.binary),
-            "--port", str(self.port),
+            *ports,
             "--bind", self.host,
             "--save", "",
             "--appendonly", "no",
