@@ -23,6 +23,7 @@ import io
 import itertools
 import json
 import select
+import ssl
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -241,6 +242,27 @@ def test_a_reply_left_unread_on_an_idle_tls_connection_is_never_read(tls: RedisS
     [kept] = line._idle
     kept.connection.send_packed_command([wire.pack(("ECHO", "stray"))])
     assert select.select([kept.sock], [], [], 60)[0]  # however long it takes to arrive
+    assert line.send(wire.pack(("ECHO", "mine"))) == b"mine"
+    assert line.send(wire.pack(("ECHO", "again"))) == b"again"
+
+
+def test_a_reply_waiting_decrypted_in_the_tls_layer_is_never_read(tls: RedisServer) -> None:
+    """A reply nobody read can wait where the kernel does not see it: decrypted in the
+    SSL layer, the rest of a record whose first reply was read (here by hand), while
+    the socket has nothing more. The poll alone found nothing, and the next command
+    took that reply for its own."""
+    line = wire.Own(redis.Redis.from_url(tls.url, socket_timeout=5).connection_pool)
+    line.send(wire.pack(("PING",)))
+    [kept] = line._idle
+    sock = kept.connection._sock
+    assert isinstance(sock, ssl.SSLSocket)
+    # Two commands in one write: Redis answers them in one write, one TLS record.
+    both = wire.pack(("ECHO", "first")) + wire.pack(("ECHO", "next"))
+    kept.connection.send_packed_command([both])
+    assert select.select([sock], [], [], 60)[0]
+    assert sock.recv(len(b"$5\r\nfirst\r\n")) == b"$5\r\nfirst\r\n"
+    assert sock.pending() == len(b"$4\r\nnext\r\n")  # the other reply, decrypted
+    assert not select.select([sock], [], [], 0)[0]  # and nothing for the kernel to see
     assert line.send(wire.pack(("ECHO", "mine"))) == b"mine"
     assert line.send(wire.pack(("ECHO", "again"))) == b"again"
 
