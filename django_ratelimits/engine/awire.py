@@ -78,7 +78,8 @@ class AOwn:
     the others. Two tasks never share one (a task pops it from the idle list, and
     puts it back once its reply is read); there are never more than the commands
     sent at once. An idle connection that Redis closed or reset (the event loop has
-    read its end) is connected anew before the command is written. After anything
+    read its end), or whose stream holds bytes (a reply nobody read: idle, it has
+    nothing to read), is connected anew before the command is written. After anything
     but a reply or an error reply (a timeout, a dropped socket, the task cancelled
     while it waited) the connection is disconnected before it goes back, so no
     command ever reads another's reply.
@@ -97,8 +98,15 @@ class AOwn:
             connection = await self._pool.get_connection(*naming(type(self._pool)))
         try:
             reader = connection._reader
-            # Closed by us, or by Redis (its end read, or a reset): connected anew.
-            if reader is None or reader.at_eof() or reader.exception() is not None:
+            # Closed by us, or by Redis (its end read, or a reset), or holding bytes
+            # no command asked for (a reply nobody read, which the event loop read,
+            # and decrypted over TLS, into the stream): connected anew.
+            if (
+                reader is None
+                or reader._buffer  # type: ignore[attr-defined]  # asyncio's, since 3.4
+                or reader.at_eof()
+                or reader.exception() is not None
+            ):
                 await connection.disconnect()
                 await connection.connect()
             return await _sent(connection, packed)

@@ -123,6 +123,31 @@ def test_own_reconnects_a_connection_redis_closed_while_idle(server: RedisServer
     with_own(server, test)
 
 
+async def until_buffered(connection: Any) -> None:
+    """Waits until the event loop has read something into ``connection``'s stream (at
+    any speed: bounded only by a minute)."""
+    for _ in range(6000):
+        if connection._reader is not None and connection._reader._buffer:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("nothing reached the connection's stream")
+
+
+def test_own_never_reads_a_reply_left_on_an_idle_connection(server: RedisServer) -> None:
+    # The sync twin is in test_wire.py. Here the socket is never asked: the event loop
+    # reads whatever arrives into the connection's stream, where a reply nobody read
+    # (what an interrupted command leaves) waits for the next command to take it.
+    async def test(client: redis.asyncio.Redis, own: awire.AOwn) -> None:
+        await own.send(wire.pack(("PING",)))
+        [kept] = own._idle
+        await kept.send_packed_command([wire.pack(("ECHO", "stray"))])
+        await until_buffered(kept)
+        assert await own.send(wire.pack(("ECHO", "mine"))) == b"mine"
+        assert await own.send(wire.pack(("ECHO", "again"))) == b"again"
+
+    with_own(server, test)
+
+
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     try:
         while data := await reader.read(65536):
