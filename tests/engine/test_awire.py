@@ -133,19 +133,22 @@ async def until_buffered(connection: Any) -> None:
     raise AssertionError("nothing reached the connection's stream")
 
 
+async def a_stray_reply_is_never_read(client: redis.asyncio.Redis, own: awire.AOwn) -> None:
+    """A reply left on an idle connection (what an interrupted command leaves) is never
+    taken by the next command for its own (plain here, TLS in test_tls.py)."""
+    await own.send(wire.pack(("PING",)))
+    [kept] = own._idle
+    await kept.send_packed_command([wire.pack(("ECHO", "stray"))])
+    await until_buffered(kept)
+    assert await own.send(wire.pack(("ECHO", "mine"))) == b"mine"
+    assert await own.send(wire.pack(("ECHO", "again"))) == b"again"
+
+
 def test_own_never_reads_a_reply_left_on_an_idle_connection(server: RedisServer) -> None:
     # The sync twin is in test_wire.py. Here the socket is never asked: the event loop
     # reads whatever arrives into the connection's stream, where a reply nobody read
-    # (what an interrupted command leaves) waits for the next command to take it.
-    async def test(client: redis.asyncio.Redis, own: awire.AOwn) -> None:
-        await own.send(wire.pack(("PING",)))
-        [kept] = own._idle
-        await kept.send_packed_command([wire.pack(("ECHO", "stray"))])
-        await until_buffered(kept)
-        assert await own.send(wire.pack(("ECHO", "mine"))) == b"mine"
-        assert await own.send(wire.pack(("ECHO", "again"))) == b"again"
-
-    with_own(server, test)
+    # waits for the next command to take it.
+    with_own(server, a_stray_reply_is_never_read)
 
 
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -67,7 +67,7 @@ from django_ratelimits.models import Policy
 from django_ratelimits.offenders import Offenders
 from django_ratelimits.policies import get_registry
 from django_ratelimits.rates import Rate
-from tests.engine.test_awire import until_buffered
+from tests.engine.test_awire import a_stray_reply_is_never_read, with_own
 from tests.engine_helpers import EngineCalls
 from tests.request.inflight_urls import in_flight
 
@@ -273,19 +273,7 @@ def test_a_reply_left_unread_on_an_idle_asyncio_tls_connection_is_never_read(
 ) -> None:
     """The event loop reads, and decrypts, whatever arrives into the asyncio
     connection's stream: there the reply nobody read waits for the next command."""
-
-    async def run() -> None:
-        client = redis.asyncio.Redis.from_url(tls.url, socket_timeout=5)
-        own = awire.AOwn(client.connection_pool)
-        await own.send(wire.pack(("PING",)))
-        [kept] = own._idle
-        await kept.send_packed_command([wire.pack(("ECHO", "stray"))])
-        await until_buffered(kept)
-        assert await own.send(wire.pack(("ECHO", "mine"))) == b"mine"
-        assert await own.send(wire.pack(("ECHO", "again"))) == b"again"
-        await client.aclose()
-
-    asyncio.run(run())
+    with_own(tls, a_stray_reply_is_never_read, socket_timeout=5)
 
 
 @contextlib.contextmanager
