@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db.models.signals import post_delete, post_save
 from django.test import override_settings
 from redis.cluster import RedisCluster
@@ -106,11 +107,23 @@ def disable_ratelimits() -> Iterator[None]:
 
 
 class _Pinned(PolicyRegistry):
-    """A registry that holds the given policies and never reads the database."""
+    """A registry that holds the given policies and never reads the database.
 
-    def __init__(self, specs: tuple[PolicySpec, ...]) -> None:
+    What code declares meanwhile (a view module's ``@ratelimit(rate=...)`` imported in
+    the block, as a URLconf is on a test's first request) goes to the registry
+    ``underneath``: a default declared into this one would be gone with it, and the
+    process would never know the policy again."""
+
+    def __init__(self, specs: tuple[PolicySpec, ...], underneath: PolicyRegistry) -> None:
         super().__init__()
         self._snapshot = registry._Snapshot(specs, frozenset(s.name for s in specs))
+        self._underneath = underneath
+
+    def declare(self, spec: PolicySpec) -> None:
+        self._underneath.declare(spec)
+
+    def refuse_ban(self, name: str, error: ValidationError) -> None:
+        self._underneath.refuse_ban(name, error)
 
     def is_stale(self) -> bool:
         return False
@@ -144,7 +157,7 @@ def override_policies(
 def _pinned(specs: tuple[PolicySpec, ...]) -> Iterator[None]:
     """The process's registry holds ``specs`` only, in the block."""
     previous = registry._registry
-    registry._registry = _Pinned(specs)
+    registry._registry = _Pinned(specs, previous)
     try:
         yield
     finally:

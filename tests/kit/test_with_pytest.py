@@ -9,8 +9,10 @@ import pytest
 from django.conf import settings
 from django.test import Client, override_settings
 
+from django_ratelimits.decorators import ratelimit
 from django_ratelimits.engine import get_engine
 from django_ratelimits.models import BlockedNetwork, Policy
+from django_ratelimits.policies import get_registry
 from django_ratelimits.testing import (
     FakeClock,
     disable_ratelimits,
@@ -19,6 +21,7 @@ from django_ratelimits.testing import (
     reset_ratelimits,
 )
 from tests.engine_helpers import all_keys
+from tests.kit.urls import items
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("project")]
 
@@ -93,6 +96,23 @@ def test_the_context_managers_work_without_pytest_fixtures(project: Any) -> None
         assert login(client) == 200
     with reset_ratelimits(), override_policies({"name": "kit-api", "rate": "1/h", "path": "^/"}):
         assert [client.get("/api/items").status_code for _ in range(2)] == [200, 429]
+
+
+def test_a_default_declared_in_a_block_outlives_the_block(project: Any) -> None:
+    """A view module first imported inside ``override_policies`` or ``disable_ratelimits``
+    (a test's first request imports the URLconf) declares its ``@ratelimit`` defaults to
+    the process, not to the block's registry: once the block ends they apply, whatever
+    test ran first. They were lost with the block: the policy limited nothing for the
+    rest of the run, and a decorator naming it logged it as unknown."""
+    with override_policies({"name": "kit-api", "rate": "1/h", "path": "^/"}):
+        ratelimit("kit-late-1", rate="1/m")(items)
+    with disable_ratelimits():
+        ratelimit("kit-late-2", rate="2/m")(items)
+    registry = get_registry()
+    for name, limit in (("kit-late-1", 1), ("kit-late-2", 2)):
+        spec = registry.get(name)
+        assert spec is not None and spec.limits[0].rate.limit == limit, name
+        assert registry.knows(name)
 
 
 @disable_ratelimits()
