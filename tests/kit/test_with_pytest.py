@@ -7,12 +7,14 @@ from typing import Any
 
 import pytest
 from django.conf import settings
+from django.http import HttpRequest, HttpResponse
 from django.test import Client, override_settings
 
 from django_ratelimits.decorators import ratelimit
 from django_ratelimits.engine import get_engine
 from django_ratelimits.models import BlockedNetwork, Policy
-from django_ratelimits.policies import get_registry
+from django_ratelimits.policies import registry
+from django_ratelimits.policies.registry import PolicyRegistry
 from django_ratelimits.testing import (
     FakeClock,
     disable_ratelimits,
@@ -21,7 +23,6 @@ from django_ratelimits.testing import (
     reset_ratelimits,
 )
 from tests.engine_helpers import all_keys
-from tests.kit.urls import items
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("project")]
 
@@ -98,21 +99,29 @@ def test_the_context_managers_work_without_pytest_fixtures(project: Any) -> None
         assert [client.get("/api/items").status_code for _ in range(2)] == [200, 429]
 
 
-def test_a_default_declared_in_a_block_outlives_the_block(project: Any) -> None:
+def test_a_default_declared_in_a_block_outlives_the_block(
+    project: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A view module first imported inside ``override_policies`` or ``disable_ratelimits``
     (a test's first request imports the URLconf) declares its ``@ratelimit`` defaults to
     the process, not to the block's registry: once the block ends they apply, whatever
     test ran first. They were lost with the block: the policy limited nothing for the
-    rest of the run, and a decorator naming it logged it as unknown."""
+    rest of the run, and a decorator naming it was logged as unknown."""
+    process = PolicyRegistry()  # the process's, for this test: its declarations stay here
+    monkeypatch.setattr(registry, "_registry", process)
+
+    def view(request: HttpRequest) -> HttpResponse:
+        return HttpResponse("ok")
+
     with override_policies({"name": "kit-api", "rate": "1/h", "path": "^/"}):
-        ratelimit("kit-late-1", rate="1/m")(items)
+        ratelimit("kit-late-1", rate="1/m")(view)
     with disable_ratelimits():
-        ratelimit("kit-late-2", rate="2/m")(items)
-    registry = get_registry()
+        ratelimit("kit-late-2", rate="2/m")(view)
+    assert registry.get_registry() is process
     for name, limit in (("kit-late-1", 1), ("kit-late-2", 2)):
-        spec = registry.get(name)
+        spec = process.get(name)
         assert spec is not None and spec.limits[0].rate.limit == limit, name
-        assert registry.knows(name)
+        assert process.knows(name)
 
 
 @disable_ratelimits()
