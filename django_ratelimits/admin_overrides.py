@@ -27,11 +27,10 @@ from django_ratelimits.engine import Identity
 from django_ratelimits.models import PolicyTier, RateOverride
 from django_ratelimits.offenders.identities import (
     NoSuchIdentity,
-    counted_now,
+    counted_overrides,
     find_user,
     parse,
 )
-from django_ratelimits.offenders.users import users
 from django_ratelimits.policies.tiers import Tier
 
 
@@ -174,13 +173,10 @@ def shown(rows: Iterable[RateOverride]) -> dict[int, Shown]:
     rows' users (:func:`~django_ratelimits.offenders.users.users`); when it fails, no
     user is called gone."""
     rows = list(rows)
-    known = users(str(row) for row in rows if row.identity_kind == "user")
+    known, counted = counted_overrides(rows)
     labels = user_labels(known)
     return {
-        row.pk: Shown(
-            labels[str(row)] if str(row) in known.gone else str(row),
-            counted_now(Identity(row.identity_kind, row.identity_value), known.gone),
-        )
+        row.pk: Shown(labels[str(row)] if str(row) in known.gone else str(row), counted[row.pk])
         for row in rows
     }
 

@@ -28,9 +28,8 @@ from django_ratelimits.engine import Identity
 from django_ratelimits.engine.keys import label
 from django_ratelimits.management.output import Data, in_effect, named, shown_names, table
 from django_ratelimits.models import Policy, RateOverride, spec_fields
-from django_ratelimits.offenders.identities import counted_now
+from django_ratelimits.offenders.identities import counted_overrides
 from django_ratelimits.offenders.text import span
-from django_ratelimits.offenders.users import users
 from django_ratelimits.policies import get_registry
 
 Report = tuple[Data, str]
@@ -114,15 +113,8 @@ def overrides(options: dict[str, Any]) -> Report:
         else query.filter(expires_at__gt=now)
     )
     rows = list(query)
-    known = users(str(row) for row in rows if row.identity_kind == "user")
-    data = [
-        _row_data(row)
-        | {
-            "in_force": row.expires_at > now
-            and counted_now(Identity(row.identity_kind, row.identity_value), known.gone)
-        }
-        for row in rows
-    ]
+    known, counted = counted_overrides(rows)
+    data = [_row_data(row) | {"in_force": row.expires_at > now and counted[row.pk]} for row in rows]
     if not data:
         return {"overrides": []}, "No identity override to show."
     marks = shown_names(known)

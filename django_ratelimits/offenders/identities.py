@@ -27,7 +27,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Container
+from collections.abc import Container, Iterable
 from typing import Any, Final
 
 from django.contrib.auth import get_user_model
@@ -44,6 +44,7 @@ from django_ratelimits.identity import (
     normalize_username,
     parse_address,
 )
+from django_ratelimits.offenders.users import Users, users
 from django_ratelimits.policies.spec import IDENTITY_KINDS
 
 VALUE_MAX = 1000
@@ -120,6 +121,20 @@ def ip_value(value: str) -> str:
     if config.hash_ips and _HASH.fullmatch(value):
         return value
     return counted_ip(address_group(value), config)
+
+
+def counted_overrides(rows: Iterable[Any]) -> tuple[Users, dict[Any, bool]]:
+    """Of identity override ``rows``: what one query says of their users, and by primary
+    key whether the limiter counts each row's identity now (:func:`counted_now`, a user
+    deleted since not): what admin's list and ``ratelimits overrides`` call in force,
+    once not expired."""
+    rows = list(rows)
+    known = users(str(row) for row in rows if row.identity_kind == "user")
+    counted = {
+        row.pk: counted_now(Identity(row.identity_kind, row.identity_value), known.gone)
+        for row in rows
+    }
+    return known, counted
 
 
 def counted_now(identity: Identity, gone: Container[str] = frozenset()) -> bool:
