@@ -186,11 +186,22 @@ def _back_url(request: HttpRequest) -> str | None:
     return None
 
 
+def _home(request: HttpRequest) -> str:
+    """The site's home page: ``/`` below the prefix the site is mounted under
+    (``FORCE_SCRIPT_NAME``, or the server's ``SCRIPT_NAME``). Read off the request, which
+    has it whatever the server: ``path`` is the prefix and then ``path_info``."""
+    path, below = request.path, request.path_info
+    prefix = path[: len(path) - len(below)] if below and path.endswith(below) else ""
+    return prefix.rstrip("/") + "/"
+
+
 def problem(
     request: HttpRequest, status: int, title: str, detail: str, retry: int | None = None
 ) -> HttpResponse:
     """A refusal's body: RFC 9457 problem details for API clients, else the HTML page
-    (:data:`TEMPLATE`) with the wait in words and a link back."""
+    (:data:`TEMPLATE`) with the wait in words and a link back: to the referring page,
+    else to the site's home, which is the script prefix of a site mounted under one
+    (``FORCE_SCRIPT_NAME``, or the server's ``SCRIPT_NAME``), not the host's ``/``."""
     if _wants_json(request):
         body = {"type": "about:blank", "title": title, "status": status, "detail": detail}
         return JsonResponse(body, status=status, content_type="application/problem+json")
@@ -204,8 +215,11 @@ def problem(
             "site_name": site_name(request),
             "retry_after": retry,
             "retry_after_words": words(retry) if retry is not None else "",
-            "back_url": back or "/",
+            "back_url": back or _home(request),
             "back_is_referer": back is not None,
+            # Also without the request context processor: the template reads django-csp's
+            # nonce from it (docs/deployment.md, "Content-Security-Policy").
+            "request": request,
         },
         request=request,
     )

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from django.test import Client
+from django.utils.functional import SimpleLazyObject, empty
 
 from django_ratelimits import responses
 from django_ratelimits.models import Policy
@@ -117,3 +118,72 @@ def test_a_project_overrides_the_template(
 )
 def test_the_wait_in_words(seconds: int, words: str) -> None:
     assert text.words(seconds) == words
+
+
+# A site mounted under a prefix (``FORCE_SCRIPT_NAME``, or a WSGI server's ``SCRIPT_NAME``:
+# gunicorn's environment variable, a proxy's header): its home page is the prefix, not
+# the host's ``/``, which is another application or nothing.
+@pytest.mark.parametrize("how", ["FORCE_SCRIPT_NAME", "SCRIPT_NAME"])
+def test_under_a_script_prefix_the_home_page_is_the_prefix(
+    frozen_clock: FakeClock, settings: Any, how: str
+) -> None:
+    client = Client()
+    if how == "FORCE_SCRIPT_NAME":
+        settings.FORCE_SCRIPT_NAME = "/app"
+    else:
+        client.defaults["SCRIPT_NAME"] = "/app"
+    page = limited(client, frozen_clock)  # the path policy ^/api/ still matches: path_info
+    assert '<a href="/app/" id="way-back">' in page
+    assert "Go to the home page" in page
+    # A referer on the site is still the way back.
+    again = client.get("/api/hello", headers={**HTML, "Referer": "http://testserver/app/shop/"})
+    assert again.status_code == 429
+    assert '<a href="http://testserver/app/shop/" id="way-back">' in again.content.decode()
+
+
+class LazyNonce(SimpleLazyObject):
+    """A nonce as django-csp and Django 6 make it: made when first rendered, and false
+    until then (so that asking whether there is one does not put one in the header)."""
+
+    def __bool__(self) -> bool:
+        return self._wrapped is not empty
+
+
+def nonce_from_context(request: Any) -> dict[str, LazyNonce]:
+    """Django 6's ``django.template.context_processors.csp``, as far as the page sees it."""
+    return {"csp_nonce": LazyNonce(lambda: "ctx-nonce-123")}
+
+
+class NonceOnRequest:
+    """django-csp's ``CSPMiddleware``, as far as the page sees it: ``request.csp_nonce``."""
+
+    def __init__(self, get_response: Any) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: Any) -> Any:
+        request.csp_nonce = LazyNonce(lambda: "req-nonce-456")
+        return self.get_response(request)
+
+
+def test_the_inline_style_carries_djangos_csp_nonce(frozen_clock: FakeClock, settings: Any) -> None:
+    # Under a Content-Security-Policy without 'unsafe-inline' the page's one <style>
+    # is refused (the page is still readable, unstyled); with the nonce of Django 6's
+    # CSP middleware in the context, it applies.
+    options = settings.TEMPLATES[0]["OPTIONS"]
+    processors = [*options["context_processors"], f"{__name__}.nonce_from_context"]
+    settings.TEMPLATES = [
+        {**settings.TEMPLATES[0], "OPTIONS": {**options, "context_processors": processors}}
+    ]
+    page = limited(Client(), frozen_clock)
+    assert '<style nonce="ctx-nonce-123">' in page
+
+
+def test_the_inline_style_carries_django_csps_nonce(frozen_clock: FakeClock, settings: Any) -> None:
+    settings.MIDDLEWARE = [f"{__name__}.NonceOnRequest", *settings.MIDDLEWARE]
+    page = limited(Client(), frozen_clock)
+    assert '<style nonce="req-nonce-456">' in page
+
+
+def test_without_a_csp_nonce_the_style_has_no_nonce_attribute(frozen_clock: FakeClock) -> None:
+    page = limited(Client(), frozen_clock)
+    assert "<style>" in page and "nonce" not in page
