@@ -330,8 +330,9 @@ class Planned:
     verdict. ``checks`` are planned from ``policies`` unless given (the compat
     API counts its own identities). ``behind`` is who the hit entries of the
     client IP name (a login's username tried); by default the user. Unless
-    ``observed`` is false (a look that charges nothing), the metrics observer hears
-    of the call and the verdict. The policies named in ``soft`` refuse nothing when
+    ``observed`` is false (a look that charges nothing, or a second step of a request
+    counted already), the metrics observer hears of the call and the verdict; it hears
+    of the breaker's state in any case. The policies named in ``soft`` refuse nothing when
     they deny (a view's ``@ratelimit(block=False)``): each is checked apart.
 
     Its signals are sent by :meth:`run` with ``Signal.send``, and by :meth:`arun` with
@@ -518,8 +519,7 @@ class Planned:
 
     def decided(self, decision: Decision) -> Verdict:
         breaker.success()
-        if self.observer is not None:
-            self.observer.breaker(breaker.is_open)
+        _breaker_heard(self.observer)
         return self._announced(decision)
 
     def _announced(self, decision: Decision, *, cached: bool = False) -> Verdict:
@@ -556,8 +556,7 @@ class Planned:
 
     def failed(self, error: BackendError, cache: DenialCache | None = None) -> Verdict:
         breaker.failure(error)
-        if self.observer is not None:
-            self.observer.breaker(breaker.is_open)
+        _breaker_heard(self.observer)
         if cache is not None:  # Redis fails: fail open or closed, as without the cache
             cache.clear()
         return self._refused(error)
@@ -603,6 +602,16 @@ async def _handing_over(verdict: Verdict, step: Awaitable[None]) -> None:
         if verdict.decision is not None and verdict.decision.held:
             await get_engine().arelease_shielded(verdict.decision.held)
         raise
+
+
+def _breaker_heard(observer: metrics.Observer | None) -> None:
+    """Tell the metrics the breaker's state after an engine call. The breaker is the
+    process's: a call whose decision is not counted (a compat peek, a failed login's
+    charge) may open or close it too, so it is told to the process's observer then."""
+    if observer is None:
+        observer = metrics.observer()
+    if observer is not None:
+        observer.breaker(breaker.is_open)
 
 
 def _cache() -> DenialCache | None:

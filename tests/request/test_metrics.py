@@ -156,6 +156,33 @@ def test_redis_down_counts_failed_open_failed_closed_and_the_breaker(
     assert decisions(registry) == {"allowed": 2, "failed_open": 4}
 
 
+@pytest.mark.parametrize("redis_client", ["standalone"], indirect=True)  # stops the server
+def test_the_breaker_gauge_follows_the_breaker_whatever_call_moves_it(
+    site_redis: Any, registry: CollectorRegistry, request: pytest.FixtureRequest
+) -> None:
+    # The compat layer's peeks are not counted as decisions, but they use the process's
+    # breaker: the one whose failure opens it, or whose answer closes it, moves the gauge.
+    server = request.getfixturevalue("redis_standalone")
+    asked = RequestFactory().get("/", REMOTE_ADDR="203.0.113.9")
+    options: dict[str, Any] = {"group": "g", "key": "ip", "rate": "10/h"}
+    assert not is_ratelimited(asked, **options, increment=True)
+    server.stop()
+    try:
+        assert [is_ratelimited(asked, **options, increment=True) for _ in range(2)] == [False] * 2
+        assert get_usage(asked, **options) is None  # the third failure in a row: it opens
+        assert sample(registry, "breaker_open") == 1
+        assert not is_ratelimited(asked, **options, increment=True)  # the breaker answers
+    finally:
+        server.start()
+    assert decisions(registry, "g") == {"allowed": 1, "failed_open": 3}
+    assert sample(registry, "breaker_open") == 1
+    short = {**settings.DJANGO_RATELIMITS, "BREAKER_COOLDOWN": 0.1}
+    with override_settings(DJANGO_RATELIMITS=short):
+        time.sleep(0.2)
+        assert get_usage(asked, **options) is not None  # the trial, a peek: Redis answers
+    assert sample(registry, "breaker_open") == 0
+
+
 def test_compat_counts_charges_not_peeks(
     frozen_clock: FakeClock, registry: CollectorRegistry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
