@@ -533,7 +533,9 @@ class Planned:
             cached=cached,
         )
         if self.observer is not None:
-            metrics.record_decision(self.observer, self.applied, decision, cached=cached)
+            metrics.record_decision(
+                self.observer, self.applied, decision, cached=cached, soft=self._soft(cached)
+            )
         if decision.allowed:  # nothing denied (a block denies): nothing to log or signal
             return verdict
         announced: set[str] = set()
@@ -553,6 +555,12 @@ class Planned:
                     shadow=policy.shadow,
                 )
         return verdict
+
+    def _soft(self, cached: bool) -> frozenset[str]:
+        """The soft policies' names when the cache answered (it does not look at them)."""
+        if not cached:
+            return frozenset()
+        return frozenset(limit.policy for c in self.checks if c.soft for limit in c.limits)
 
     def failed(self, error: BackendError, cache: DenialCache | None = None) -> Verdict:
         breaker.failure(error)

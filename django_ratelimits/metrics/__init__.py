@@ -116,12 +116,20 @@ def observing(chosen: Observer) -> Iterator[Observer]:
 
 
 def record_decision(
-    to: Observer, policies: tuple[PolicySpec, ...], decision: Decision, *, cached: bool
+    to: Observer,
+    policies: tuple[PolicySpec, ...],
+    decision: Decision,
+    *,
+    cached: bool,
+    soft: frozenset[str] = frozenset(),
 ) -> None:
     """Each policy's outcome in ``decision``: denied (shadow-denied for a shadow policy)
     if one of its results was, else allowed, and near the limit if a result had less
-    than a tenth of its quota left. ``cached``: the denial cache answered; it answers
-    only for enforced policies' denials, so a shadow policy is not counted then."""
+    than a tenth of its quota left. ``cached``: the denial cache answered; it gives only
+    the cached denials, so an enforced policy of ``policies`` with no result there (it
+    did not deny: another policy's denial refused the request) counts allowed, as when
+    Redis answers; a shadow policy, or one named in ``soft`` (``block=False``), which the
+    cache does not look at, is not counted then."""
     shadow = {p.name: p.shadow for p in policies}
     denied: set[str] = set()
     allowed: set[str] = set()
@@ -145,6 +153,11 @@ def record_decision(
         to.decided(name, Outcome.ALLOWED)
         if name in near:
             to.near_limit(name)
+    if cached:
+        for policy in policies:
+            name = policy.name
+            if not (policy.shadow or name in soft or name in denied or name in allowed):
+                to.decided(name, Outcome.ALLOWED)
 
 
 def record_failure(to: Observer, policies: tuple[PolicySpec, ...]) -> None:

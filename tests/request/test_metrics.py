@@ -79,6 +79,21 @@ def test_allowed_denied_near_limit_and_cache_refusals_are_counted_per_policy(
     assert registry.get_sample_value(ENGINE_CALLS) == calls.n
 
 
+def test_a_request_the_denial_cache_refuses_counts_under_each_enforced_policy(
+    frozen_clock: FakeClock, registry: CollectorRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # "strict" denies; "wide" counts the same requests and never denies. Redis answers the
+    # first three, the cache the last two: each request counts once under "wide" too.
+    policy(name="strict", rates="1/h")
+    policy(name="wide", rates="100/h", path=r"^/")
+    calls = EngineCalls(monkeypatch)
+    assert statuses(Client(REMOTE_ADDR="203.0.113.9"), 5) == [200] + [429] * 4
+    assert calls.n == 3
+    assert sample(registry, "denial_cache_refusals_total", policy="strict") == 2
+    assert decisions(registry, "strict") == {"allowed": 1, "denied": 4}
+    assert decisions(registry, "wide") == {"allowed": 5}
+
+
 def test_near_limit_is_less_than_a_tenth_of_the_quota_left(
     frozen_clock: FakeClock, registry: CollectorRegistry
 ) -> None:
