@@ -318,7 +318,7 @@ def _decide(request: HttpRequest, spec: PolicySpec, identity: Identity, incremen
     it escapes nothing (``docs/client-ip.md``)."""
     gate = gate_of(request, identity, get_settings().identity_budget_rate)
     check = Check(identity, spec.limits, gate=gate)
-    planned = Planned(request, (spec,), [check], observed=increment)
+    planned = Planned(request, (spec,), [check], observed=increment, looks=not increment)
     return planned.run(
         lambda checks: (get_engine().check if increment else get_engine().peek)(checks),
         charge=increment,

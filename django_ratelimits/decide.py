@@ -333,7 +333,9 @@ class Planned:
     ``observed`` is false (a look that charges nothing, or a second step of a request
     counted already), the metrics observer hears of the call and the verdict; it hears
     of the breaker's state in any case. The policies named in ``soft`` refuse nothing when
-    they deny (a view's ``@ratelimit(block=False)``): each is checked apart.
+    they deny (a view's ``@ratelimit(block=False)``): each is checked apart. ``looks``:
+    a look that counts and refuses nothing (a compat peek), whose denials send no
+    ``rate_limited`` (whether Redis or the cache of denials answers it).
 
     Its signals are sent by :meth:`run` with ``Signal.send``, and by :meth:`arun` with
     ``Signal.asend`` once the verdict is made: on the event loop, ``send`` cannot run
@@ -349,8 +351,10 @@ class Planned:
         behind: str | None = None,
         observed: bool = True,
         soft: frozenset[str] = frozenset(),
+        looks: bool = False,
     ) -> None:
         self.request = request
+        self.looks = looks
         self.considered = _names(policies)
         # By policy, the limits checked where they are not its own (a tier, an override).
         self.effective: tuple[tuple[str, tuple[Limit, ...]], ...] = ()
@@ -546,7 +550,7 @@ class Planned:
             if result.blocked and not policy.shadow and result.identity not in logged:
                 logged.add(result.identity)
                 _log_block(self.request, result)
-            if not result.allowed and policy.name not in announced:
+            if not (result.allowed or self.looks) and policy.name not in announced:
                 announced.add(policy.name)
                 self._signal(
                     signals.rate_limited,

@@ -476,6 +476,25 @@ def test_a_denial_sends_rate_limited_with_the_group_as_policy(site_redis: Any) -
     assert seen[0]["shadow"] is False
 
 
+def test_a_look_sends_no_rate_limited_whoever_answers_it(frozen_clock: FakeClock) -> None:
+    # django-ratelimit's pattern: count with increment=True, look with increment=False or
+    # get_usage. Only the counted requests Redis refused are signalled: the looks are not,
+    # though the cache of denials (which learnt the denials) answers them.
+    seen: list[Any] = []
+    rate_limited.connect(lambda **kw: seen.append(kw), weak=False, dispatch_uid="t-looks")
+    request = factory.get("/", REMOTE_ADDR="203.0.113.9")
+    options: dict[str, Any] = {"group": "g", "key": "ip", "rate": "1/h"}
+    try:
+        charged = [is_ratelimited(request, **options, increment=True) for _ in range(3)]
+        assert charged == [False, True, True]
+        assert is_ratelimited(request, **options)
+        usage = get_usage(request, **options)
+        assert usage is not None and usage["should_limit"]
+    finally:
+        rate_limited.disconnect(dispatch_uid="t-looks")
+    assert len(seen) == 2
+
+
 def test_disabled_limiting_limits_nothing(site_redis: Any) -> None:
     from django.conf import settings
 
