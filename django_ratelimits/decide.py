@@ -583,12 +583,13 @@ class Planned:
         )
         if self.observer is not None:
             metrics.record_failure(self.observer, self.applied)
-        self._signal(
-            signals.backend_failed,
-            error=error,
-            policies=self.applied,
-            fail_closed=verdict.failed_closed(),
-        )
+        if unsignalled := _unsignalled(self.request, self.applied):
+            self._signal(
+                signals.backend_failed,
+                error=error,
+                policies=unsignalled,
+                fail_closed=verdict.failed_closed(_names(unsignalled)),
+            )
         return verdict
 
     def _signal(self, signal: Signal, **named: object) -> None:
@@ -599,6 +600,21 @@ class Planned:
             signal.send(sender=PolicySpec, request=self.request, **named)
         else:
             self._unsent.append((signal, named))
+
+
+#: The request's attribute naming the policies a ``backend_failed`` signal named already.
+_SIGNALLED_FAILED: Final = "_ratelimits_failed_signalled"
+
+
+def _unsignalled(request: HttpRequest, policies: tuple[PolicySpec, ...]) -> tuple[PolicySpec, ...]:
+    """Of ``policies``, those no ``backend_failed`` named for ``request`` yet, noted now:
+    a request Redis failed in two steps for the same policies (a login's look, then its
+    failure's charge; a compat count, then a look) is signalled once."""
+    told: frozenset[str] = getattr(request, _SIGNALLED_FAILED, frozenset())
+    fresh = tuple(p for p in policies if p.name not in told)
+    if fresh:
+        setattr(request, _SIGNALLED_FAILED, told | _names(fresh))
+    return fresh
 
 
 async def _handing_over(verdict: Verdict, step: Awaitable[None]) -> None:

@@ -8,7 +8,9 @@
 ``backend_failed``: Redis could not decide a request. Sent with ``request``,
 ``error`` (a :class:`~django_ratelimits.engine.errors.BackendError`), ``policies``
 (the policies that went unchecked) and ``fail_closed`` (whether the request is
-refused because of them).
+refused because of them). Once per request and policy: a request Redis fails in two
+steps (a login's look, then its failure's charge; a compat count, then a look) names
+each policy once.
 
 ``network_blocked``: a request from a blocked network was refused (403), before
 any limit. Sent with ``request`` and ``entry`` (a

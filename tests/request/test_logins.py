@@ -545,6 +545,29 @@ def test_redis_down_lets_logins_through_unless_fail_closed(site: Any) -> None:
         assert refused(login("alice", RIGHT))  # fail closed: 429, the breaker's Retry-After
 
 
+@pytest.mark.parametrize("redis_client", ["standalone"], indirect=True)  # Redis is not asked
+def test_redis_down_signals_a_failed_login_once(site: Any) -> None:
+    # The look before the password fails, then the failure's charge: one request, one
+    # backend_failed (the look's), as the metrics count it once.
+    from django_ratelimits.signals import backend_failed
+
+    policy(key="ip")
+    heard: list[Any] = []
+    backend_failed.connect(lambda **kw: heard.append(kw), weak=False, dispatch_uid="t-once")
+    dead = {"REDIS": "redis://127.0.0.1:1/0", "SOCKET_CONNECT_TIMEOUT": 0.2}
+    try:
+        with override_settings(DJANGO_RATELIMITS=dead):
+            assert login("alice").status_code == 200
+            assert login("bob", ip="198.51.100.8").status_code == 200
+    finally:
+        backend_failed.disconnect(dispatch_uid="t-once")
+    assert [[p.name for p in kw["policies"]] for kw in heard] == [["login-failures"]] * 2
+    assert [kw["request"].META["REMOTE_ADDR"] for kw in heard] == [
+        "198.51.100.7",
+        "198.51.100.8",
+    ]
+
+
 def test_no_identity_value_is_raw_in_a_key(site: Any) -> None:
     policy(key="username")
     login("Alice Smith")
