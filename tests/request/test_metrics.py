@@ -241,6 +241,26 @@ def test_a_flood_of_new_identities_adds_no_series(
     assert decisions(registry) == decisions(registry, "keys") == {"allowed": 305, "denied": 305}
 
 
+def test_a_flood_of_new_paths_adds_no_series(
+    frozen_clock: FakeClock, registry: CollectorRegistry
+) -> None:
+    # Paths a client invents (pages that exist, 404s, a line break, a label-like text)
+    # are never a label: one policy's two outcomes, whatever the number of paths.
+    policy(name="site", rates="1/h", path=r"^/")
+    paths = [f"/{i}-" for i in range(100)] + [f"/nowhere/{i}" for i in range(100)]
+    paths += ['/x%0A", policy="evil', "/été-"]
+    for path in paths:
+        assert statuses(Client(REMOTE_ADDR="203.0.113.9"), 1, path) in ([200], [404], [429])
+    families = {
+        f.name: {tuple(sorted(s.labels.items())) for s in f.samples} for f in registry.collect()
+    }
+    assert families["django_ratelimits_decisions"] == {
+        (("outcome", "allowed"), ("policy", "site")),
+        (("outcome", "denied"), ("policy", "site")),
+    }
+    assert decisions(registry, "site") == {"allowed": 1, "denied": len(paths) - 1}
+
+
 def test_metrics_off_by_default_observe_nothing(site_redis: Any) -> None:
     assert metrics.observer() is None
     policy()
