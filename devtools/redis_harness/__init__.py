@@ -9,7 +9,9 @@ free port, with its own temporary directory and log file. The fixtures in
 * :mod:`.server`: one server (:class:`RedisServer`), free ports, temporary directories;
 * :mod:`.cluster`: three masters as one Redis Cluster (:class:`RedisClusterHarness`);
 * :mod:`.tls`: a CA and certificates (:func:`make_tls_files`) for servers that speak
-  TLS only, and whether the binary can (:func:`tls_unavailable`);
+  TLS only, the CA as a hashed directory (:func:`ca_directory`), the client key
+  encrypted (:func:`encrypted_client_key`), and whether the binary can
+  (:func:`tls_unavailable`);
 * ``python -m devtools.redis_harness`` (:mod:`.__main__`): ``--print-binary``, ``--serve``
   and ``--wait`` for ``make demo`` and CI.
 """

@@ -116,6 +116,27 @@ def make_tls_files(directory: Path) -> TLSFiles:
     )
 
 
+def ca_directory(files: TLSFiles) -> Path:
+    """A directory holding ``files``' CA under its subject hash (``<hash>.0``, as
+    ``openssl rehash`` names it): what redis-py's ``ssl_ca_path`` takes, where
+    ``ssl_ca_certs`` takes the file. Made once, beside the files."""
+    directory = files.ca.parent / "ca-directory"
+    if not directory.exists():
+        directory.mkdir()
+        (directory / "ca.pem").write_bytes(files.ca.read_bytes())
+        _openssl("rehash", ".", cwd=directory)
+    return directory
+
+
+def encrypted_client_key(files: TLSFiles, password: str) -> Path:
+    """``files``' client key encrypted (AES-256) with ``password``: what redis-py's
+    ``ssl_password`` opens."""
+    key = files.client_key.parent / "client-encrypted.key"
+    _openssl("pkey", "-in", files.client_key.name, "-out", key.name, "-aes256",
+             "-passout", f"pass:{password}", cwd=key.parent)  # fmt: skip
+    return key
+
+
 @functools.cache
 def tls_unavailable(binary: Path | None = None) -> str | None:
     """Why ``binary`` (by default the harness's redis-server) cannot serve TLS, or None
