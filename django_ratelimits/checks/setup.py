@@ -1,8 +1,8 @@
 """Checks of the project's setup: middleware order, ``DJANGO_RATELIMITS`` (and a setting
 named almost like it), proxies, django-ratelimit settings that would be silently
 ignored, a metrics backend that is not installed, a response view that cannot be
-imported, and a cache without socket timeouts (E001 to E004, E007, E009, E012, W001,
-W006, W007)."""
+imported, a cache without socket timeouts, and TLS options that send async checks to a
+thread (E001 to E004, E007, E009, E012, W001, W006, W007, I001)."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from django.conf import settings
-from django.core.checks import CheckMessage, Error, Warning, register
+from django.core.checks import CheckMessage, Error, Info, Warning, register
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 from redis.connection import parse_url
 
 from django_ratelimits.checks.common import TAG, valid_settings
 from django_ratelimits.conf import SETTING_NAME, InvalidSettings, RedisServer, get_settings
-from django_ratelimits.engine.aconnection import make_async_redis
+from django_ratelimits.engine.aconnection import make_async_redis, sync_only
 from django_ratelimits.engine.connection import UnusableRedis, default_alias, get_redis
 
 RATELIMIT_MIDDLEWARE: Final = "django_ratelimits.middleware.RateLimitMiddleware"
@@ -88,7 +88,7 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
         if not (isinstance(config.redis, RedisServer) and config.redis.cluster):
             get_redis(config)
         make_async_redis(config)
-        return []
+        return _threaded(sync_only(config))
     except UnusableRedis as error:
         problem = str(error)
     if isinstance(config.redis, RedisServer):
@@ -105,6 +105,27 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
             "or to a redis:// URL."
         )
     return [Error(problem, hint=hint, id="django_ratelimits.E003")]
+
+
+def _threaded(names: Sequence[str]) -> list[CheckMessage]:
+    """I001: TLS options only redis-py's sync client takes (``names``) send the async
+    path's checks through the sync client in a worker thread: limited as sync requests
+    are, a thread hop each."""
+    if not names:
+        return []
+    return [
+        Info(
+            f"{SETTING_NAME}['REDIS'] sets {', '.join(names)}, which redis-py's asyncio "
+            "client does not take: async requests' checks run the sync client in a worker "
+            "thread (limited as sync requests are, at the cost of a thread hop per check, "
+            "and at most as many at once as the event loop's default executor has threads).",
+            hint="To check on the event loop, use options the asyncio client takes: "
+            "ssl_ca_certs (a file) rather than ssl_ca_path, a key that is not encrypted "
+            "rather than ssl_password (redis-py 8's standalone asyncio client takes both, "
+            "its cluster client neither), no OCSP options. Or silence this check.",
+            id="django_ratelimits.I001",
+        )
+    ]
 
 
 # The timeouts W007 looks for: a django-redis OPTIONS key, and the redis-py keyword it

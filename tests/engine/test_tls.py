@@ -40,6 +40,7 @@ from django.core import checks
 from django.core.management import call_command
 from django.test import AsyncClient, Client, override_settings
 from django.urls import reverse
+from redis.cluster import REDIS_ALLOWED_KEYS
 
 from devtools.redis_harness import (
     RedisClusterHarness,
@@ -49,6 +50,7 @@ from devtools.redis_harness import (
     make_tls_files,
     tls_unavailable,
 )
+from devtools.redis_harness.tls import ca_directory, encrypted_client_key
 from django_ratelimits.breaker import breaker
 from django_ratelimits.checks import REDIS_TAG, TAG, redis_server
 from django_ratelimits.deny_cache import cache_for
@@ -382,23 +384,30 @@ def test_the_engine_reconnects_after_a_restart_sync_and_async(tls: RedisServer) 
 # ------------------------------------------------------------------ the site
 
 
-@pytest.fixture
-def tls_site(tls: RedisServer) -> Iterator[RedisServer]:
-    """The site (``tests.urls`` behind ``RateLimitMiddleware``) on the TLS server's
-    ``rediss://`` URL, as ``site_redis`` wires it to a plain one."""
+@contextlib.contextmanager
+def site_on(target: object) -> Iterator[None]:
+    """The site (``tests.urls`` behind ``RateLimitMiddleware``) with ``REDIS`` set to
+    ``target``, as ``site_redis`` wires it to a plain server."""
     middleware = [*settings.MIDDLEWARE, "django_ratelimits.middleware.RateLimitMiddleware"]
     with override_settings(
-        DJANGO_RATELIMITS={**settings.DJANGO_RATELIMITS, "REDIS": tls.url},
+        DJANGO_RATELIMITS={**settings.DJANGO_RATELIMITS, "REDIS": target},
         ROOT_URLCONF="tests.urls",
         MIDDLEWARE=middleware,
     ):
         breaker.success()
         get_registry().refresh()
-        yield tls
+        yield
         breaker.success()
         cache = cache_for(get_engine())
         if cache is not None:
             cache.flush()  # recorded while this Redis runs
+
+
+@pytest.fixture
+def tls_site(tls: RedisServer) -> Iterator[RedisServer]:
+    """The site on the TLS server's ``rediss://`` URL (:func:`site_on`)."""
+    with site_on(tls.url):
+        yield tls
 
 
 _paths = itertools.count()
@@ -470,16 +479,23 @@ def test_a_concurrency_slot_is_taken_and_given_back_over_tls(tls_site: RedisServ
         assert in_flight("cc") == 0
         assert client.get("/inflight/report").json() == {"in_flight": 1}
 
-        async def run() -> tuple[int, int, bytes]:
-            aclient = AsyncClient()
-            streaming = await aclient.get("/inflight/astream")
-            held = await asyncio.to_thread(in_flight, "cc")
-            refused = (await aclient.get("/inflight/astream")).status_code
-            body = b"".join([chunk async for chunk in streaming.streaming_content])
-            return held, refused, body
+        an_async_slot_is_taken_and_given_back()
 
-        assert asyncio.run(run()) == (1, 429, b"first second")
-        assert in_flight("cc") == 0
+
+def an_async_slot_is_taken_and_given_back() -> None:
+    """Through the async stack, under the policy ``cc`` (one slot): a streaming response
+    holds the slot, a second request is refused, the end of the stream gives it back."""
+
+    async def run() -> tuple[int, int, bytes]:
+        aclient = AsyncClient()
+        streaming = await aclient.get("/inflight/astream")
+        held = await asyncio.to_thread(in_flight, "cc")
+        refused = (await aclient.get("/inflight/astream")).status_code
+        body = b"".join([chunk async for chunk in streaming.streaming_content])
+        return held, refused, body
+
+    assert asyncio.run(run()) == (1, 429, b"first second")
+    assert in_flight("cc") == 0
 
 
 def test_the_dashboard_and_the_commands_read_over_tls(
@@ -534,6 +550,75 @@ def test_a_client_certificate_in_the_url_or_in_options(tls_site: RedisServer) ->
     assert statuses(limited_path(), LIMIT + 1) == no_certificate
     breaker.success()
     assert astatuses(limited_path(), LIMIT + 1) == no_certificate
+
+
+# redis-py's sync client takes TLS options some of its asyncio classes refuse: the OCSP
+# ones (every version), ssl_ca_path and ssl_password (the standalone class before
+# redis-py 8, the cluster class in every version). With one of them the async request
+# path runs the sync client in a worker thread; it failed open before (E003).
+PASSWORD = "key s3cret"
+
+
+def sync_only_target(name: str, server: RedisServer) -> dict[str, Any]:
+    """A ``REDIS`` setting for ``server`` that sets the option ``name``, on which the
+    connection depends but for ``ocsp`` (an explicit ``ssl_validate_ocsp=False``, as a
+    settings module that reads it from the environment sets)."""
+    files = server.tls
+    assert files is not None
+    url = f"rediss://{server.host}:{server.port}/0"
+    if name == "ssl_ca_path":  # the CA as a hashed directory, not ssl_ca_certs' file
+        options = {"ssl_ca_path": str(ca_directory(files)), "ssl_cert_reqs": "required"}
+        return {"URL": url, "OPTIONS": options}
+    if name == "ssl_password":  # a client certificate whose key is encrypted
+        key = encrypted_client_key(files, PASSWORD)
+        options = {"ssl_certfile": str(files.client_cert), "ssl_keyfile": str(key)}
+        return {
+            "URL": f"{url}?{files.url_query()}",
+            "OPTIONS": {**options, "ssl_password": PASSWORD},
+        }
+    return {"URL": f"{url}?{files.url_query()}", "OPTIONS": {"ssl_validate_ocsp": False}}
+
+
+def astatuses_and_way(path: str, n: int = BURST) -> tuple[list[int], str]:
+    """:func:`astatuses`, and how the engine asked Redis: ``asyncio`` (its asyncio
+    client) or ``thread`` (the sync client in a worker thread)."""
+
+    async def run() -> tuple[list[int], str]:
+        client = AsyncClient()
+        found = [(await client.get(path)).status_code for _ in range(n)]
+        return found, "asyncio" if get_engine()._alines else "thread"
+
+    return async_to_sync(run)()
+
+
+@pytest.mark.parametrize("name", ["ocsp", "ssl_ca_path", "ssl_password"])
+def test_a_tls_option_only_the_sync_client_takes_limits_async_requests_too(
+    tls_site: RedisServer, name: str
+) -> None:
+    """Exactly LIMIT of BURST pass, sync and async; async requests go through the
+    asyncio client where redis-py's takes the option (ssl_ca_path and ssl_password from
+    redis-py 8), else the sync client in a worker thread (OCSP), and the system checks
+    say which (I001), with no error. A concurrency slot is taken and given back."""
+    with tls_site.client() as conn:
+        conn.config_set("tls-auth-clients", "yes" if name == "ssl_password" else "optional")
+    target = sync_only_target(name, tls_site)
+    with override_settings(DJANGO_RATELIMITS={**settings.DJANGO_RATELIMITS, "REDIS": target}):
+        found = [m.id for m in checks.run_checks(tags=[TAG]) if m.id != "django_ratelimits.W001"]
+        assert statuses(limited_path()) == PASSED
+        passed, way = astatuses_and_way(limited_path())
+        assert passed == PASSED
+        assert found == (["django_ratelimits.I001"] if way == "thread" else [])
+        if name == "ocsp":  # no asyncio class of any redis-py version takes it
+            assert way == "thread"
+    with override_settings(
+        DJANGO_RATELIMITS={**settings.DJANGO_RATELIMITS, "REDIS": target},
+        ROOT_URLCONF="tests.request.inflight_urls",
+    ):
+        Policy.objects.create(
+            name="cc", algorithm="concurrency", rates="1", lease=30, path=r"^/inflight/"
+        )
+        get_registry().refresh()
+        an_async_slot_is_taken_and_given_back()
 
 
 def test_a_django_redis_cache_over_tls_sync_and_async(tls: RedisServer) -> None:
@@ -642,14 +727,7 @@ def test_a_cluster_over_tls(
     for conn in tls_cluster.node_clients():
         with conn:
             conn.flushall()
-    middleware = [*settings.MIDDLEWARE, "django_ratelimits.middleware.RateLimitMiddleware"]
-    target = {"URL": tls_cluster.url, "CLUSTER": True}
-    with override_settings(
-        DJANGO_RATELIMITS={**settings.DJANGO_RATELIMITS, "REDIS": target},
-        ROOT_URLCONF="tests.urls",
-        MIDDLEWARE=middleware,
-    ):
-        breaker.success()
+    with site_on({"URL": tls_cluster.url, "CLUSTER": True}):
         engine = get_engine()
         assert engine.cluster
         assert statuses(limited_path()) == PASSED
@@ -662,6 +740,27 @@ def test_a_cluster_over_tls(
         status = json.loads(out.getvalue())["redis"]
         assert status["topology"] == "cluster" and len(status["nodes"]) == 3
         assert [m.id for m in checks.run_checks(tags=[REDIS_TAG])] == []
-        cache = cache_for(engine)
-        if cache is not None:
-            cache.flush()  # recorded while the cluster runs
+
+
+@pytest.mark.slow  # the TLS cluster's forming (shared with the test above)
+def test_a_tls_cluster_with_a_ca_directory_limits_async_requests_too(
+    tls_cluster: RedisClusterHarness,
+) -> None:
+    """``ssl_ca_path``, which redis-py's asyncio cluster class takes in no version (its
+    sync one does): async requests are limited as sync ones, the sync client in a worker
+    thread, and the system checks say so (I001) with no error."""
+    if "ssl_ca_path" not in REDIS_ALLOWED_KEYS:
+        pytest.skip("this redis-py's sync cluster client drops ssl_ca_path (E003)")
+    for conn in tls_cluster.node_clients():
+        with conn:
+            conn.flushall()
+    assert tls_cluster.tls is not None
+    first = tls_cluster.servers[0]
+    options = {"ssl_ca_path": str(ca_directory(tls_cluster.tls)), "ssl_cert_reqs": "required"}
+    target = {"URL": f"rediss://{first.host}:{first.port}", "CLUSTER": True, "OPTIONS": options}
+    with site_on(target):
+        found = [m.id for m in checks.run_checks(tags=[TAG]) if m.id != "django_ratelimits.W001"]
+        assert get_engine().cluster
+        assert statuses(limited_path()) == PASSED
+        assert astatuses_and_way(limited_path()) == (PASSED, "thread")
+        assert found == ["django_ratelimits.I001"]

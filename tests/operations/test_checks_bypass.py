@@ -9,14 +9,17 @@ from typing import Any
 import pytest
 from django.core.checks import CheckMessage, run_checks
 from django.test import AsyncClient, Client, override_settings
+from redis.cluster import REDIS_ALLOWED_KEYS
 
 from devtools.redis_harness import free_port
 from django_ratelimits.checks import TAG
 from django_ratelimits.conf import InvalidSettings, get_settings
 from django_ratelimits.contrib.drf import PolicyThrottle
+from django_ratelimits.engine.aconnection import make_async_redis
 from django_ratelimits.models import Policy
 from django_ratelimits.policies import get_registry
 from django_ratelimits.signals import backend_failed
+from tests.operations.test_checks import django_redis_cache
 
 DEAD_URL = f"redis://127.0.0.1:{free_port()}/0"
 
@@ -147,6 +150,70 @@ def test_an_option_value_redis_py_refuses_with_its_own_error_is_e003(mistake: st
     with override_settings(DJANGO_RATELIMITS={"REDIS": UNUSABLE[mistake](DEAD_URL)}):
         errors = found("E003")
     assert len(errors) == 1 and mistake.split("_")[0] in errors[0].msg.lower()
+
+
+# ------------------------------------ I001: a TLS option only redis-py's sync client takes
+
+# The OCSP options (no asyncio class of any redis-py version takes them), ssl_ca_path and
+# ssl_password (not the asyncio cluster class, in any version): the async path runs the
+# sync client in a worker thread, limited as sync requests are. They were E003, and
+# async requests failed open.
+DEAD_TLS = DEAD_URL.replace("redis://", "rediss://")
+SYNC_ONLY: dict[str, tuple[object, bool]] = {
+    "ssl_validate_ocsp": ({"URL": DEAD_TLS, "OPTIONS": {"ssl_validate_ocsp": False}}, False),
+    "ssl_ocsp_context": ({"URL": DEAD_TLS, "OPTIONS": {"ssl_ocsp_context": None}}, False),
+    "ssl_validate_ocsp_stapled": (f"{DEAD_TLS}?ssl_validate_ocsp_stapled=False", False),
+    "ssl_ca_path": ({"URL": DEAD_TLS, "OPTIONS": {"ssl_ca_path": "/etc/ssl/certs"}}, True),
+    "ssl_password": ({"URL": DEAD_TLS, "OPTIONS": {"ssl_password": "s3cret"}}, True),
+}
+
+
+@pytest.mark.parametrize("option", SYNC_ONLY)
+def test_a_tls_option_only_the_sync_client_takes_is_info_not_an_error(option: str) -> None:
+    target, cluster = SYNC_ONLY[option]
+    if cluster:
+        assert isinstance(target, dict)
+        target = {**target, "CLUSTER": True}
+    with override_settings(DJANGO_RATELIMITS={"REDIS": target}):
+        if cluster and option not in REDIS_ALLOWED_KEYS:  # redis-py 5: sync drops it too
+            assert [e.id for e in found("E003")] == ["django_ratelimits.E003"]
+            return
+        assert found("E003") == []
+        [info] = found("I001")
+        assert make_async_redis(get_settings()) is None  # the async path: a thread
+    assert not info.is_serious()
+    assert option in info.msg and "worker thread" in info.msg
+    assert "s3cret" not in info.msg + (info.hint or "")
+
+
+def test_a_cache_s_tls_option_only_the_sync_client_takes_is_info() -> None:
+    pool = {"CONNECTION_POOL_KWARGS": {"ssl_validate_ocsp": False, "ssl_cert_reqs": "none"}}
+    caches = {"default": django_redis_cache(DEAD_TLS.replace("/0", "/11"), **pool)}
+    with override_settings(CACHES=caches, DJANGO_RATELIMITS={"REDIS": "default"}):
+        assert found("E003") == []
+        [info] = found("I001")
+        assert make_async_redis(get_settings()) is None
+    assert "ssl_validate_ocsp" in info.msg
+
+
+def test_an_ocsp_option_on_a_cluster_stays_an_error() -> None:
+    """redis-py's sync cluster client drops the OCSP options (its nodes' clients are
+    made with the keys it allows): no client of a cluster applies them."""
+    target = {"URL": DEAD_TLS, "CLUSTER": True, "OPTIONS": {"ssl_validate_ocsp": False}}
+    with override_settings(DJANGO_RATELIMITS={"REDIS": target}):
+        [error] = found("E003")
+        assert found("I001") == []
+    assert "ssl_validate_ocsp" in error.msg
+
+
+@pytest.mark.parametrize("cluster", [False, True], ids=["standalone", "cluster"])
+def test_a_mistyped_option_beside_a_sync_only_one_is_still_an_error(cluster: bool) -> None:
+    options = {"ssl_password" if cluster else "ssl_validate_ocsp": False, **MISTYPED}
+    target = {"URL": DEAD_TLS, "CLUSTER": cluster, "OPTIONS": options}
+    with override_settings(DJANGO_RATELIMITS={"REDIS": target}):
+        [error] = found("E003")
+        assert found("I001") == []
+    assert "'max_conections'" in error.msg
 
 
 def open_and_closed_policies() -> None:
