@@ -49,6 +49,7 @@ from django_ratelimits.engine.hits import username_behind
 from django_ratelimits.identity import identities, login_username, set_login_username
 from django_ratelimits.policies.registry import PolicyRegistry, acurrent, current
 from django_ratelimits.policies.spec import PolicySpec
+from django_ratelimits.resolved import unprefixed
 
 __all__ = ["BACKEND", "FailedLoginBackend", "logged_in", "login_failed"]
 
@@ -279,11 +280,20 @@ def _http(request: Any) -> HttpRequest | None:
 
 
 def _applying(registry: PolicyRegistry, request: HttpRequest) -> tuple[PolicySpec, ...]:
-    path, method = request.path_info, request.method or "POST"
+    """The failed-login policies that guard ``request``'s login: every one that applies
+    to its method and has no path pattern, or one that matches its path, or the path
+    without its language prefix (``/fr/accounts/login/``: the view of ``/accounts/login/``)."""
+    method = request.method or "POST"
+    specs = [spec for spec in registry.failed_logins() if spec.applies_to_method(method)]
+    if all(spec.path_re is None for spec in specs):
+        return tuple(specs)
+    paths = [request.path_info]
+    if (bare := unprefixed(request)) is not None:
+        paths.append(bare)
     return tuple(
         spec
-        for spec in registry.failed_logins()
-        if spec.applies_to_method(method) and (spec.path_re is None or spec.path_re.search(path))
+        for spec in specs
+        if spec.path_re is None or any(spec.path_re.search(path) for path in paths)
     )
 
 

@@ -32,7 +32,7 @@ from django_ratelimits.decide import RateLimited, Verdict, adecide, decide
 from django_ratelimits.inflight import arelease_after, release, release_when_done
 from django_ratelimits.policies.registry import PolicyRegistry, acurrent, current
 from django_ratelimits.policies.spec import PolicySpec
-from django_ratelimits.resolved import resolved
+from django_ratelimits.resolved import resolved, unprefixed
 from django_ratelimits.responses import add_headers, refusal, too_many_requests
 
 GetResponse = Callable[[HttpRequest], HttpResponseBase | Awaitable[HttpResponseBase]]
@@ -103,7 +103,7 @@ def _policies(
     ``block=False``, unless the path applies them too), and every policy to decide:
     path ones, then the view's."""
     method = request.method or "GET"
-    policies = list(registry.match(request.path_info, method))
+    policies = list(registry.match(request.path_info, method, unprefixed(request)))
     refusing = {p.name for p in policies}
     view = resolved(request)
     soft: set[str] = set()

@@ -100,6 +100,23 @@ class _Snapshot:
         self._indexes: dict[str, PathIndex[PolicySpec]] = {}
         self.cached_match = functools.lru_cache(maxsize=CACHE_SIZE)(self.match)
 
+    def answer(self, path: str, method: str) -> tuple[PolicySpec, ...]:
+        """:meth:`match`, from the cache for a path not over ``CACHE_PATH_MAX``."""
+        if len(path) > CACHE_PATH_MAX:
+            return self.match(path, method)
+        return self.cached_match(path, method)
+
+    def either(
+        self, found: tuple[PolicySpec, ...], more: tuple[PolicySpec, ...]
+    ) -> tuple[PolicySpec, ...]:
+        """The policies of ``found`` and ``more`` (two answers of :meth:`match`), each
+        once, in order."""
+        seen = {spec.name for spec in found}
+        extra = [spec for spec in more if spec.name not in seen]
+        if not extra:
+            return found
+        return tuple(sorted((*found, *extra), key=lambda spec: (-spec.priority, spec.name)))
+
     def match(self, path: str, method: str) -> tuple[PolicySpec, ...]:
         index = self._indexes.get(method)
         if index is None:
@@ -176,12 +193,22 @@ class PolicyRegistry:
                 self._refreshed_at = self._clock()
                 self._generation += 1
 
-    def match(self, path: str, method: str) -> tuple[PolicySpec, ...]:
-        """Enabled policies whose path pattern matches and method applies, in order. No I/O."""
-        snapshot = self._snapshot
-        if len(path) > CACHE_PATH_MAX:
-            return snapshot.match(path, method.upper())
-        return snapshot.cached_match(path, method.upper())
+    def match(
+        self, path: str, method: str, unprefixed: str | None = None
+    ) -> tuple[PolicySpec, ...]:
+        """Enabled policies whose path pattern matches and method applies, in order. No I/O.
+
+        ``unprefixed`` is ``path`` without its language prefix, on a site that serves
+        pages under one (:func:`~django_ratelimits.resolved.unprefixed`): a policy
+        matches when its pattern matches either, and is listed once."""
+        snapshot, method = self._snapshot, method.upper()
+        if unprefixed is None:  # the common case first, with no call more than that
+            if len(path) > CACHE_PATH_MAX:
+                return snapshot.match(path, method)
+            return snapshot.cached_match(path, method)
+        found = snapshot.answer(path, method)
+        more = snapshot.answer(unprefixed, method)
+        return snapshot.either(found, more) if found and more else found or more
 
     def blocked(self, address: IPAddress) -> BlockedEntry | None:
         """The live blocklist entry holding ``address``, if any. No I/O."""
