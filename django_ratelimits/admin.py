@@ -36,6 +36,7 @@ from django_ratelimits.offenders.text import period as _period
 from django_ratelimits.policies.labels import MODE_LABELS, MODE_WORDS
 from django_ratelimits.policies.spec import KeyKind, Mode, PolicySpec, Recording
 from django_ratelimits.rates import Rate
+from django_ratelimits.resolved import language_in_pattern
 
 # The sections of the policy form: what the policy is, where and whom it applies to.
 _FIELDSETS: list[tuple[Any, dict[str, Any]]] = [
@@ -118,6 +119,25 @@ class PolicyAdmin(BoundedSearch):
 
     def get_urls(self) -> list[URLPattern]:
         return [*dashboard_urls(self.admin_site), *super().get_urls()]
+
+    def save_model(self, request: HttpRequest, obj: Policy, form: Any, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        if (language := language_in_pattern(obj.path)) is not None:
+            # Saved all the same: a policy may be meant for one language (W015 says so too).
+            params = {"prefix": language.prefix, "fixed": language.fixed or ""}
+            if language.fixed:
+                text = gettext(
+                    "The path pattern starts with the language prefix “%(prefix)s”: it "
+                    "limits the page in that language alone. To limit it in every "
+                    "language, write “%(fixed)s”."
+                )
+            else:
+                text = gettext(
+                    "The path pattern starts with the language prefix “%(prefix)s”: it "
+                    "limits the page in that language alone. To limit it in every "
+                    "language, write it without the prefix."
+                )
+            messages.warning(request, text % params)
 
     @admin.display(description=_("mode"), ordering="mode")
     def mode_word(self, obj: Policy) -> SafeString:

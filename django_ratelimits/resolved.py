@@ -29,13 +29,15 @@ from django.http import Http404, HttpRequest
 from django.urls import resolve
 from django.utils.translation import get_language_from_path
 
-from django_ratelimits.policies.matching import CACHE_PATH_MAX
+from django_ratelimits.policies.matching import CACHE_PATH_MAX, literal_prefix
 
 __all__ = [
     "VIEW_POLICIES",
     "VIEW_SOFT",
     "AdminView",
+    "LanguageInPattern",
     "Resolved",
+    "language_in_pattern",
     "language_prefixed",
     "resolved",
     "unprefixed",
@@ -115,6 +117,32 @@ def without_language(path: str) -> str | None:
     if not language:
         return None
     return "/" if end < 0 else path[end:]
+
+
+class LanguageInPattern(NamedTuple):
+    prefix: str
+    """The language prefix the pattern starts with: ``/en/``."""
+    fixed: str | None
+    """The pattern without it (``^/login/``), None when its text does not start with
+    the prefix as written (``^/en\\/login``)."""
+
+
+def language_in_pattern(pattern: str) -> LanguageInPattern | None:
+    """The language prefix a path pattern starts with (``/en/`` of ``^/en/login/``), on
+    a site whose root URLconf serves pages under language prefixes; else None.
+
+    Such a pattern limits the page in that language alone: ``^/login/`` limits it in
+    every language (:func:`unprefixed`). The URLconf is imported only for a pattern
+    that starts with a language."""
+    prefix = literal_prefix(pattern) if pattern else ""
+    end = prefix.find("/", 1)
+    if end < 0 or without_language(prefix) is None or not _root_prefixed():
+        return None
+    language = prefix[: end + 1]
+    anchor = "^" if pattern.startswith("^") else "\\A"
+    rest = pattern[len(anchor) :]
+    fixed = anchor + rest[end:] if rest.startswith(language) else None
+    return LanguageInPattern(language, fixed)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -1,5 +1,5 @@
 """Checks of the policies that code names and the policy table holds
-(E005, E006, E008, W004, W013, W014).
+(E005, E006, E008, W004, W013, W014, W015).
 
 Each reads the policies' database through :func:`_rows`: a table that cannot
 be read yet (not migrated, no database, no access) has no rows to judge.
@@ -26,6 +26,7 @@ from django_ratelimits.policies.parse import LOG_MAX, check_path_start, parse_pa
 from django_ratelimits.policies.registry import get_registry
 from django_ratelimits.policies.spec import KeyKind
 from django_ratelimits.rates import parse_rates
+from django_ratelimits.resolved import LanguageInPattern, language_in_pattern
 
 _T = TypeVar("_T")
 
@@ -85,7 +86,9 @@ def check_path_patterns(
     Such a row is skipped at run time (the registry logs it at each reload),
     so no request is limited by it: each is an error here, by name. A row saved
     before admin refused a start-anchored pattern without ``/`` (``^api/``) is
-    loaded, and its path matches no request: W013. Plain
+    loaded, and its path matches no request: W013. A pattern that starts with a language
+    prefix (``^/en/login/``) on a site that serves pages under every language's prefix
+    limits the page in that language alone: W015. Plain
     ``manage.py check`` reads the database the policies are read from, as E006
     does; ``databases`` (``migrate``, ``check --database``) names others. A
     database that cannot be read yet (before ``migrate``) has no rows to judge.
@@ -105,7 +108,29 @@ def check_path_patterns(
                 check_path_start(path)
             except ValidationError as error:
                 found.append(_pattern_without_slash(name, path, error))
+                continue
+            if (language := language_in_pattern(path)) is not None:
+                found.append(_pattern_of_one_language(name, path, language))
     return found
+
+
+def _pattern_of_one_language(name: str, path: str, language: LanguageInPattern) -> Warning:
+    fix = (
+        f"write {language.fixed!r} in admin"
+        if language.fixed
+        else f"write the pattern without {language.prefix!r} in admin"
+    )
+    return Warning(
+        f"Rate-limit policy {name!r} has the path pattern {path!r}, which starts with the "
+        f"language prefix {language.prefix!r}: the site serves its pages under every "
+        "language's prefix (i18n_patterns), and the policy limits the page in that "
+        "language alone.",
+        hint=f"To limit the page in every language, {fix}: a path pattern is also searched "
+        "in the path without its language prefix. Silence this check if the policy is "
+        "meant for one language.",
+        obj=f"policy {name!r}",
+        id="django_ratelimits.W015",
+    )
 
 
 def _pattern_without_slash(name: str, path: str, error: ValidationError) -> Warning:

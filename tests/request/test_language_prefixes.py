@@ -181,3 +181,56 @@ def test_a_policy_matching_either_path_is_listed_once_in_priority_order(site: st
         "page",
         "anywhere",
     ]
+
+
+# --------------------------------------------------------------------------- one language's pattern
+
+
+def test_a_pattern_that_starts_with_a_language_is_a_warning_naming_the_fix(site: str) -> None:
+    from django.core.checks import run_checks
+
+    from django_ratelimits.checks import TAG
+
+    for name, path in (
+        ("english", r"^/en/login/$"),
+        ("french", r"\A/fr/api/"),
+        ("escaped", r"^/de\/login"),
+        ("page", r"^/login/$"),
+        ("a-word", r"^/english/"),
+        ("not-a-segment", r"^/en$"),
+        ("unanchored", r"/en/login/"),
+    ):
+        Policy.objects.create(name=name, rates="3/h", path=path)
+    found = {
+        message.obj: message
+        for message in run_checks(tags=[TAG], databases=["default"])
+        if message.id == "django_ratelimits.W015"
+    }
+    assert sorted(found) == ["policy 'english'", "policy 'escaped'", "policy 'french'"]
+    assert "write '^/login/$' in admin" in found["policy 'english'"].hint
+    assert "write '\\\\A/api/' in admin" in found["policy 'french'"].hint
+    assert "without '/de/'" in found["policy 'escaped'"].hint
+    # A site without language prefixes: /en/ is a path like any other.
+    with override_settings(ROOT_URLCONF="tests.urls"):
+        assert not [m for m in run_checks(tags=[TAG]) if m.id == "django_ratelimits.W015"]
+
+
+def test_admin_saves_a_pattern_of_one_language_with_a_warning_naming_the_fix(site: str) -> None:
+    from django.contrib.messages import get_messages
+    from django.forms.models import model_to_dict
+    from django.urls import reverse
+
+    boss = User.objects.create_superuser("boss", password=RIGHT)
+    client = Client()
+    client.force_login(boss)
+    row = policy(name="english", rates="3/m")
+    # An unticked box is left out of a form, as a browser sends it.
+    fields = model_to_dict(row).items()
+    form = {name: value for name, value in fields if value is not None and value is not False}
+    form |= {"path": r"^/en/login/$", "tiers-TOTAL_FORMS": "0", "tiers-INITIAL_FORMS": "0"}
+    response = client.post(reverse("admin:django_ratelimits_policy_change", args=[row.pk]), form)
+    row.refresh_from_db()
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    assert row.path == r"^/en/login/$"  # saved all the same
+    texts = [str(message) for message in get_messages(response.wsgi_request)]
+    assert any("“/en/”" in text and "write “^/login/$”" in text for text in texts), texts
