@@ -21,8 +21,9 @@ is never counted by the middleware. Instead:
 * ``user_logged_in`` clears the counters of policies with ``reset_on_success``: the
   username's and the (IP, username) pair's, never the IP's.
 
-A policy's path pattern, when it has one, names the login URLs it guards;
-``authenticate()`` without a request counts nothing. Sync and async
+A policy's path pattern, when it has one, names the login URLs it guards (under any
+language prefix, on a site with ``i18n_patterns``); ``authenticate()`` without a
+request counts nothing. Sync and async
 (``aauthenticate``) alike; DRF's request is unwrapped. ``docs/logins.md``
 tells how to set it up and how django-axes and django-defender map onto it.
 """
