@@ -36,6 +36,8 @@ below them, and nothing imports them but ``apps.ready`` (which registers them).
                           ``IPV4_PREFIX`` or ``IPV6_PREFIX`` changed (it matches nobody)
 ``W013``                  a policy row's path pattern is anchored at the start without
                           ``/`` (``^api/``): it matches no request
+``W014``                  a sliding-log policy row admits more than 10,000 per window
+                          (saved before admin refused it): enforced as saved
 ``W015``                  a policy row's path pattern starts with a language prefix
                           (``^/en/login/``) on a site that serves pages under language
                           prefixes: it limits the page in that language alone
@@ -44,7 +46,7 @@ below them, and nothing imports them but ``apps.ready`` (which registers them).
 ========================  =========================================================
 
 ``setup`` holds E001 to E004, E007, E009, E012, W001, W006, W007 and I001; ``policies`` E005,
-E006, E008, W004, W013 and W015 (with ``references``, the places code names a policy);
+E006, E008, W004, W013, W014 and W015 (with ``references``, the places code names a policy);
 ``redis_server`` W002, E011 and W003; ``logins`` W005; ``tiers`` W011;
 ``overrides`` W012; ``bans`` E010; ``kit`` E100.
 """
