@@ -22,7 +22,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from django_ratelimits.admin_search import BoundedSearch
-from django_ratelimits.dashboard.present import kind_label, user_labels
+from django_ratelimits.dashboard.present import user_labels
 from django_ratelimits.engine import Identity
 from django_ratelimits.models import PolicyTier, RateOverride
 from django_ratelimits.offenders.identities import (
@@ -31,6 +31,7 @@ from django_ratelimits.offenders.identities import (
     find_user,
     parse,
 )
+from django_ratelimits.policies.labels import kind_label
 from django_ratelimits.policies.tiers import Tier
 
 

@@ -33,6 +33,8 @@ from django_ratelimits.policies.labels import (
     MODE_LABELS,
     RECORDING_LABELS,
     choices,
+    kind_label,
+    kinds_label,
 )
 from django_ratelimits.policies.networks import NETWORK_MAX_LENGTH, parse_network
 from django_ratelimits.policies.parse import (
@@ -711,19 +713,19 @@ class RateOverride(models.Model):
             kinds = KeyKind(self.policy.key).identity_kinds
             if self.identity_kind not in kinds:
                 errors["policy"] = ValidationError(
-                    _("This policy counts %(kinds)s, never a %(kind)s."),
+                    _("This policy counts %(kinds)s, never %(kind)s."),
                     code="kind_not_counted",
-                    params={"kinds": ", ".join(sorted(kinds)), "kind": self.identity_kind},
+                    params={"kinds": kinds_label(kinds), "kind": kind_label(self.identity_kind)},
                 )
         elif self.identity_kind and not _counted_by_a_policy(self.identity_kind):
             errors["policy"] = ValidationError(
                 _(
-                    "No enabled policy counts the requests of a %(kind)s by rates over time "
-                    "(an override for every policy leaves concurrency and failed-login "
-                    "policies alone): this override would apply to nothing."
+                    "No enabled policy counts the requests of %(kind)s identities by rates "
+                    "over time (an override for every policy leaves concurrency and "
+                    "failed-login policies alone): this override would apply to nothing."
                 ),
                 code="kind_not_counted",
-                params={"kind": self.identity_kind},
+                params={"kind": kind_label(self.identity_kind)},
             )
         if errors:
             raise ValidationError(errors)

@@ -15,7 +15,7 @@ from typing import Any
 
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
-from django.utils.translation import gettext, pgettext_lazy
+from django.utils.translation import gettext
 
 from django_ratelimits.engine import Identity, LimitResult
 from django_ratelimits.engine.hits import ANONYMOUS, DENIED, SHADOW, Hit, named_identity
@@ -24,19 +24,11 @@ from django_ratelimits.engine.overrides import BLOCKED_POLICY, Override
 from django_ratelimits.identity import HASHED
 from django_ratelimits.offenders import Row, Users
 from django_ratelimits.offenders.text import ago, duration
-from django_ratelimits.policies.labels import ALGORITHM_LABELS
+from django_ratelimits.policies.labels import ALGORITHM_LABELS, IDENTITY_KIND_LABELS, kind_label
 from django_ratelimits.policies.parse import rates_text
 
 UrlFor = Callable[[Identity], str]
 
-KINDS = {
-    "ip": pgettext_lazy("identity kind", "IP"),
-    "user": pgettext_lazy("identity kind", "User"),
-    "header": pgettext_lazy("identity kind", "Header"),
-    "key": pgettext_lazy("identity kind", "Key"),
-    "username": pgettext_lazy("identity kind", "Username tried"),
-    "ip_username": pgettext_lazy("identity kind", "IP and username tried"),
-}
 ACTIVITY_SECONDS = 60  # the span of the activity charts
 SHOWN_BEHIND = 3  # entries of the "seen with" column before "and N more"
 
@@ -209,7 +201,7 @@ def who_view(who: str, count: int, names: Mapping[str, str], url_for: UrlFor) ->
     """``who`` of hit entries, linked to its page when it names an identity whole: not
     a username an entry could only hold cut (:func:`~.hits.named_identity`)."""
     kind, _, value = who.partition(":")
-    linkable = kind in KINDS and value not in ("", "-")
+    linkable = kind in IDENTITY_KIND_LABELS and value not in ("", "-")
     if linkable and kind == "username":
         linkable = named_identity(who)[1] is None
     url = url_for(Identity(kind, value)) if linkable else None
@@ -291,10 +283,6 @@ def activity_svg(activity: Activity, css_class: str, label: str) -> SafeString:
         bars(activity.denied),
         bars(activity.shadow),
     )
-
-
-def kind_label(kind: str) -> str:
-    return str(KINDS.get(kind, kind))
 
 
 def denied_by(offender: Offender) -> tuple[tuple[str, str, int], ...]:

@@ -7,23 +7,27 @@ the dashboard's texts are built from these tables, so each label has one home.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Final, TypeVar
 
 from django.utils.functional import Promise
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import pgettext_lazy
 
 from django_ratelimits.engine import Algorithm
-from django_ratelimits.policies.spec import Counts, KeyKind, Mode, Recording
+from django_ratelimits.policies.spec import IDENTITY_KINDS, Counts, KeyKind, Mode, Recording
 
 __all__ = [
     "ALGORITHM_LABELS",
     "COUNTS_LABELS",
+    "IDENTITY_KIND_LABELS",
     "KEY_LABELS",
     "MODE_LABELS",
     "MODE_WORDS",
     "RECORDING_LABELS",
     "choices",
+    "kind_label",
+    "kinds_label",
 ]
 
 _Value = TypeVar("_Value", bound=str)
@@ -73,6 +77,29 @@ COUNTS_LABELS: Final[Mapping[Counts, Promise]] = {
     Counts.REQUESTS: _("Every request the policy matches"),
     Counts.FAILED_LOGINS: _("Failed logins only (and refuses logins over the limit)"),
 }
+
+# What a kind of identity is called where a person reads it; the kind itself (``ip``,
+# ``user``...) is the notation staff type (``ip:203.0.113.7``), stored as it is.
+IDENTITY_KIND_LABELS: Final[Mapping[str, Promise]] = {
+    "ip": pgettext_lazy("identity kind", "IP"),
+    "user": pgettext_lazy("identity kind", "User"),
+    "header": pgettext_lazy("identity kind", "Header"),
+    "key": pgettext_lazy("identity kind", "Key"),
+    "username": pgettext_lazy("identity kind", "Username tried"),
+    "ip_username": pgettext_lazy("identity kind", "IP and username tried"),
+}
+
+
+def kind_label(kind: str) -> str:
+    """The label of ``kind``, in the active language (the kind itself if it has none)."""
+    return str(IDENTITY_KIND_LABELS.get(kind, kind))
+
+
+def kinds_label(kinds: Iterable[str]) -> str:
+    """The labels of ``kinds``, comma-separated, in the order staff see the kinds."""
+    wanted = set(kinds)
+    ordered = [kind for kind in IDENTITY_KINDS if kind in wanted]
+    return ", ".join(kind_label(kind) for kind in ordered + sorted(wanted - set(ordered)))
 
 
 def choices(labels: Mapping[_Value, Promise]) -> list[tuple[str, Promise]]:

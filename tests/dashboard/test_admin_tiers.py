@@ -79,7 +79,7 @@ def test_an_override_for_every_policy_needs_one_that_counts_its_kind(
     url = reverse(OVERRIDE_ADD)
     response = admin_client.post(url, override_form(identity="header:PARTNER"))
     assert response.status_code == 200
-    assert "No enabled policy counts the requests of a header" in response.content.decode()
+    assert "No enabled policy counts the requests of Header identities" in response.content.decode()
     assert not RateOverride.objects.exists()
     Policy.objects.create(name="keys", rates="10/s", key="header", key_arg="X-Api-Key")
     assert admin_client.post(url, override_form(identity="header:PARTNER")).status_code == 302

@@ -38,7 +38,7 @@ def test_an_override_from_the_terminal_applies_lists_and_ends(site_redis: Any) -
         (("ip:127.0.0.1", "api", "5/x"), "unknown unit"),
         (("ip:127.0.0.1", "api", "2000000/s"), "between 1 and 1000000"),
         (("ip:bogus", "api", "5/h"), "not an IP address"),
-        (("header:k", "api", "5/h"), "never a header"),
+        (("header:k", "api", "5/h"), "counts IP, never Header"),
     ],
 )
 def test_a_wrong_override_exits_with_the_reason(args: tuple[str, ...], error: str) -> None:
@@ -59,7 +59,9 @@ def test_every_policy_is_a_star() -> None:
 
 def test_an_override_for_every_policy_of_a_kind_none_counts_is_refused() -> None:
     Policy.objects.create(name="api", rates="2/h")  # counts addresses only
-    with pytest.raises(CommandError, match="No enabled policy counts the requests of a header"):
+    with pytest.raises(
+        CommandError, match="No enabled policy counts the requests of Header identities"
+    ):
         run("override", "header:partner", "*", "50/s", "--for", "7d", "--reason", "partner")
     assert not RateOverride.objects.exists()
 

@@ -23,7 +23,6 @@ from django.utils.translation import gettext
 from django.views.decorators.http import require_POST
 
 from django_ratelimits.dashboard.forms import ActionForm
-from django_ratelimits.dashboard.present import kind_label
 from django_ratelimits.dashboard.views.common import (
     TEMPLATES,
     admin_context,
@@ -44,6 +43,7 @@ from django_ratelimits.offenders import (
     UnknownPolicy,
     policy_names,
 )
+from django_ratelimits.policies.labels import kind_label
 from django_ratelimits.policies.registry import current
 
 # How admin's "Recent actions" marks each action: an override is added or deleted.

@@ -10,7 +10,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.translation import gettext
 
-from django_ratelimits.dashboard.present import kind_label, to_datetime
+from django_ratelimits.dashboard.present import to_datetime
 from django_ratelimits.dashboard.views.common import (
     TEMPLATES,
     admin_context,
@@ -24,6 +24,7 @@ from django_ratelimits.engine.keys import ident
 from django_ratelimits.offenders import Action, Offenders
 from django_ratelimits.offenders.identities import counted_now
 from django_ratelimits.offenders.text import duration
+from django_ratelimits.policies.labels import kind_label
 
 # Rows of a page, and the deepest page shown (bans on client-chosen identities can hold
 # tens of thousands of overrides: a page is read and rendered, never the whole index).
