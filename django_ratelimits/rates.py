@@ -14,7 +14,9 @@ Units are ``s``, ``m``, ``h`` and ``d``, or ``sec``/``second``/``seconds``,
 The parser is a hand-written single-pass scanner: its time is linear in the
 input, which is capped at :data:`MAX_TEXT_LENGTH` characters. Every error is a
 :class:`~django_ratelimits.errors.RateParseError` carrying the 0-based
-position of the offending character and what was expected there.
+position of the offending character and what was expected there: in English,
+and as a :class:`~django_ratelimits.errors.Reason` whose template (marked with
+``gettext_noop``) admin translates where it shows the error.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, NoReturn
 
-from django_ratelimits.errors import RateParseError
+from django.utils.translation import gettext_noop
+
+from django_ratelimits.errors import RateParseError, Reason
 
 __all__ = [
     "MAX_LIMIT",
@@ -50,7 +54,6 @@ _UNITS: Final = {
     **dict.fromkeys(("h", "hour", "hours"), 3600),
     **dict.fromkeys(("d", "day", "days"), 86_400),
 }
-_UNIT_NAMES: Final = "s, m, h or d"
 
 
 @dataclass(frozen=True, order=True)
@@ -120,11 +123,16 @@ def parse_period(text: str) -> int:
     >>> parse_period("10m")
     600
     """
-    scanner = _Scanner(text, "a period such as '10m'")
+    scanner = _Scanner(text, Reason(gettext_noop("empty input (expected a period such as '10m')")))
     scanner.skip_space()
     seconds = scanner.period()
     if scanner.peek() != "":
-        scanner.fail(f"expected the end of the input after the period, {scanner.found()}")
+        scanner.fail(
+            Reason(
+                gettext_noop("expected the end of the input after the period, found %(found)s"),
+                found=scanner.found(),
+            )
+        )
     return seconds
 
 
@@ -142,7 +150,7 @@ expected exactly one rate, found ','
     scanner = _Scanner(text)
     rate, _, _ = scanner.rate()
     if scanner.peek() == ",":
-        scanner.fail("expected exactly one rate, found ','")
+        scanner.fail(Reason(gettext_noop("expected exactly one rate, found ','")))
     return rate
 
 
@@ -163,8 +171,14 @@ period '60s' repeats the period of '10/m' (each period may appear once)
         rate, written, position = scanner.rate()
         if rate.period in rates:
             scanner.fail(
-                f"period {written!r} repeats the period of '{rates[rate.period]}'"
-                " (each period may appear once)",
+                Reason(
+                    gettext_noop(
+                        "period %(period)s repeats the period of %(rate)s"
+                        " (each period may appear once)"
+                    ),
+                    period=repr(written),
+                    rate=f"'{rates[rate.period]}'",
+                ),
                 position,
             )
         rates[rate.period] = rate
@@ -176,17 +190,20 @@ period '60s' repeats the period of '10/m' (each period may appear once)
 class _Scanner:
     """A cursor over the input; ``fail`` raises at the cursor or at a given position."""
 
-    def __init__(self, text: str, expected: str = "a rate such as '10/s'") -> None:
+    def __init__(self, text: str, empty: Reason | None = None) -> None:
         if not isinstance(text, str):
             raise TypeError(f"a rate must be a str, not {type(text).__name__}")
         self.text = text
         self.pos = 0
         if len(text) > MAX_TEXT_LENGTH:
-            self.fail(f"input is longer than {MAX_TEXT_LENGTH} characters", MAX_TEXT_LENGTH)
+            too_long = gettext_noop("input is longer than %(max)s characters")
+            self.fail(Reason(too_long, max=MAX_TEXT_LENGTH), MAX_TEXT_LENGTH)
         if not text.strip(_SPACE):
-            self.fail(f"empty input (expected {expected})", 0)
+            self.fail(
+                empty or Reason(gettext_noop("empty input (expected a rate such as '10/s')")), 0
+            )
 
-    def fail(self, reason: str, position: int | None = None) -> NoReturn:
+    def fail(self, reason: Reason, position: int | None = None) -> NoReturn:
         raise RateParseError(self.text, self.pos if position is None else position, reason)
 
     def skip_space(self) -> None:
@@ -198,9 +215,10 @@ class _Scanner:
         self.skip_space()
         return self.text[self.pos] if self.pos < len(self.text) else ""
 
-    def found(self) -> str:
+    def found(self) -> str | Reason:
+        """What comes next, for a reason's "found %(found)s"."""
         char = self.peek()
-        return f"found {char!r}" if char else "found the end of the input"
+        return repr(char) if char else Reason(gettext_noop("the end of the input"))
 
     def take(self, chars: frozenset[str]) -> str:
         start = self.pos
@@ -208,56 +226,86 @@ class _Scanner:
             self.pos += 1
         return self.text[start : self.pos]
 
-    def number(self, what: str) -> tuple[int, int] | None:
-        """An ASCII integer and its position, or None when no digit comes next."""
+    def number(self, not_ascii: str, not_whole: str) -> tuple[int, int] | None:
+        """An ASCII integer and its position, or None when no digit comes next.
+        ``not_ascii`` and ``not_whole`` are the reasons when it is not (``%(found)s``)."""
         char = self.peek()
         start = self.pos
         if char.isdigit() and char not in _DIGITS:
-            self.fail(f"{what} must use the ASCII digits 0-9, found {char!r}")
+            self.fail(Reason(not_ascii, found=repr(char)))
         digits = self.take(_DIGITS)
         if not digits:
             return None
         following = self.text[self.pos : self.pos + 1]
         if following == "." or (following.isdigit() and following not in _DIGITS):
-            self.fail(f"{what} must be a whole number of ASCII digits, found {following!r}")
+            self.fail(Reason(not_whole, found=repr(following)))
         return int(digits), start
 
     def rate(self) -> tuple[Rate, str, int]:
         """Scan one rate; return it with its period as written and where that starts."""
         if self.peek() in ("", ","):
-            self.fail("empty rate (expected a rate such as '10/s')")
-        limit = self.number("limit")
+            self.fail(Reason(gettext_noop("empty rate (expected a rate such as '10/s')")))
+        limit = self.number(
+            gettext_noop("limit must use the ASCII digits 0-9, found %(found)s"),
+            gettext_noop("limit must be a whole number of ASCII digits, found %(found)s"),
+        )
         if limit is None:
-            kind = "a positive integer" if self.peek() in ("-", "+") else "an integer"
-            self.fail(f"expected {kind} limit, {self.found()}")
+            if self.peek() in ("-", "+"):
+                expected = gettext_noop("expected a positive integer limit, found %(found)s")
+            else:
+                expected = gettext_noop("expected an integer limit, found %(found)s")
+            self.fail(Reason(expected, found=self.found()))
         value, position = limit
         if not 1 <= value <= MAX_LIMIT:
-            self.fail(f"limit must be between 1 and {MAX_LIMIT}, found {value}", position)
+            out_of_range = gettext_noop("limit must be between 1 and %(max)s, found %(value)s")
+            self.fail(Reason(out_of_range, max=MAX_LIMIT, value=value), position)
         if self.peek() != "/":
-            self.fail(f"expected '/' after the limit, {self.found()}")
+            self.fail(
+                Reason(
+                    gettext_noop("expected '/' after the limit, found %(found)s"),
+                    found=self.found(),
+                )
+            )
         self.pos += 1
         self.skip_space()
         start = self.pos
         period = self.period()
         written = self.text[start : self.pos]
         if self.peek() not in ("", ","):
-            self.fail(f"expected ',' or the end of the input after the rate, {self.found()}")
+            self.fail(
+                Reason(
+                    gettext_noop(
+                        "expected ',' or the end of the input after the rate, found %(found)s"
+                    ),
+                    found=self.found(),
+                )
+            )
         return Rate(value, period), written, start
 
     def period(self) -> int:
         """Scan ``<multiplier?><unit>`` and return its length in seconds."""
         start = self.pos
-        multiplier = self.number("period multiplier")
+        multiplier = self.number(
+            gettext_noop("period multiplier must use the ASCII digits 0-9, found %(found)s"),
+            gettext_noop(
+                "period multiplier must be a whole number of ASCII digits, found %(found)s"
+            ),
+        )
         if multiplier is not None and multiplier[0] == 0:
-            self.fail("period multiplier must be at least 1, found 0", start)
+            self.fail(Reason(gettext_noop("period multiplier must be at least 1, found 0")), start)
         self.skip_space()
         unit_start = self.pos
         word = self.take(_LETTERS)
         if not word:
-            self.fail(f"expected a unit ({_UNIT_NAMES}), {self.found()}", unit_start)
+            no_unit = gettext_noop("expected a unit (s, m, h or d), found %(found)s")
+            self.fail(Reason(no_unit, found=self.found()), unit_start)
         if word.lower() not in _UNITS:
-            self.fail(f"unknown unit {word!r} (expected {_UNIT_NAMES})", unit_start)
+            unknown = gettext_noop("unknown unit %(unit)s (expected s, m, h or d)")
+            self.fail(Reason(unknown, unit=repr(word)), unit_start)
         seconds = (1 if multiplier is None else multiplier[0]) * _UNITS[word.lower()]
         if seconds > MAX_PERIOD:
-            self.fail(f"period of {seconds} seconds is longer than 30 days ({MAX_PERIOD})", start)
+            too_long = gettext_noop(
+                "period of %(seconds)s seconds is longer than 30 days (%(max)s)"
+            )
+            self.fail(Reason(too_long, seconds=seconds, max=MAX_PERIOD), start)
         return seconds

@@ -13,7 +13,9 @@ import re
 from typing import TYPE_CHECKING, Final, Literal
 
 from django.core.exceptions import ValidationError
+from django.utils.functional import lazy
 from django.utils.module_loading import import_string
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from django_ratelimits import key_functions
@@ -28,10 +30,10 @@ from django_ratelimits.engine.limits import (
     ban_problem,
     burst_problem,
 )
-from django_ratelimits.errors import RateParseError
+from django_ratelimits.errors import RateParseError, Reason
 from django_ratelimits.policies.matching import PathPattern, PatternError, literal_prefix
 from django_ratelimits.policies.spec import LOGIN_KEYS, MAX_COST, Counts, KeyKind, cost_problem
-from django_ratelimits.policies.tiers import parse_attribute_path
+from django_ratelimits.policies.tiers import AttributePathError, parse_attribute_path
 from django_ratelimits.rates import (
     MAX_LIMIT,
     Rate,
@@ -86,6 +88,15 @@ _CONCURRENT: Final = re.compile(r"\s*([0-9]{1,7})\s*(?:/\s*concurrent\s*)?", re.
 
 def _quote(text: str) -> str:
     return text if len(text) <= _QUOTE_MAX else text[: _QUOTE_MAX - 1] + "…"
+
+
+def _shown(reason: Reason) -> StrOrPromise:
+    """``reason`` in the language of whoever reads it: translated when the error is
+    shown, not when it is raised (as the ``gettext_lazy`` lead it fills in)."""
+    return _lazy_translate(reason, gettext)
+
+
+_lazy_translate = lazy(Reason.translate, str)
 
 
 def parse_policy_rates(text: str) -> tuple[Rate, ...]:
@@ -171,11 +182,11 @@ def parse_tier_attribute(text: str) -> tuple[str, ...]:
     """A tier's attribute path (``profile.plan``), by :func:`parse_attribute_path`'s rule."""
     try:
         return parse_attribute_path(text)
-    except ValueError as exc:
+    except AttributePathError as exc:
         raise ValidationError(
             _("Enter an attribute path such as “profile.plan”: %(error)s"),
             code="invalid_attribute",
-            params={"error": exc},
+            params={"error": _shown(exc.translatable)},
         ) from None
 
 
@@ -195,7 +206,9 @@ def parse_identity_budget(text: str) -> Rate | Literal["default", "off"]:
 
 def _rate_error(message: StrOrPromise, field: str, error: RateParseError) -> ValidationError:
     """The form error for ``field``'s text that the rate grammar refused with ``error``."""
-    return ValidationError(message, code=f"invalid_{field}", params={"error": error})
+    return ValidationError(
+        message, code=f"invalid_{field}", params={"error": _shown(error.translatable)}
+    )
 
 
 def check_burst(algorithm: str, rates: tuple[Rate, ...], burst: int | None) -> None:
@@ -267,7 +280,7 @@ def parse_ban(after: int | None, within: str, duration: str, maximum: str) -> Ba
         except RateParseError as exc:
             message = _("Enter a duration such as “10m”, “1h” or “7d”: %(error)s")
             errors[field] = ValidationError(
-                message, code=f"invalid_{field}", params={"error": exc.reason}
+                message, code=f"invalid_{field}", params={"error": _shown(exc.why)}
             )
     if after:
         for field in ("ban_within", "ban_for"):
@@ -309,13 +322,19 @@ def parse_path(text: str) -> PathPattern | None:
     if not text:
         return None
     try:
+        text.encode()
+    except UnicodeEncodeError:  # PathPattern's own English would pass for RE2's below
+        raise ValidationError(_("The pattern is not valid Unicode."), code="path_unicode") from None
+    try:
         return PathPattern(text)
     except PatternError as exc:
         raise ValidationError(
             _(
-                "Not a regular expression the linear-time matcher (RE2) can run: %(error)s. "
-                "Backreferences, lookarounds, (?#...) comments and \\Z are not supported "
-                "(write \\z for the end of the path)."
+                # Translators: %(error)s is RE2's own message, which comes from the
+                # library in English whatever the language: say so if yours is not English.
+                "Not a regular expression the linear-time matcher (RE2) can run. "
+                "RE2 says: “%(error)s”. Backreferences, lookarounds, (?#...) comments "
+                "and \\Z are not supported (write \\z for the end of the path)."
             ),
             code="path_regex",
             params={"error": _quote(str(exc))},

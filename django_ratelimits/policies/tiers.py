@@ -20,24 +20,44 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Final
 
+from django.utils.translation import gettext_noop
+
+from django_ratelimits.errors import Reason, ReasonError
 from django_ratelimits.rates import Rate
 
-__all__ = ["ATTRIBUTE_DEPTH", "Tier", "parse_attribute_path", "read_attribute"]
+__all__ = [
+    "ATTRIBUTE_DEPTH",
+    "AttributePathError",
+    "Tier",
+    "parse_attribute_path",
+    "read_attribute",
+]
 
 ATTRIBUTE_DEPTH: Final = 4
 _NAME_RE = re.compile(r"[a-z][a-z0-9_]{0,63}")
 
 
+class AttributePathError(ReasonError):
+    """Not a plain attribute path: a ``ValueError`` saying why, in English, and as a
+    :class:`~django_ratelimits.errors.Reason` (``translatable``) for admin to translate."""
+
+
 def parse_attribute_path(text: str) -> tuple[str, ...]:
-    """``profile.plan`` as its steps; ``ValueError`` saying why if it is not a plain path."""
+    """``profile.plan`` as its steps; :class:`AttributePathError` saying why if it is
+    not a plain path."""
     steps = tuple(text.strip().split("."))
     if len(steps) > ATTRIBUTE_DEPTH:
-        raise ValueError(f"at most {ATTRIBUTE_DEPTH} names")
+        raise AttributePathError(Reason(gettext_noop("at most %(max)s names"), max=ATTRIBUTE_DEPTH))
     for step in steps:
         if not _NAME_RE.fullmatch(step):
-            raise ValueError(
-                f"{step[:64]!r} is not a plain attribute name "
-                "(lowercase letters, digits and _, not starting with _)"
+            raise AttributePathError(
+                Reason(
+                    gettext_noop(
+                        "%(name)s is not a plain attribute name "
+                        "(lowercase letters, digits and _, not starting with _)"
+                    ),
+                    name=repr(step[:64]),
+                )
             )
     return steps
 

@@ -2,25 +2,29 @@
 
 The pages are rendered with a translation that wraps whatever it translates in
 markers (``⟦...⟧``): Django's own strings and the package's alike, through
-``gettext``, ``ngettext``, ``pgettext`` and the template tags. What is left of a page's
-visible text once the marked parts are taken out must be the data the test put
-there (identities, users, policy names, addresses, paths), numbers and punctuation:
-a word left over is a text no catalog could translate (an English f-string, a
-template's text outside ``{% translate %}``, a gettext called at import time).
+``gettext``, ``ngettext``, ``pgettext`` and the template tags. A message's placeholders
+stay outside its marks, so what fills them in must be data or translated itself. What
+is left of a page's visible text once the marked parts are taken out must be the data
+the test put there (identities, users, policy names, addresses, paths, what a form was
+given), numbers and punctuation: a word left over is a text no catalog could translate
+(an English f-string, a template's text outside ``{% translate %}``, a gettext called
+at import time, a reason or a label filled in untranslated).
 
 Covered: the offender dashboard (its pages, the JSON's parts and errors, the
 confirmations, the messages after an action), the admin pages of the package's
-models (lists, filters, forms with their errors, the policy preview, the messages of
-actions) and the refusal pages (429, the blocklist's 403, the fail-closed 503). Each
-case also asserts the text it is there to show, and each page must hold marked
-strings: a page the translation never reached, or a case that shows something else,
-cannot pass. The live-update status, which the page's script writes, is looked at in
-Chromium: its translated sentences arrive whole, with placeholders the script fills in.
+models (lists, filters, forms with their errors and the reasons after their leads:
+the rate grammar's, the tier parser's, RE2's quoted as its own, the policy preview, the
+messages of actions) and the refusal pages (429, the blocklist's 403, the fail-closed
+503). Each case also asserts the text it is there to show, and each page must hold
+marked strings: a page the translation never reached, or a case that shows something
+else, cannot pass. The live-update status, which the page's script writes, is looked at
+in Chromium: its translated sentences arrive whole, with placeholders the script fills
+in.
 
-Not covered: the inner reason of a malformed rate or attribute path (the rate grammar's
-and the tier parser's English, after a translated lead) and RE2's own error text, which
-the forms' cases here avoid; system checks and the management command, which speak
-English on purpose.
+Not covered: RE2's own words, which come from the library in English (the sentence
+around them says they are RE2's); system checks and the management command, which
+speak English on purpose; admin's "Recent actions", which shows the sentence the
+dashboard stored in English (``LogEntry.object_repr``, see docs/dashboard.md).
 """
 
 from __future__ import annotations
@@ -41,15 +45,20 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import trans_real
 
+from django_ratelimits import key_functions
 from django_ratelimits.engine import Identity
 from django_ratelimits.models import BlockedNetwork, Policy, PolicyTier, RateOverride
-from django_ratelimits.offenders import Offenders
+from django_ratelimits.offenders import RECORDED_KINDS, Offenders
 from django_ratelimits.policies import current
+from django_ratelimits.policies.matching import PathPattern, PatternError
+from django_ratelimits.policies.parse import HTTP_METHODS
 from tests.dashboard.browsing import open_offenders
 
 OPEN, CLOSE = "\u27e6", "\u27e7"  # ⟦ ⟧: never escaped by HTML, never in the data
 UNMARKED = str.maketrans("", "", OPEN + CLOSE)
 MARKED = re.compile(f"{OPEN}[^{OPEN}{CLOSE}]*{CLOSE}")
+# A %-format placeholder (not "%%"): what ``message % params`` fills in.
+PLACEHOLDER = re.compile(r"%(?:\(\w+\))?[-#0 +]*\d*(?:\.\d+)?[sdifr]")
 WORD = re.compile(r"[^\W\d_]{2,}")  # two letters or more: one alone is a unit or a symbol
 
 OFFICE = "198.51.100.10"  # alice behind it, over p-api
@@ -70,11 +79,15 @@ BLOCKS = "admin:django_ratelimits_blocks"
 
 class Marking(gettext_module.NullTranslations):
     """Translates every message into itself between markers (a context is dropped, as
-    a catalog would: the translation is of the message)."""
+    a catalog would: the translation is of the message).
 
-    @staticmethod
-    def _mark(message: str) -> str:
-        return f"{OPEN}{message.rpartition(trans_real.CONTEXT_SEPARATOR)[2]}{CLOSE}"
+    Each stretch of the message's own text is marked and its placeholders are left
+    outside: what fills them in must be data, or translated itself (a reason, a
+    label)."""
+
+    def _mark(self, message: str) -> str:
+        marked = f"{OPEN}{message.rpartition(trans_real.CONTEXT_SEPARATOR)[2]}{CLOSE}"
+        return PLACEHOLDER.sub(lambda found: f"{CLOSE}{found[0]}{OPEN}", marked)
 
     def gettext(self, message: str) -> str:
         return self._mark(message)
@@ -90,7 +103,7 @@ class Marking(gettext_module.NullTranslations):
 
 
 @pytest.fixture
-def marking(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def marking(monkeypatch: pytest.MonkeyPatch) -> Iterator[Marking]:
     """:class:`Marking` active, and what activate() would load (``override`` ends by
     activating the language it found: this one again, not English)."""
     marking = Marking()
@@ -99,7 +112,7 @@ def marking(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     active = trans_real._active
     before = getattr(active, "value", None)
     active.value = marking
-    yield
+    yield marking
     if before is None:
         del active.value
     else:
@@ -285,12 +298,25 @@ class Site:
             "^/api/hello",
             "^/api/other",
             "^/api/",
-            "GET",
-            "POST",
+            *HTTP_METHODS,  # the policy form lists them; FETCH is one typed wrong
+            "FETCH",
             # Notations staff type and read back: an identity (kind:value), a concurrency
             # policy's rate (5/concurrent).
             "/concurrent",
             *(f"{kind}:" for kind in ("ip", "user", "header", "key", "username")),
+            # The kinds one may type, listed as typed after a wrong one (device:phone).
+            ", ".join(RECORDED_KINDS),
+            "device",
+            "phone",
+            "nobody",
+            "p-gone",
+            "nonsense",
+            "garbage",
+            "Plan",  # a tier's attribute path typed wrong (profile.Plan)
+            re2_says("^/api/(unclosed"),
+            # Dotted paths: one typed, and the key functions the site allows.
+            "os.getcwd",
+            *key_functions.allowed(),
             "testserver",
         ]
 
@@ -315,12 +341,43 @@ class Site:
 
 
 @pytest.fixture
-def site(site_redis: Any, marking: None, admin_client: Client, django_user_model: Any) -> Site:
+def site(site_redis: Any, marking: Marking, admin_client: Client, django_user_model: Any) -> Site:
     return Site(admin_client, django_user_model)
 
 
 def detail(kind: str, value: str) -> str:
     return f"{reverse(DETAIL)}?{urlencode({'kind': kind, 'value': value})}"
+
+
+# What the admin forms' cases post: a valid form each, that a case makes wrong.
+POLICY_FORM = {
+    "name": "p-api",
+    "mode": "enforce",
+    "algorithm": "fixed_window",
+    "rates": "3/m",
+    "cost": "1",
+    "counts": "requests",
+    "key": "ip",
+    "record_metadata": "denials",
+    "priority": "0",
+    "ban_after": "0",
+    "tiers-TOTAL_FORMS": "0",
+    "tiers-INITIAL_FORMS": "0",
+}
+TIER_FORM = {
+    "tiers-TOTAL_FORMS": "1",
+    "tiers-0-order": "0",
+    "tiers-0-match": "attribute",
+    "tiers-0-name": "profile.plan",
+    "tiers-0-value": "pro",
+    "tiers-0-rates": "30/m",
+}
+OVERRIDE_FORM = {
+    "rates": "10/h",
+    "expires_at_0": "2099-01-01",
+    "expires_at_1": "00:00:00",
+    "reason": "spam",
+}
 
 
 # --------------------------------------------------------------------------- the pages
@@ -344,11 +401,11 @@ def test_the_dashboard_pages_have_no_untranslated_text(site: Site) -> None:
             (f"{offenders}?user={site.gone}", "No user has the id"),
             (f"{offenders}?ip=garbage&user=nobody", "Enter an IP address or a network"),
             (f"{offenders}?ip={OFFICE}&kind=user", "An IP filter shows IP addresses only."),
-            (f"{offenders}?page=2", f"{OPEN}Page 2"),
+            (f"{offenders}?page=2", f"{OPEN}Page {CLOSE}2"),
             (detail("ip", OFFICE), f"(would have denied){CLOSE}"),
             (detail("user", str(site.alice.pk)), "This identity has its own rates"),
             (detail("user", site.gone), "no user has this id (deleted"),
-            (detail("ip", ATTACKER), f"{OPEN}banned (level 1)"),
+            (detail("ip", ATTACKER), f"{OPEN}banned (level {CLOSE}1{OPEN})"),
             (detail("ip", BLOCKED), f"{OPEN}blocked, "),
             (detail("header", KEY), f"{OPEN}allow-listed, "),
             (detail("ip", "127.0.0.1"), "No recorded traffic in the last minute."),
@@ -388,12 +445,12 @@ def test_the_confirmations_and_the_messages_after_an_action_are_translated(
         (
             {"kind": "ip", "value": "127.0.0.1", "action": "block", "seconds": "300"},
             "This is your own IP address",
-            f"{OPEN}Blocked ip:127.0.0.1 for",
+            f"{OPEN}Blocked {CLOSE}ip:127.0.0.1{OPEN} for",
         ),
         (
             {"kind": "user", "value": str(site.alice.pk), "action": "allow", "seconds": "3600"},
             "lets its requests through",
-            f"{OPEN}Allow-listed user:{site.alice.pk} for",
+            f"{OPEN}Allow-listed {CLOSE}user:{site.alice.pk}{OPEN} for",
         ),
         (
             {"kind": "header", "value": KEY, "action": "block", "seconds": "86400"},
@@ -403,12 +460,12 @@ def test_the_confirmations_and_the_messages_after_an_action_are_translated(
         (
             {"kind": "ip", "value": BLOCKED, "action": "lift", "back": "blocks"},
             "Any block or allow-listing ends now",
-            f"{OPEN}Lifted the block or allow-listing of ip:{BLOCKED}",
+            f"{OPEN}Lifted the block or allow-listing of {CLOSE}ip:{BLOCKED}",
         ),
         (
             {"kind": "user", "value": site.gone, "action": "forget"},
             "This cannot be undone.",
-            f"{OPEN}Forgot user:{site.gone}",
+            f"{OPEN}Forgot {CLOSE}user:{site.gone}",
         ),
         (
             {"kind": "device", "value": "phone", "action": "reset"},
@@ -459,20 +516,7 @@ def test_the_admin_pages_of_the_models_have_no_untranslated_text(site: Site) -> 
     ):
         site.check(url, expect)
     # Forms with their errors.
-    policy = {
-        "name": "p-api",
-        "mode": "enforce",
-        "algorithm": "fixed_window",
-        "rates": "3/m",
-        "cost": "1",
-        "counts": "requests",
-        "key": "ip",
-        "record_metadata": "denials",
-        "priority": "0",
-        "ban_after": "0",
-        "tiers-TOTAL_FORMS": "0",
-        "tiers-INITIAL_FORMS": "0",
-    }
+    policy = POLICY_FORM
     for wrong, expect in (
         ({"burst": "5"}, "Only the token bucket and GCRA have a burst"),
         ({"lease": "10"}, "Only concurrency policies have a lease"),
@@ -492,13 +536,7 @@ def test_the_admin_pages_of_the_models_have_no_untranslated_text(site: Site) -> 
         ({"key": "header", "key_arg": "X-Api-Key"}, "would no longer apply"),
     ):
         site.check(admin("policy_change", api.pk), expect, **{**policy, **wrong})
-    override = {
-        "policy": str(api.pk),
-        "rates": "10/h",
-        "expires_at_0": "2099-01-01",
-        "expires_at_1": "00:00:00",
-        "reason": "spam",
-    }
+    override = {**OVERRIDE_FORM, "policy": str(api.pk)}
     for identity, expect in (
         ("nonsense", "is not an identity: write kind:value"),
         ("user:nobody", "no user has the id or username"),
@@ -519,13 +557,7 @@ def test_the_admin_pages_of_the_models_have_no_untranslated_text(site: Site) -> 
         "No enabled policy counts the requests of Header identities",
         **{**override, "policy": "", "identity": f"header:{KEY}"},
     )
-    tier = {
-        "tiers-TOTAL_FORMS": "1",
-        "tiers-0-order": "0",
-        "tiers-0-match": "group",
-        "tiers-0-name": "nobody",
-        "tiers-0-rates": "30/m",
-    }
+    tier = {**TIER_FORM, "tiers-0-match": "group", "tiers-0-name": "nobody"}
     site.check(admin("policy_change", api.pk), "No group is named", **{**policy, **tier})
     network = {"reason": "", "enabled": "on"}
     for value, expect in (
@@ -552,6 +584,46 @@ def test_the_admin_pages_of_the_models_have_no_untranslated_text(site: Site) -> 
         _selected_action=[str(api.pk)],
         index="0",
     )
+
+
+def re2_says(pattern: str) -> str:
+    """What RE2 says of ``pattern``: the library's English, which no catalog holds."""
+    try:
+        PathPattern(pattern)
+    except PatternError as error:
+        return str(error)
+    raise AssertionError(f"RE2 runs {pattern!r}")
+
+
+@pytest.mark.parametrize("redis_client", ["standalone"], indirect=True)
+def test_the_reason_after_a_form_error_s_lead_is_translated_too(site: Site) -> None:
+    """The rate grammar's reason and the tier parser's are sentences of their own,
+    translated where shown; what was typed is quoted as it is. RE2's reason is the
+    library's English: quoted in a sentence that says it is RE2's."""
+    api = Policy.objects.get(name="p-api")
+    change = reverse("admin:django_ratelimits_policy_change", args=[api.pk])
+    long = "10/s," + " " * 100 + "10/x"
+    for wrong, expect in (
+        ({"rates": "10/x"}, "(expected s, m, h or d)"),
+        ({"rates": "x/m"}, "expected an integer limit, found"),
+        ({"rates": "10/"}, "expected a unit (s, m, h or d), found the end of the input"),
+        ({"rates": "10/m, 20/60s"}, "(each period may appear once)"),
+        ({"rates": "10/s 20/m"}, "expected &#x27;,&#x27; or the end of the input after the rate"),
+        ({"rates": "10/90d"}, "seconds is longer than 30 days"),
+        ({"rates": "0/s"}, "limit must be between 1 and 1000000, found 0"),
+        ({"rates": "1.5/s"}, "limit must be a whole number of ASCII digits"),
+        ({"rates": long}, f"({len(long)} characters) at position"),
+        ({"identity_budget": "5/q"}, "unknown unit"),
+        ({"ban_after": "3", "ban_within": "10m", "ban_for": "0m"}, "at least 1, found 0"),
+        ({"path": "^/api/(unclosed"}, f"RE2 says: “{re2_says('^/api/(unclosed')}”."),
+        ({**TIER_FORM, "tiers-0-name": "profile.Plan"}, "is not a plain attribute name"),
+        ({**TIER_FORM, "tiers-0-name": "a.b.c.d.e"}, "at most 4 names"),
+        ({**TIER_FORM, "tiers-0-rates": "30/x"}, "unknown unit"),
+    ):
+        site.check(change, expect, **{**POLICY_FORM, **wrong})
+    add = reverse("admin:django_ratelimits_rateoverride_add")
+    override = {**OVERRIDE_FORM, "policy": str(api.pk), "identity": f"ip:{OFFICE}"}
+    site.check(add, "unknown unit", **{**override, "rates": "5/x"})
 
 
 @pytest.mark.parametrize("redis_client", ["standalone"], indirect=True)

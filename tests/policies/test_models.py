@@ -60,7 +60,7 @@ INVALID = [
     ({"burst": 5}, "burst", "Only the token bucket and GCRA have a burst"),
     ({"algorithm": "token_bucket", "burst": 0}, "burst", "between 1 and 1000000"),
     ({"algorithm": "gcra", "rates": "1/30d", "burst": 5000}, "burst", "too large for 1/30d"),
-    ({"path": "^/api/(unclosed"}, "path", "(RE2) can run: missing ): ^/api/(unclosed"),
+    ({"path": "^/api/(unclosed"}, "path", "(RE2) can run. RE2 says: “missing ): ^/api/(unclosed”."),
     # What only a backtracking matcher runs is refused, with RE2's reason.
     ({"path": r"^/(\w+)/\1$"}, "path", "invalid escape sequence: \\1"),
     ({"path": "^/(?=api)"}, "path", "invalid perl operator: (?="),

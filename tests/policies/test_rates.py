@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import doctest
+import re
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
@@ -15,9 +17,11 @@ from django_ratelimits.rates import (
     MAX_PERIOD,
     MAX_TEXT_LENGTH,
     Rate,
+    parse_period,
     parse_rate,
     parse_rates,
 )
+from tests.dashboard.test_i18n import WORD, Marking, unmark
 
 GOOD = [
     ("10/s", (Rate(10, 1),)),
@@ -109,6 +113,29 @@ def test_parse_rates_rejects(text: str, position: int, reason: str) -> None:
     assert str(caught.value).endswith(f" at position {position}: {reason}")
     if len(text) <= 80:
         assert str(caught.value) == f"invalid rate {text!r} at position {position}: {reason}"
+
+
+@pytest.mark.parametrize(
+    ("parse", "text"),
+    [
+        *((parse_rates, text) for text, _, _ in BAD),
+        (parse_rates, "10/s," + " " * 100 + "10/x"),  # quoted as an excerpt and its length
+        (parse_period, ""),
+        (parse_period, "10m x"),
+    ],
+)
+def test_an_error_is_translatable_whole(parse: Callable[[str], object], text: str) -> None:
+    """Translated as a page shows it, every word of the message comes from a template a
+    catalog can hold; what is left is what was typed (quoted) and numbers. The English
+    text stays what ``str()`` says."""
+    with pytest.raises(RateParseError) as caught:
+        parse(text)
+    translated = caught.value.translatable.translate(Marking().gettext)
+    left, marked = unmark(translated)
+    assert marked >= 2  # the message and its reason
+    assert WORD.findall(re.sub(r"'[^']*'", " ", left)) == [], translated
+    assert str(caught.value.translatable) == str(caught.value)
+    assert caught.value.translatable.translate(lambda message: message) == str(caught.value)
 
 
 def test_error_is_a_value_error() -> None:
