@@ -33,6 +33,7 @@ import gettext as gettext_module
 import json
 import re
 from collections.abc import Iterable, Iterator
+from html import unescape
 from html.parser import HTMLParser
 from typing import Any
 from urllib.parse import urlencode
@@ -83,10 +84,17 @@ class Marking(gettext_module.NullTranslations):
 
     Each stretch of the message's own text is marked and its placeholders are left
     outside: what fills them in must be data, or translated itself (a reason, a
-    label)."""
+    label). With ``whole``, the message is marked as one, values and all: what a page
+    puts beside a sentence rather than in it is then outside every mark."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.whole = False
 
     def _mark(self, message: str) -> str:
         marked = f"{OPEN}{message.rpartition(trans_real.CONTEXT_SEPARATOR)[2]}{CLOSE}"
+        if self.whole:
+            return marked
         return PLACEHOLDER.sub(lambda found: f"{CLOSE}{found[0]}{OPEN}", marked)
 
     def gettext(self, message: str) -> str:
@@ -624,6 +632,24 @@ def test_the_reason_after_a_form_error_s_lead_is_translated_too(site: Site) -> N
     add = reverse("admin:django_ratelimits_rateoverride_add")
     override = {**OVERRIDE_FORM, "policy": str(api.pk), "identity": f"ip:{OFFICE}"}
     site.check(add, "unknown unit", **{**override, "rates": "5/x"})
+
+
+@pytest.mark.parametrize("redis_client", ["standalone"], indirect=True)
+def test_the_blocks_page_says_who_set_each_and_when_in_one_sentence(
+    site: Site, marking: Marking
+) -> None:
+    """Who set a block or allow-listing (or the policy whose ban it is) and when, as
+    one sentence a language may order: with messages marked whole, the cell is all
+    inside marks (the date too), not a sentence with ", <date>" after it."""
+    marking.whole = True
+    html = site.client.get(reverse(BLOCKS)).content.decode()
+    rows = re.findall(r'<tr class="rl-block".*?</tr>', html, re.S)
+    assert len(rows) == 3  # BLOCKED, KEY, ATTACKER's ban
+    for row in rows:
+        set_by = unescape(re.sub(r"<[^>]+>", "", re.findall(r"<td>(.*?)</td>", row, re.S)[3]))
+        assert re.search(r"\d{4}", set_by), set_by  # the year of the date
+        left, marked = unmark(set_by)
+        assert marked and not left.strip(), f"outside the sentence: {left.strip()!r}"
 
 
 @pytest.mark.parametrize("redis_client", ["standalone"], indirect=True)
