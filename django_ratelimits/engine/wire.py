@@ -47,7 +47,7 @@ from redis import ConnectionPool, Redis
 from redis.connection import AbstractConnection
 from redis.exceptions import ResponseError
 
-__all__ = ["Own", "Pooled", "line", "naming", "pack", "sends_directly"]
+__all__ = ["Own", "Pooled", "line", "naming", "pack", "sends_directly", "watch"]
 
 
 def pack(args: Sequence[str | bytes | int]) -> bytes:
@@ -124,7 +124,7 @@ class Pooled:
             pool.release(connection)
 
 
-def _watch(sock: socket.socket) -> Callable[[], object]:
+def watch(sock: socket.socket) -> Callable[[], object]:
     """A test of whether ``sock`` has anything to read (or was closed), cheap enough
     to make before every command: one ``poll()`` (0.3 µs here), ``select()`` where
     there is none (Windows).
@@ -170,7 +170,7 @@ class _Kept:
             connection.disconnect()
         connection.connect()  # a no-op on a connection connected on its own (a retry)
         self.sock = connection._sock
-        self.readable = _watch(self.sock)  # type: ignore[arg-type]
+        self.readable = watch(self.sock)  # type: ignore[arg-type]
         return connection
 
 

@@ -123,6 +123,37 @@ def test_own_reconnects_a_connection_redis_closed_while_idle(server: RedisServer
     with_own(server, test)
 
 
+async def a_restart_the_event_loop_has_not_seen(server: RedisServer) -> None:
+    """Redis restarts while the event loop is kept from polling (a task busy on the
+    loop, nothing awaited): its close waits unread in the socket. The next check is
+    answered by the new Redis, once, and does not fail open (plain here, TLS in
+    test_tls.py)."""
+    aclient = redis.asyncio.Redis.from_url(  # as the engine's own: no retry to hide it
+        server.url, socket_timeout=5, retry=AsyncRetry(NoBackoff(), 0)
+    )
+    engine = Engine(
+        redis.Redis.from_url(server.url), keys=KeySpace(prefix="re"), async_client=lambda: aclient
+    )
+    who = [Check(Identity("ip", "192.0.2.4"), [Limit("api", parse_rates("100/h")[0])])]
+    try:
+        assert [r.remaining for r in (await engine.acheck(who)).results] == [99]
+        server.stop()  # and started again with no await in between: the loop reads nothing
+        server.start()
+        assert [r.remaining for r in (await engine.acheck(who)).results] == [99]  # new, empty
+        assert [r.remaining for r in (await engine.acheck(who)).results] == [98]  # once
+        assert isinstance(engine._alines[aclient], awire.AOwn)
+    finally:
+        await aclient.aclose()
+
+
+def test_the_first_acheck_after_a_restart_the_loop_has_not_seen_is_answered(
+    server: RedisServer,
+) -> None:
+    # The sync twin polls its socket too (test_wire.py). An idle loop reads the close
+    # at once (test_own_reconnects_a_connection_redis_closed_while_idle).
+    run(lambda: a_restart_the_event_loop_has_not_seen(server))
+
+
 async def until_buffered(connection: Any) -> None:
     """Waits until the event loop has read something into ``connection``'s stream (at
     any speed: bounded only by a minute)."""

@@ -69,7 +69,11 @@ from django_ratelimits.models import Policy
 from django_ratelimits.offenders import Offenders
 from django_ratelimits.policies import get_registry
 from django_ratelimits.rates import Rate
-from tests.engine.test_awire import a_stray_reply_is_never_read, with_own
+from tests.engine.test_awire import (
+    a_restart_the_event_loop_has_not_seen,
+    a_stray_reply_is_never_read,
+    with_own,
+)
 from tests.engine_helpers import EngineCalls
 from tests.request.inflight_urls import in_flight
 
@@ -379,6 +383,14 @@ def test_the_engine_reconnects_after_a_restart_sync_and_async(tls: RedisServer) 
             assert remaining(await engine.acheck([who])) == {99}
 
     asyncio.run(run())
+
+
+def test_the_first_acheck_after_a_restart_the_loop_has_not_seen_is_answered(
+    tls: RedisServer,
+) -> None:
+    """Over TLS the event loop decrypts what it reads: a close it has not read waits in
+    the raw socket, where the kept connection's watch finds it."""
+    asyncio.run(a_restart_the_event_loop_has_not_seen(tls))
 
 
 # ------------------------------------------------------------------ the site
