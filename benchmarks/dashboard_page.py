@@ -10,13 +10,14 @@ It starts its own ``redis-server`` (``devtools.redis_harness``: ``REDIS_SERVER``
 clock, so the key layout is the real one: offenders written 500 checks to a
 script call, nine in ten of them IP addresses and one in ten users, denied
 by ``api`` or ``login`` one to five times, their last denials spread over ten
-minutes; then one IP with 1,000 users behind it (``METADATA_MAX_ENTRIES``
+minutes (users among the latest: a page filtered to users scans the latest
+entries only); then one IP with 1,000 users behind it (``METADATA_MAX_ENTRIES``
 1,000). It times :class:`~django_ratelimits.engine.offenders.OffenderReader`
 (first page, page at offset 5,000, by denials, filtered, one identity's
 detail) and, when the dashboard is installed, full renders of its pages
-through Django's test client as a superuser. For each: the median and
-slowest of the timed runs, the round trips (writes to the socket by the
-client: one per command or pipeline), the Redis commands (``INFO
+through Django's test client as a superuser. For each: the rows of a reader's
+page, the median and slowest of the timed runs, the round trips (writes to the
+socket by the client: one per command or pipeline), the Redis commands (``INFO
 commandstats`` deltas) and the SQL queries of one run.
 """
 
@@ -41,7 +42,7 @@ from redis.connection import Connection
 
 from devtools.redis_harness import RedisServer, temporary_workdir
 from django_ratelimits.engine import Algorithm, Check, Engine, Identity, Limit, get_engine
-from django_ratelimits.engine.offenders import OffenderReader
+from django_ratelimits.engine.offenders import OffenderPage, OffenderReader
 from django_ratelimits.rates import Rate
 from django_ratelimits.testing import FakeClock
 
@@ -69,6 +70,7 @@ class CountingConnection(Connection):
 @dataclass(frozen=True)
 class Result:
     operation: str
+    rows: int | None  # the page's rows (None: not a page of OffenderReader's)
     times_ms: list[float]
     round_trips: int
     commands: Counter[str]
@@ -78,6 +80,7 @@ class Result:
         listed = ", ".join(f"{name} {n}" for name, n in self.commands.most_common())
         return [
             self.operation,
+            "-" if self.rows is None else str(self.rows),
             f"{statistics.median(self.times_ms):.1f}",
             f"{max(self.times_ms):.1f}",
             str(self.round_trips),
@@ -158,20 +161,36 @@ def _django(server: RedisServer) -> None:
     call_command("migrate", verbosity=0)
 
 
-def fill(engine: Engine, count: int) -> None:
-    """``count`` offenders, the ``i``-th denied ``1 + i % 5`` times, in the recent past."""
-    limits = {p: (Limit(p, Rate(1, 86_400), Algorithm.FIXED_WINDOW),) for p in ("api", "login")}
-    people = [
+def offenders(count: int) -> list[tuple[Identity, str]]:
+    """``count`` identities and the policy that denies each: one in ten a user (those of
+    every fifth run of five, so denied one to five times like the rest), the others IP
+    addresses; a third by ``login``, the rest by ``api``."""
+    return [
         (
-            Identity("user", str(i)) if i % 10 == 0 else Identity("ip", _address(i)),
+            Identity("user", str(i)) if i // 5 % 10 == 0 else Identity("ip", _address(i)),
             "login" if i % 3 == 0 else "api",
         )
         for i in range(count)
     ]
-    # The first pass is allowed, the second denies everyone, the next ones fewer each time.
-    fewer = ([p for i, p in enumerate(people) if i % 5 >= n] for n in range(1, 5))
-    passes = [people, people, *fewer]
-    batches = [group[n : n + BATCH] for group in passes for n in range(0, len(group), BATCH)]
+
+
+def passes(people: list[tuple[Identity, str]]) -> list[list[tuple[Identity, str]]]:
+    """The checks :func:`fill` makes, pass by pass: the first is allowed, the second denies
+    everyone, the next ones fewer each time (the ``i``-th is denied ``1 + i % 5`` times).
+    The last pass's are the latest denied: users among them, so that a page filtered to
+    users, which scans only the latest entries, shows some."""
+    fewer = [[p for i, p in enumerate(people) if i % 5 >= n] for n in range(1, 5)]
+    return [people, people, *fewer]
+
+
+def fill(engine: Engine, count: int) -> None:
+    """:func:`offenders` of ``count`` denied as :func:`passes` says, in the recent past."""
+    limits = {p: (Limit(p, Rate(1, 86_400), Algorithm.FIXED_WINDOW),) for p in ("api", "login")}
+    batches = [
+        group[n : n + BATCH]
+        for group in passes(offenders(count))
+        for n in range(0, len(group), BATCH)
+    ]
     clock = FakeClock(time.time_ns() // 1000 - SPREAD_US - ENDS_US)
     past = Engine(engine.client, keys=engine.keys, clock=clock)
     for batch in batches:
@@ -242,7 +261,8 @@ def measure(
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    call()  # warm up: connections, the script cache, templates
+    answer = call()  # warm up: connections, the script cache, templates
+    rows = len(answer.offenders) if isinstance(answer, OffenderPage) else None
     sends, before = CountingConnection.sends, _commandstats(stats)
     with CaptureQueriesContext(connection) as queries:
         call()
@@ -255,7 +275,7 @@ def measure(
         call()
         times.append((time.perf_counter() - started) * 1000)
     positive = Counter({k: v for k, v in commands.items() if v > 0})
-    return Result(name, times, round_trips, positive, sql if django else None)
+    return Result(name, rows, times, round_trips, positive, sql if django else None)
 
 
 def _commandstats(client: redis.Redis) -> Counter[str]:
@@ -277,8 +297,20 @@ def document(
     memory: str,
     server: dict[str, Any],
 ) -> str:
-    header = ["operation", "median ms", "max ms", "round trips", "Redis commands", "SQL queries"]
-    rows = [header, ["---", "--:", "--:", "--:", "---", "--:"], *(r.cells() for r in results)]
+    header = [
+        "operation",
+        "rows",
+        "median ms",
+        "max ms",
+        "round trips",
+        "Redis commands",
+        "SQL queries",
+    ]
+    rows = [
+        header,
+        ["---", "--:", "--:", "--:", "--:", "---", "--:"],
+        *(r.cells() for r in results),
+    ]
     table = "\n".join("| " + " | ".join(row) + " |" for row in rows)
     return f"""# Dashboard benchmark
 
@@ -290,13 +322,14 @@ it again rather than editing this file.
   Redis {server["redis_version"]} (standalone, on the loopback interface).
 - Data: {offenders:,} offenders in the index (64 shards; nine in ten IP addresses, one in ten
   users; denied by `api` or `login` one to five times, their last denials spread over ten
-  minutes), written through the engine {BATCH} checks to a script call, plus one IP with
-  {BEHIND:,} users behind it (`METADATA_MAX_ENTRIES` = {BEHIND:,}). Filled in {filled:.1f} s;
-  Redis then used {memory}.
+  minutes, users among the latest), written through the engine {BATCH} checks to a script
+  call, plus one IP with {BEHIND:,} users behind it (`METADATA_MAX_ENTRIES` = {BEHIND:,}).
+  Filled in {filled:.1f} s; Redis then used {memory}.
 - Each operation runs once to warm up, once to count its round trips (writes to the socket:
   one per command or pipeline), Redis commands (`INFO commandstats` deltas) and SQL queries,
   then {repeat} timed runs. Renders go through Django's test client as a superuser: the whole
-  admin stack, template rendering included, without a socket.
+  admin stack, template rendering included, without a socket. `rows`: the rows of the
+  reader's page (a render reads one record, `HGETALL`, per row it shows, and one more).
 
 {table}
 """
