@@ -30,7 +30,7 @@ from django.utils.module_loading import import_string
 
 from django_ratelimits.conf import get_settings
 from django_ratelimits.decide import Planned, RateLimited, Verdict, gate_of
-from django_ratelimits.engine import Algorithm, Check, Identity, get_engine
+from django_ratelimits.engine import Algorithm, Check, Identity, active_test_clock, get_engine
 from django_ratelimits.identity import ip_identity, meta_key
 from django_ratelimits.policies.spec import PolicySpec, covers_method
 from django_ratelimits.rates import Rate
@@ -198,7 +198,7 @@ def _usage(
     limit, period = resolved
     identity = _identity(group, request, key)
     if limit == 0:  # django-ratelimit's "0/s": always limited, nothing to count
-        left = period - int(time.time()) % period
+        left = period - _now_s() % period
         return Usage(count=0, limit=0, should_limit=True, time_left=left), None
     fail_closed = not getattr(settings, "RATELIMIT_FAIL_OPEN", True)
     spec = _spec(_policy_name(group, method), limit, period, fail_closed)
@@ -214,6 +214,14 @@ def _usage(
     left = math.ceil(((now_us // window_us + 1) * window_us - now_us) / 1_000_000)
     should_limit = not result.allowed if increment else count >= limit
     return Usage(count=count, limit=limit, should_limit=should_limit, time_left=left), verdict
+
+
+def _now_s() -> int:
+    """The time a 0 limit's window is read on, in whole seconds, without asking Redis:
+    the test kit's clock while one is on (``docs/testing.md``), as for every other
+    limit, else the web server's."""
+    clock = active_test_clock()
+    return clock.now_us() // 1_000_000 if clock is not None else int(time.time())
 
 
 def _methods(method: Methods) -> frozenset[str]:

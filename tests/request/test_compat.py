@@ -26,7 +26,7 @@ from django_ratelimits.compat import (
 )
 from django_ratelimits.engine import Engine
 from django_ratelimits.signals import rate_limited
-from django_ratelimits.testing import FakeClock
+from django_ratelimits.testing import FakeClock, fake_clock
 from tests.engine_helpers import EPOCH_US, check_calls
 
 pytestmark = pytest.mark.django_db
@@ -438,6 +438,18 @@ def test_a_zero_limit_is_always_limited(site_redis: Any) -> None:
     with pytest.raises(Ratelimited) as caught:
         ratelimit(group="zero", key="ip", rate="0/m")(counted)(factory.get("/"))
     assert caught.value.retry_after is not None and 1 <= caught.value.retry_after <= 60
+
+
+def test_a_zero_limit_s_time_left_follows_the_test_kit_s_clock(site_redis: Any) -> None:
+    """Under the kit's clock (docs/testing.md) a 0 limit's window is the clock's, as every
+    other limit's: it was the web server's, whatever time the test had set."""
+    with fake_clock(start_us=EPOCH_US + 2675 * 1_000_000) as clock:
+        usage = get_usage(factory.get("/"), group="zero", key="ip", rate="0/h")
+        assert usage is not None and usage["time_left"] == 925
+        clock.advance(900)
+        with pytest.raises(Ratelimited) as caught:
+            ratelimit(group="zero", key="ip", rate="0/h")(counted)(factory.get("/"))
+    assert caught.value.retry_after == 25
 
 
 @pytest.mark.parametrize(
