@@ -40,6 +40,7 @@ __all__ = [
     "KeySpace",
     "Limit",
     "LimitResult",
+    "active_test_clock",
     "get_engine",
 ]
 
