@@ -28,7 +28,6 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis.asyncio
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
-from redis.cluster import REDIS_ALLOWED_KEYS
 from redis.connection import parse_url
 
 from django_ratelimits.conf import RateLimitSettings, RedisServer
@@ -89,8 +88,7 @@ def sync_only(config: RateLimitSettings) -> tuple[str, ...]:
     URL's query) that redis-py's sync client applies and its asyncio class refuses,
     where the asyncio client takes all the rest: those for which the async path runs
     the sync client in a worker thread. Empty if the asyncio client takes them all, or
-    refuses something else too (an error, :class:`UnusableRedis`, for both paths). On a
-    cluster, the OCSP options are none of them: the sync cluster client drops them."""
+    refuses something else too (an error, :class:`UnusableRedis`, for both paths)."""
     twin = _twin(config)
     names = _sync_tls_options(twin) if twin is not None else []
     if twin is None or not names or not _takes(twin, without=names):
@@ -102,7 +100,6 @@ class _Twin(NamedTuple):
     url: str
     make: Callable[..., AsyncClient]
     options: dict[str, Any]
-    cluster: bool
 
 
 def _twin(config: RateLimitSettings) -> _Twin | None:
@@ -112,23 +109,22 @@ def _twin(config: RateLimitSettings) -> _Twin | None:
     if isinstance(target, RedisServer):
         cls = AsyncRedisCluster if target.cluster else redis.asyncio.Redis
         options = {**kwargs, **target.options}
-        return _Twin(target.url, cls.from_url, options, target.cluster)
+        return _Twin(target.url, cls.from_url, options)
     pool = cache_pool(target)
     if pool is None:
         return None
     url, options = pool
-    return _Twin(url, redis.asyncio.Redis.from_url, {**kwargs, **options}, False)
+    return _Twin(url, redis.asyncio.Redis.from_url, {**kwargs, **options})
 
 
 def _sync_tls_options(twin: _Twin) -> list[str]:
-    """The :data:`SYNC_TLS_OPTIONS` ``twin`` gives (in its options or its URL's query)
-    that the sync client applies (the sync cluster client drops the OCSP ones)."""
+    """The :data:`SYNC_TLS_OPTIONS` ``twin`` gives (in its options or its URL's query),
+    which the sync client applies (a cluster's passes them to its nodes' connections)."""
     try:
         given = {*twin.options, *parse_url(twin.url)}
     except ValueError:  # a URL redis-py cannot read: an error, for both
         return []
-    applied: Collection[str] = REDIS_ALLOWED_KEYS if twin.cluster else SYNC_TLS_OPTIONS
-    return [name for name in SYNC_TLS_OPTIONS if name in given and name in applied]
+    return [name for name in SYNC_TLS_OPTIONS if name in given]
 
 
 def _made(twin: _Twin, *, without: Collection[str] = ()) -> AsyncClient:

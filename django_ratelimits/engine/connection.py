@@ -21,6 +21,8 @@ Redis failure like any other.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Final, TypeAlias, TypeVar
@@ -32,8 +34,8 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 from django.utils.module_loading import import_string
 from redis.backoff import NoBackoff
-from redis.cluster import RedisCluster
-from redis.connection import parse_url
+from redis.cluster import REDIS_ALLOWED_KEYS, RedisCluster
+from redis.connection import Connection, ConnectionPool, parse_url
 from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 
@@ -157,9 +159,58 @@ def _from_server(server: RedisServer, config: RateLimitSettings) -> RedisClient:
     if not server.cluster:
         return client_for(server.url, redis.Redis.from_url, options)
     try:
-        return client_for(server.url, RedisCluster.from_url, options)
+        return client_for(server.url, RedisCluster.from_url, _carrying(server.url, options))
     except (redis.RedisError, RedisClusterException) as error:
         raise BackendError(f"cannot reach the Redis Cluster: {error}") from error
+
+
+def _carrying(url: str, options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` for redis-py's sync ``RedisCluster.from_url(url)``, made to reach its
+    nodes whole. It gives its nodes' clients only the keywords it lists
+    (``REDIS_ALLOWED_KEYS``) and drops the rest unsaid: ``ssl_min_version``,
+    ``ssl_ciphers``, the OCSP options, ``health_check_interval`` in every version,
+    ``ssl_ca_path`` and ``ssl_check_hostname`` in redis-py 5. Sync requests then talked
+    to Redis with weaker TLS than configured, where the asyncio cluster client (and a
+    standalone one) applied it. Those its nodes' connection class takes go to each
+    node's pool through ``connection_pool_class`` (a keyword it does list), as a
+    standalone client's pool gets them. What it still drops is no connection's: a
+    mistyped name (the asyncio client refuses it: E003), ``single_connection_client``
+    (likewise), or a setting of the asyncio cluster client's own."""
+    try:
+        given = {**options, **parse_url(url)}  # the URL's win, as in RedisCluster
+    except ValueError:
+        return options  # client_for says why
+    connection = given.get("connection_class", Connection)
+    takes = _parameters(connection) if isinstance(connection, type) else frozenset()
+    carried = {
+        name: value
+        for name, value in given.items()
+        if name not in REDIS_ALLOWED_KEYS
+        and name not in _parameters(RedisCluster)
+        and name in takes
+    }
+    base = options.get("connection_pool_class", ConnectionPool)
+    if not carried or not (isinstance(base, type) and issubclass(base, ConnectionPool)):
+        return options
+
+    def __init__(self: ConnectionPool, **kwargs: Any) -> None:
+        base.__init__(self, **{**carried, **kwargs})
+
+    pool = type(f"Carrying{base.__name__}", (base,), {"__init__": __init__})
+    return {**options, "connection_pool_class": pool}
+
+
+@functools.cache
+def _parameters(cls: type[Any]) -> frozenset[str]:
+    """The keywords ``cls(...)`` takes by name: those of each ``__init__`` of its MRO
+    (a connection class passes what it does not name to its base)."""
+    return frozenset(
+        name
+        for klass in cls.__mro__
+        if "__init__" in vars(klass)
+        for name, parameter in inspect.signature(vars(klass)["__init__"]).parameters.items()
+        if parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
+    )
 
 
 def _is_django_redis(cache: object) -> bool:

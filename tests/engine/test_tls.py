@@ -40,7 +40,6 @@ from django.core import checks
 from django.core.management import call_command
 from django.test import AsyncClient, Client, override_settings
 from django.urls import reverse
-from redis.cluster import REDIS_ALLOWED_KEYS
 
 from devtools.redis_harness import (
     RedisClusterHarness,
@@ -425,12 +424,16 @@ def tls_site(tls: RedisServer) -> Iterator[RedisServer]:
 _paths = itertools.count()
 
 
-def limited_path() -> str:
+def limited_path(*, fail_closed: bool = False) -> str:
     """A new path (``tests.urls`` serves any ``/<word>-``) under a policy of its own:
-    LIMIT requests an hour per client IP."""
+    LIMIT requests an hour per client IP (503 when Redis fails, if ``fail_closed``)."""
     n = next(_paths)
     Policy.objects.create(
-        name=f"tls-{n}", rates=f"{LIMIT}/h", path=rf"^/tls-{n}-$", algorithm="sliding_log"
+        name=f"tls-{n}",
+        rates=f"{LIMIT}/h",
+        path=rf"^/tls-{n}-$",
+        algorithm="sliding_log",
+        fail_closed=fail_closed,
     )
     get_registry().refresh()
     return f"/tls-{n}-"
@@ -759,10 +762,9 @@ def test_a_tls_cluster_with_a_ca_directory_limits_async_requests_too(
     tls_cluster: RedisClusterHarness,
 ) -> None:
     """``ssl_ca_path``, which redis-py's asyncio cluster class takes in no version (its
-    sync one does): async requests are limited as sync ones, the sync client in a worker
-    thread, and the system checks say so (I001) with no error."""
-    if "ssl_ca_path" not in REDIS_ALLOWED_KEYS:
-        pytest.skip("this redis-py's sync cluster client drops ssl_ca_path (E003)")
+    sync one does, given to each node's pool by the engine where redis-py 5 dropped it):
+    async requests are limited as sync ones, the sync client in a worker thread, and the
+    system checks say so (I001) with no error."""
     for conn in tls_cluster.node_clients():
         with conn:
             conn.flushall()
@@ -776,3 +778,76 @@ def test_a_tls_cluster_with_a_ca_directory_limits_async_requests_too(
         assert statuses(limited_path()) == PASSED
         assert astatuses_and_way(limited_path()) == (PASSED, "thread")
         assert found == ["django_ratelimits.I001"]
+
+
+@contextlib.contextmanager
+def nodes_configured(cluster: RedisClusterHarness, **config: str) -> Iterator[None]:
+    """Every node runs with ``config`` (``tls_protocols="TLSv1.2"`` sets
+    ``tls-protocols``) for new connections, until the block ends."""
+    conns = cluster.node_clients()
+    names = [name.replace("_", "-") for name in config]
+    before = [conn.config_get(*names) for conn in conns]
+    try:
+        for conn in conns:
+            conn.config_set(*itertools.chain(*zip(names, config.values(), strict=True)))
+        yield
+    finally:
+        for conn, values in zip(conns, before, strict=True):
+            conn.config_set(*itertools.chain(*values.items()))
+            conn.close()
+
+
+# A TLS option redis-py's sync cluster client dropped, in OPTIONS or in the URL's query;
+# the nodes' configuration it cannot connect to; what W002 then says.
+TLS_RESTRICTIONS = {
+    "ssl_min_version": (
+        {"ssl_min_version": ssl.TLSVersion.TLSv1_3},
+        "",
+        {"tls_protocols": "TLSv1.2"},
+        "PROTOCOL_VERSION",
+    ),
+    "ssl_ciphers": (
+        {},
+        "&ssl_ciphers=ECDHE-ECDSA-AES128-GCM-SHA256",
+        {"tls_protocols": "TLSv1.2", "tls_ciphers": "ECDHE-ECDSA-AES256-GCM-SHA384"},
+        "HANDSHAKE_FAILURE",
+    ),
+}
+
+
+@pytest.mark.slow  # the TLS cluster's forming (shared with the tests above)
+@pytest.mark.parametrize("option", TLS_RESTRICTIONS)
+def test_a_cluster_client_s_tls_restriction_is_applied_sync_and_async(
+    tls_cluster: RedisClusterHarness, monkeypatch: pytest.MonkeyPatch, option: str
+) -> None:
+    """``ssl_min_version=TLSv1_3`` on a cluster whose nodes speak TLS 1.2 only (or
+    ``ssl_ciphers`` naming none of theirs): no connection can be made, so a fail-closed
+    policy answers 503, sync and async, and W002 says why. redis-py's sync cluster client
+    dropped these options (it passes its nodes only the keywords it lists): sync requests
+    connected over TLS 1.2 (with any cipher) and were limited, 3 of 8 passing, with no
+    check saying so, where async ones failed. Where the nodes allow it, the same setting
+    limits both."""
+    monkeypatch.setattr(redis_server, "PING_TIMEOUT", 60.0)
+    for conn in tls_cluster.node_clients():
+        with conn:
+            conn.flushall()
+    options, query, nodes, said = TLS_RESTRICTIONS[option]
+    target = {"URL": tls_cluster.url + query, "CLUSTER": True, "OPTIONS": options}
+    refused = [503] * BURST
+    with site_on(target), nodes_configured(tls_cluster, **nodes):
+        assert statuses(limited_path(fail_closed=True)) == refused
+        breaker.success()
+
+        async def run() -> list[int]:  # astatuses() asks get_engine(), which cannot connect
+            client = AsyncClient()
+            return [(await client.get(path)).status_code for _ in range(BURST)]
+
+        path = limited_path(fail_closed=True)
+        assert async_to_sync(run)() == refused
+        [unreachable] = checks.run_checks(tags=[REDIS_TAG])
+        assert unreachable.id == "django_ratelimits.W002" and said in unreachable.msg.upper()
+    with site_on(target):
+        found = [m.id for m in checks.run_checks(tags=[TAG, REDIS_TAG])]
+        assert [i for i in found if i != "django_ratelimits.W001"] == []
+        assert statuses(limited_path(fail_closed=True)) == PASSED
+        assert astatuses(limited_path(fail_closed=True)) == PASSED
