@@ -24,13 +24,14 @@ from django.utils.translation import gettext_lazy as _
 from django_ratelimits.admin_search import BoundedSearch
 from django_ratelimits.dashboard.present import user_labels
 from django_ratelimits.engine import Identity
-from django_ratelimits.models import PolicyTier, RateOverride
+from django_ratelimits.models import PolicyTier, RateOverride, epoch_seconds
 from django_ratelimits.offenders.identities import (
     NoSuchIdentity,
     counted_overrides,
     find_user,
     parse,
 )
+from django_ratelimits.policies import get_registry
 from django_ratelimits.policies.labels import kind_label
 from django_ratelimits.policies.tiers import Tier
 
@@ -223,7 +224,8 @@ class RateOverrideAdmin(BoundedSearch):
         """Not expired, and an identity the limiter counts now: not an IP saved before
         ``HASH_IPS`` or the prefixes changed (check W012), nor a user deleted since
         (nothing authenticates as it)."""
-        return obj.expires_at > timezone.now() and self._shown(obj).counted
+        clock = get_registry().wall_clock()  # as the workers judge the expiry
+        return epoch_seconds(obj.expires_at) > clock and self._shown(obj).counted
 
     def save_model(self, request: HttpRequest, obj: RateOverride, form: Any, change: bool) -> None:
         if not change and request.user.is_authenticated:

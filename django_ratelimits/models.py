@@ -14,6 +14,7 @@ admin index and in admin's sidebar, beside the policies.
 from __future__ import annotations
 
 import secrets
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from django.conf import settings
@@ -518,6 +519,44 @@ class OffenderDashboard(Policy):
         default_permissions = ()
 
 
+def stored_time(instant: datetime) -> datetime:
+    """The aware ``instant`` as a ``DateTimeField`` holds it: itself with ``USE_TZ``,
+    else the wall time of ``TIME_ZONE`` then (naive, as Django stores it)."""
+    if settings.USE_TZ:
+        return instant
+    return timezone.make_naive(instant, timezone.get_default_timezone())
+
+
+def expiry_in(seconds: float, now: float) -> datetime:
+    """The expiry ``seconds`` after ``now`` (seconds since the epoch), as a
+    ``DateTimeField`` holds it. Added to the instant, not to the wall time: with
+    ``USE_TZ = False``, a day from 12:00 the day before clocks go forward is 13:00 the
+    next day, not the 12:00 that comes 23 hours later."""
+    return stored_time(datetime.fromtimestamp(now, tz=UTC) + timedelta(seconds=seconds))
+
+
+def instant(value: datetime) -> datetime:
+    """A ``DateTimeField``'s value as an aware datetime. Naive (``USE_TZ = False``) is
+    the wall time of ``TIME_ZONE``, whatever time zone the process or a request has.
+    A wall time the clocks show twice (the hour when daylight saving time ends) reads
+    as the later of the two, one they skip as the instant after the gap: an expiry
+    read from it comes an hour late at worst, never early (a blocked network then
+    stays blocked until the hour the admin shows, rather than lifting an hour
+    before it, or at once)."""
+    if timezone.is_aware(value):
+        return value
+    zone = timezone.get_default_timezone()
+    return max(
+        (value.replace(tzinfo=zone, fold=fold) for fold in (0, 1)),
+        key=lambda each: each.timestamp(),
+    )
+
+
+def epoch_seconds(value: datetime) -> float:
+    """A ``DateTimeField``'s value in seconds since the epoch (:func:`instant`)."""
+    return instant(value).timestamp()
+
+
 class BlockedNetworkQuerySet(StampedQuerySet["BlockedNetwork"]):
     def active(self) -> BlockedNetworkQuerySet:
         """The entries that block now: enabled, and without an expiry or not yet expired."""
@@ -734,7 +773,7 @@ class RateOverride(models.Model):
         return OwnRates(
             Identity(self.identity_kind, self.identity_value),
             rates_under(self.policy, self.rates),
-            self.expires_at.timestamp(),
+            epoch_seconds(self.expires_at),
             self.policy.name if self.policy is not None else "",
         )
 

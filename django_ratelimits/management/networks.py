@@ -14,16 +14,15 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.core.management.base import CommandError
-from django.utils import timezone
 
 from django_ratelimits.management.output import Data, in_effect, table
-from django_ratelimits.models import BlockedNetwork
+from django_ratelimits.models import BlockedNetwork, epoch_seconds, expiry_in, instant
 from django_ratelimits.offenders.text import span
+from django_ratelimits.policies import get_registry
 from django_ratelimits.policies.networks import parse_network
 
 Report = tuple[Data, str]
@@ -59,7 +58,8 @@ def _network(text: str) -> str:
 
 def block_network(options: dict[str, Any]) -> Report:
     seconds = options["seconds"]
-    expires = None if seconds is None else timezone.now() + timedelta(seconds=seconds)
+    now = get_registry().wall_clock()  # the clock the workers' blocklist expires on
+    expires = None if seconds is None else expiry_in(seconds, now)
     entry = BlockedNetwork(network=options["network"], reason=options["reason"], expires_at=expires)
     try:
         entry.full_clean()
@@ -108,16 +108,18 @@ def networks(options: dict[str, Any]) -> Report:
 
 
 def entry_data(entry: BlockedNetwork) -> Data:
-    now = timezone.now()
+    """The entry as the command shows it: its times with their UTC offset (with
+    ``USE_TZ = False``, that of ``TIME_ZONE``), in force as the workers judge it."""
+    now = get_registry().wall_clock()
     expires = entry.expires_at
     return {
         "network": entry.network,
         "reason": entry.reason,
         "enabled": entry.enabled,
-        "in_force": entry.enabled and (expires is None or expires > now),
-        "expires_at": None if expires is None else expires.isoformat(timespec="seconds"),
+        "in_force": entry.enabled and (expires is None or epoch_seconds(expires) > now),
+        "expires_at": None if expires is None else instant(expires).isoformat("T", "seconds"),
         "created_by": None if entry.created_by is None else entry.created_by.get_username(),
-        "created_at": entry.created_at.isoformat(timespec="seconds"),
+        "created_at": instant(entry.created_at).isoformat("T", "seconds"),
     }
 
 

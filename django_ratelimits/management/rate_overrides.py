@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -27,7 +26,14 @@ from django.utils import timezone
 from django_ratelimits.engine import Identity
 from django_ratelimits.engine.keys import label
 from django_ratelimits.management.output import Data, in_effect, named, shown_names, table
-from django_ratelimits.models import Policy, RateOverride, spec_fields
+from django_ratelimits.models import (
+    Policy,
+    RateOverride,
+    epoch_seconds,
+    expiry_in,
+    instant,
+    spec_fields,
+)
 from django_ratelimits.offenders.identities import counted_overrides
 from django_ratelimits.offenders.text import span
 from django_ratelimits.policies import get_registry
@@ -72,7 +78,7 @@ def _row_data(row: RateOverride) -> Data:
         "identity": str(row),
         "policy": row.policy.name if row.policy else EVERY,
         "rates": row.rates,
-        "expires_at": row.expires_at.isoformat(),
+        "expires_at": instant(row.expires_at).isoformat(),
         "reason": row.reason,
     }
 
@@ -84,7 +90,8 @@ def override(identity: Identity, options: dict[str, Any], who: str) -> Report:
         identity_kind=identity.kind,
         identity_value=identity.value,
         rates=options["rates"],
-        expires_at=timezone.now() + timedelta(seconds=seconds),
+        # On the clock overrides expire on, added to the instant (not the wall time).
+        expires_at=expiry_in(seconds, get_registry().wall_clock()),
         reason=f"{options['reason']} ({who})"[:200],
     )
     try:
@@ -114,7 +121,11 @@ def overrides(options: dict[str, Any]) -> Report:
     )
     rows = list(query)
     known, counted = counted_overrides(rows)
-    data = [_row_data(row) | {"in_force": row.expires_at > now and counted[row.pk]} for row in rows]
+    clock = get_registry().wall_clock()  # what the workers judge an expiry by
+    data = [
+        _row_data(row) | {"in_force": epoch_seconds(row.expires_at) > clock and counted[row.pk]}
+        for row in rows
+    ]
     if not data:
         return {"overrides": []}, "No identity override to show."
     marks = shown_names(known)

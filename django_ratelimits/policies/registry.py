@@ -45,10 +45,8 @@ from datetime import UTC, datetime
 from typing import Final
 
 from asgiref.sync import sync_to_async
-from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import DatabaseError, router, transaction
-from django.utils import timezone
 
 from django_ratelimits.conf import get_settings
 from django_ratelimits.engine import Identity, Limit
@@ -57,7 +55,9 @@ from django_ratelimits.models import (
     Policy,
     PolicyVersion,
     RateOverride,
+    epoch_seconds,
     spec_fields,
+    stored_time,
 )
 from django_ratelimits.policies.matching import CACHE_PATH_MAX, PathIndex
 from django_ratelimits.policies.networks import BlockedEntry, IPAddress, NetworkIndex, parse_network
@@ -327,9 +327,9 @@ class PolicyRegistry:
 
     def _own_rates(self) -> Iterable[OwnRates]:
         """The identity overrides not yet expired; an invalid one is logged and skipped."""
-        now = datetime.fromtimestamp(self.wall_clock(), tz=UTC)
-        if not settings.USE_TZ:  # the database holds naive local times
-            now = timezone.make_naive(now)
+        # With USE_TZ = False the database holds the wall times of TIME_ZONE (not of
+        # a time zone a request activated).
+        now = stored_time(datetime.fromtimestamp(self.wall_clock(), tz=UTC))
         rows = RateOverride.objects.filter(expires_at__gt=now).select_related("policy")
         for row in rows.order_by("created_at", "pk"):
             try:
@@ -360,7 +360,7 @@ class PolicyRegistry:
             except ValidationError:  # written around clean(): raw SQL, bulk_create
                 logger.error("blocked network %r (row %s) is invalid and skipped", text, pk)
                 continue
-            at = None if expires is None else expires.timestamp()
+            at = None if expires is None else epoch_seconds(expires)
             entries.append(BlockedEntry(network, reason, at, pk))
         return NetworkIndex(entries, self.wall_clock())
 
