@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 from django import forms
+from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -29,7 +30,7 @@ from django_ratelimits.admin_overrides import PolicyTierInline, tier_who
 from django_ratelimits.admin_search import BoundedSearch
 from django_ratelimits.dashboard.urls import dashboard_urls
 from django_ratelimits.engine import Algorithm, Ban
-from django_ratelimits.models import OffenderDashboard, Policy
+from django_ratelimits.models import OffenderDashboard, Policy, instant
 from django_ratelimits.offenders import VIEW_PERMISSION
 from django_ratelimits.offenders.text import duration
 from django_ratelimits.offenders.text import period as _period
@@ -154,11 +155,15 @@ class PolicyAdmin(BoundedSearch):
 
     @admin.display(description=_("updated"), ordering="updated_at")
     def updated(self, obj: Policy) -> SafeString:
+        # With USE_TZ = False the time is naive, TIME_ZONE's already (and localtime()
+        # refuses it): shown as stored, its offset in the machine-readable attribute.
+        at = instant(obj.updated_at)
+        shown = timezone.localtime(at) if settings.USE_TZ else obj.updated_at
         return format_html(
             '<time datetime="{}" title="{}">{}</time>',
-            obj.updated_at.isoformat(),
-            date_format(timezone.localtime(obj.updated_at), "DATETIME_FORMAT"),
-            date_format(timezone.localtime(obj.updated_at), "SHORT_DATE_FORMAT"),
+            at.isoformat(),
+            date_format(shown, "DATETIME_FORMAT"),
+            date_format(shown, "SHORT_DATE_FORMAT"),
         )
 
     def get_fieldsets(self, request: HttpRequest, obj: Policy | None = None) -> Any:

@@ -192,3 +192,27 @@ def test_in_the_repeated_hour_admin_says_in_force_what_the_workers_enforce(
 
 
 _REPEATED = datetime(2025, 11, 2, 1, 30)  # New York shows it at 5:30 UTC, then at 6:30
+
+
+@pytest.mark.parametrize(
+    ("name", "use_tz", "stored"),
+    [
+        (NEW_YORK, False, datetime(2025, 7, 1, 12, 0)),
+        (KOLKATA, True, datetime(2025, 7, 1, 6, 30, tzinfo=UTC)),
+    ],
+)
+def test_the_policy_list_shows_when_each_policy_changed(
+    admin_client: Client, name: str, use_tz: bool, stored: datetime
+) -> None:
+    """Its *updated* column gave ``localtime()`` the naive time of ``USE_TZ = False``:
+    the list of policies was a 500."""
+    with zone(name, use_tz):
+        Policy.objects.create(name="api", rates="2/h", path="^/api/")
+        Policy.objects.update(updated_at=stored)
+        page = admin_client.get(reverse("admin:django_ratelimits_policy_changelist"))
+        assert page.status_code == 200
+        shown = page.content.decode().split('<td class="field-updated">')[1].split("</td>")[0]
+        # noon in the site's time zone; the attribute says which instant that is
+        assert 'title="July 1, 2025, noon">07/01/2025<' in shown
+        attribute = shown.split('datetime="')[1].split('"')[0]
+        assert datetime.fromisoformat(attribute) == datetime(2025, 7, 1, 12, tzinfo=ZoneInfo(name))
