@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext
@@ -346,7 +347,11 @@ def override_text(override: Override | None) -> str:
 
 
 def to_datetime(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC)
+    """``ms`` since the epoch as a time for a page: aware, in ``TIME_ZONE``. With
+    ``USE_TZ = True`` templates show it in the active time zone; with ``USE_TZ = False``
+    they convert nothing, and show its wall time as the admin's other times are (in
+    UTC, it was hours off beside them, with nothing to say so)."""
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).astimezone(timezone.get_default_timezone())
 
 
 def hit_views(

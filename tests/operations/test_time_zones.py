@@ -17,11 +17,14 @@ from django.conf import settings
 from django.test import Client, override_settings
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.formats import date_format
 
 from django_ratelimits.engine import Identity
 from django_ratelimits.identity import parse_address
 from django_ratelimits.models import BlockedNetwork, Policy, RateOverride
+from django_ratelimits.offenders import Offenders
 from django_ratelimits.policies import get_registry
+from tests.engine_helpers import EPOCH_US
 from tests.operations.test_command import run, run_json
 
 pytestmark = pytest.mark.django_db
@@ -216,3 +219,20 @@ def test_the_policy_list_shows_when_each_policy_changed(
         assert 'title="July 1, 2025, noon">07/01/2025<' in shown
         attribute = shown.split('datetime="')[1].split('"')[0]
         assert datetime.fromisoformat(attribute) == datetime(2025, 7, 1, 12, tzinfo=ZoneInfo(name))
+
+
+@pytest.mark.parametrize(
+    ("name", "use_tz"), [(NEW_YORK, False), (KOLKATA, False), (KOLKATA, True), (CHATHAM, True)]
+)
+def test_the_blocks_page_shows_when_each_block_ends_in_the_sites_time(
+    site_redis: Any, frozen_clock: Any, admin_client: Client, name: str, use_tz: bool
+) -> None:
+    """Redis' times, shown in UTC with ``USE_TZ = False``: hours off beside every other
+    time admin shows, with nothing to say so."""
+    Offenders().block(Identity("ip", "203.0.113.7"), 300, by="ops")
+    ends = datetime.fromtimestamp(EPOCH_US / 1e6 + 300, tz=ZoneInfo(name))
+    with zone(name, use_tz):
+        page = admin_client.get(reverse("admin:django_ratelimits_blocks")).content.decode()
+    assert (
+        f'<time datetime="{ends.isoformat()}">{date_format(ends, "DATETIME_FORMAT")}</time>' in page
+    )
