@@ -20,6 +20,7 @@ from django_ratelimits.offenders.text import duration
 from django_ratelimits.way_back import LIFT_PERMISSION
 
 VIEW_PERMISSION = "django_ratelimits.view_offenders"
+RESET_PERMISSION = "django_ratelimits.reset_offenders"
 
 # How long a block or allow-listing can last, as staff choose it on the dashboard.
 DURATIONS = {
@@ -37,10 +38,15 @@ class Action(StrEnum):
     FORGET = "forget"
 
     @property
-    def permission(self) -> str:
-        if self in (Action.RESET, Action.FORGET):
-            return "django_ratelimits.reset_offenders"
-        return LIFT_PERMISSION  # blocks, allow-lists and lifts
+    def permissions(self) -> tuple[str, ...]:
+        """What staff need for it (besides :data:`VIEW_PERMISSION`). Forget erases the
+        identity's state, its block or allow-listing with it: it needs what a lift
+        needs too, or the reset permission alone would end a block."""
+        if self is Action.RESET:
+            return (RESET_PERMISSION,)
+        if self is Action.FORGET:
+            return (RESET_PERMISSION, LIFT_PERMISSION)
+        return (LIFT_PERMISSION,)  # blocks, allow-lists and lifts
 
     @property
     def label(self) -> str:

@@ -12,6 +12,7 @@ from django.urls import reverse
 
 from django_ratelimits.engine import Identity, get_engine
 from django_ratelimits.engine.controls import Controls
+from django_ratelimits.offenders import Offenders
 from tests.dashboard.test_dashboard import (
     ACTION,
     ATTACKER,
@@ -203,3 +204,33 @@ def test_superusers_may_do_everything(offender: Identity, admin_client: Client) 
     for form in ("action-reset", "action-block", "action-allow"):
         assert f'id="{form}"' in page
     assert admin_client.get(reverse(DETAIL)).status_code == 404  # no identity named
+
+
+def test_forget_cannot_lift_a_block_without_the_block_permission(
+    offender: Identity, django_user_model: Any
+) -> None:
+    # Forget erases the identity's state HASH, its block or allow-listing with it: a
+    # reset-only staff user blocked on the site must not end their own block that way.
+    Offenders().block(offender, 300)
+    client = account(django_user_model, "resetter", "view_offenders", "reset_offenders")
+    page = client.get(detail_url("ip", ATTACKER)).content.decode()
+    assert 'id="action-reset"' in page and 'id="action-forget"' not in page
+    forget = {"kind": "ip", "value": ATTACKER, "action": "forget"}
+    assert client.post(reverse(ACTION), forget).status_code == 403
+    assert client.post(reverse(ACTION), {**forget, "confirm": "on"}).status_code == 403
+    assert Controls(get_engine()).override(offender) is not None
+    assert not LogEntry.objects.exists()
+    # A reset, even with its record forgotten, leaves the block in force.
+    assert client.post(reverse(ACTION), {**RESET, "confirm": "on"}).status_code == 302
+    assert Controls(get_engine()).override(offender) is not None
+
+
+def test_forget_needs_both_permissions(offender: Identity, django_user_model: Any) -> None:
+    Offenders().block(offender, 300)
+    client = account(
+        django_user_model, "eraser", "view_offenders", "reset_offenders", "block_offenders"
+    )
+    assert 'id="action-forget"' in client.get(detail_url("ip", ATTACKER)).content.decode()
+    forget = {"kind": "ip", "value": ATTACKER, "action": "forget", "confirm": "on"}
+    assert client.post(reverse(ACTION), forget).status_code == 302
+    assert Controls(get_engine()).override(offender) is None

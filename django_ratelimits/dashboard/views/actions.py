@@ -69,7 +69,7 @@ def offender_action(request: HttpRequest, site: AdminSite) -> HttpResponse:
                 messages.error(request, str(error))
         return HttpResponseRedirect(detail_url(site, identity))
     operation = form.operation()
-    require(request, operation.action.permission)
+    require(request, *operation.action.permissions)
     if form.cleaned_data["back"] == "blocks":
         back = reverse(f"{site.name}:django_ratelimits_blocks")
     else:

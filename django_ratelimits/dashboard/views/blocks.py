@@ -38,7 +38,7 @@ def blocks_page(request: HttpRequest, site: AdminSite) -> HttpResponse:
     context: dict[str, Any] = {
         **admin_context(request, site, gettext("Active blocks and allow-listings")),
         "action_url": reverse(f"{site.name}:django_ratelimits_offender_action"),
-        "can_lift": request.user.has_perm(Action.LIFT.permission),
+        "can_lift": request.user.has_perms(Action.LIFT.permissions),
         "page": page,
     }
     try:

@@ -20,9 +20,10 @@ from django_ratelimits.offenders import VIEW_PERMISSION
 TEMPLATES = "admin/django_ratelimits/dashboard/"
 
 
-def require(request: HttpRequest, permission: str) -> None:
-    """403 unless the (active, staff: ``admin_view`` saw to that) user has ``permission``."""
-    if not request.user.has_perm(permission):
+def require(request: HttpRequest, *permissions: str) -> None:
+    """403 unless the (active, staff: ``admin_view`` saw to that) user has every one
+    of ``permissions``."""
+    if not request.user.has_perms(permissions):
         raise PermissionDenied
 
 

@@ -133,9 +133,9 @@ def _actions(request: HttpRequest, site: AdminSite) -> dict[str, Any]:
     user = request.user
     return {
         "action_url": reverse(f"{site.name}:django_ratelimits_offender_action"),
-        "can_reset": user.has_perm(Action.RESET.permission),
-        "can_forget": user.has_perm(Action.FORGET.permission),
-        "can_block": user.has_perm(Action.BLOCK.permission),
+        "can_reset": user.has_perms(Action.RESET.permissions),
+        "can_forget": user.has_perms(Action.FORGET.permissions),
+        "can_block": user.has_perms(Action.BLOCK.permissions),
         "policy_names": policy_names(),
         "durations": list(DURATIONS.items()),
     }
