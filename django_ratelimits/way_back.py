@@ -6,7 +6,9 @@ from admin. So a block or allow-listing set by staff does not decide:
 - the login view of any admin site, for anyone: it is how a blocked admin
   gets back in;
 - every other view of an admin site, for an active staff user who may lift
-  blocks (:data:`LIFT_PERMISSION`), who could lift the block anyway.
+  blocks from the dashboard (:data:`VIEW_PERMISSION` and :data:`LIFT_PERMISSION`),
+  who could lift the block anyway. ``LIFT_PERMISSION`` alone is not enough: the
+  dashboard refuses (403) staff without ``VIEW_PERMISSION``.
 
 Their rate limits still count these requests as any other's: a blocked
 address gets no more login attempts than the login's policy gives anyone.
@@ -25,8 +27,9 @@ from django.http import HttpRequest
 
 from django_ratelimits.resolved import resolved
 
-__all__ = ["LIFT_PERMISSION", "away_back", "way_back"]
+__all__ = ["LIFT_PERMISSION", "VIEW_PERMISSION", "away_back", "way_back"]
 
+VIEW_PERMISSION: Final = "django_ratelimits.view_offenders"
 LIFT_PERMISSION: Final = "django_ratelimits.block_offenders"
 _ANSWER: Final = "_ratelimits_way_back"
 
@@ -55,5 +58,8 @@ def _way_back(request: HttpRequest) -> bool:
         return False
     user = getattr(request, "user", None)
     return bool(
-        user is not None and user.is_active and user.is_staff and user.has_perm(LIFT_PERMISSION)
+        user is not None
+        and user.is_active
+        and user.is_staff
+        and user.has_perms((VIEW_PERMISSION, LIFT_PERMISSION))
     )

@@ -18,8 +18,8 @@ from django_ratelimits.engine import Identity
 from django_ratelimits.engine.keys import label as identity_label
 from django_ratelimits.offenders.text import duration
 from django_ratelimits.way_back import LIFT_PERMISSION
+from django_ratelimits.way_back import VIEW_PERMISSION as VIEW_PERMISSION  # re-exported
 
-VIEW_PERMISSION = "django_ratelimits.view_offenders"
 RESET_PERMISSION = "django_ratelimits.reset_offenders"
 
 # How long a block or allow-listing can last, as staff choose it on the dashboard.
