@@ -31,6 +31,7 @@ pytestmark = pytest.mark.django_db
 RESET = {"kind": "ip", "value": ATTACKER, "action": "reset", "policy": "", "forget": "on"}
 BLOCK = {"kind": "ip", "value": QUIET, "action": "block", "seconds": "300"}
 ENTRY = "admin:django_ratelimits_offenderdashboard_changelist"  # the app list's Offenders
+BLOCKS = "admin:django_ratelimits_blocks"
 
 
 def account(
@@ -48,7 +49,7 @@ def account(
 
 
 def reads() -> list[str]:
-    return [reverse(PAGE), reverse(JSON), detail_url("ip", ATTACKER)]
+    return [reverse(PAGE), reverse(JSON), detail_url("ip", ATTACKER), reverse(BLOCKS)]
 
 
 @pytest.fixture
@@ -234,3 +235,26 @@ def test_forget_needs_both_permissions(offender: Identity, django_user_model: An
     forget = {"kind": "ip", "value": ATTACKER, "action": "forget", "confirm": "on"}
     assert client.post(reverse(ACTION), forget).status_code == 302
     assert Controls(get_engine()).override(offender) is None
+
+
+@pytest.mark.parametrize("perms", [("view_offenders",), ("view_offenders", "reset_offenders")])
+def test_without_the_block_permission_no_block_is_lifted_or_allow_listed(
+    offender: Identity, django_user_model: Any, perms: tuple[str, ...]
+) -> None:
+    # Staff blocked on the site, who may see the dashboard: their block is listed, with
+    # no Lift, and a Lift or an allow-listing of themselves posted by hand is refused.
+    Offenders().block(offender, 300)
+    client = account(django_user_model, "blocked", *perms)
+    page = client.get(reverse(BLOCKS)).content.decode()
+    assert ATTACKER in page and "rl-lift" not in page
+    detail = client.get(detail_url("ip", ATTACKER)).content.decode()
+    assert 'id="action-lift"' not in detail and 'id="action-allow"' not in detail
+    for fields in (
+        {"kind": "ip", "value": ATTACKER, "action": "lift", "back": "blocks"},
+        {"kind": "ip", "value": ATTACKER, "action": "allow", "seconds": "86400"},
+    ):
+        assert client.post(reverse(ACTION), fields).status_code == 403
+        assert client.post(reverse(ACTION), {**fields, "confirm": "on"}).status_code == 403
+    still = Controls(get_engine()).override(offender)
+    assert still is not None and still.state == "blocked"
+    assert not LogEntry.objects.exists()
