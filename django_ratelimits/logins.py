@@ -17,7 +17,8 @@ is never counted by the middleware. Instead:
   when the response ends (the middleware), or a minute after the look.
 * Django's ``user_login_failed`` signal charges the failed attempt: one engine
   call in check mode, for the request the signal carries, which turns its place into
-  its failure.
+  its failure. It refuses nothing, so sends no ``rate_limited``: a login is signalled
+  once, by its look, when that refuses it (or would, in shadow mode).
 * ``user_logged_in`` clears the counters of policies with ``reset_on_success``: the
   username's and the (IP, username) pair's, never the IP's.
 
@@ -183,10 +184,12 @@ def login_failed(
     sender: object, credentials: Mapping[str, Any], request: Any = None, **_: Any
 ) -> None:
     """``user_login_failed``: charge the failed attempt to the failed-login policies."""
-    # The attempt was counted once, as allowed, by the backend's look before the
-    # password: this charge is not a second decision for the metrics.
+    # The attempt was decided once, by the backend's look before the password: this
+    # charge is no second decision, for the metrics nor for ``rate_limited``. It refuses
+    # nothing (the password was checked, and failed): its denial, a failure over the
+    # limit, is no refusal; the look that would refuse the next login signals that one.
     tried = _tried_after_failure(request, credentials)
-    planned = _planned(current(), request, tried, observed=False)
+    planned = _planned(current(), request, tried, charge=True)
     if planned is None:
         return
     _warn_without_backend()
@@ -257,10 +260,12 @@ def _planned(
     registry: PolicyRegistry,
     request: Any,
     tried: object,
-    observed: bool = True,
+    *,
+    charge: bool = False,
 ) -> Planned | None:
     """The engine checks of the failed-login policies for a login that tries the username
-    ``tried``, None if none apply."""
+    ``tried``, None if none apply: of its look, or of its failure's ``charge`` (neither
+    counted in the metrics nor signalled)."""
     request = _http(request)
     if request is None:
         return None
@@ -270,7 +275,7 @@ def _planned(
     set_login_username(request, tried)
     name = login_username(request)
     behind = None if name is None else username_behind(name)
-    return Planned(request, specs, behind=behind, observed=observed)
+    return Planned(request, specs, behind=behind, observed=not charge, looks=charge)
 
 
 def _http(request: Any) -> HttpRequest | None:

@@ -774,3 +774,57 @@ def test_an_address_over_its_limit_is_refused_without_redis_whatever_username_it
     other = "203.0.113.51"
     assert [login("user20", ip=other).status_code for _ in range(3)] == [200] * 3
     assert refused(login("user20", ip=other))
+
+
+# --------------------------------------------------------------------------- rate_limited
+
+
+def heard(path: str, n: int = 6) -> list[tuple[int, list[bool]]]:
+    """Each of ``n`` failed logins' status, and the ``shadow`` of each ``rate_limited``
+    it sent."""
+    from django_ratelimits.signals import rate_limited
+
+    sent: list[bool] = []
+    rate_limited.connect(
+        lambda **kw: sent.append(kw["shadow"]), weak=False, dispatch_uid="t-login-signal"
+    )
+    out = []
+    try:
+        for _ in range(n):
+            status = login("alice", path=path).status_code
+            out.append((status, sent[:]))
+            sent.clear()
+    finally:
+        rate_limited.disconnect(dispatch_uid="t-login-signal")
+    return out
+
+
+@pytest.mark.parametrize("path", [LOGIN, "/async-login"])  # authenticate(), aauthenticate()
+@pytest.mark.parametrize("key", ["ip", "ip_and_username"])
+def test_rate_limited_is_sent_once_for_each_refused_login_never_for_a_failure(
+    site: Any, path: str, key: str
+) -> None:
+    policy(key=key)
+    wrong = 200 if path == LOGIN else 401
+    # The third failure reaches the limit: its charge refuses nothing, and says nothing.
+    assert heard(path) == [(wrong, [])] * 3 + [(429, [False])] * 3
+
+
+@pytest.mark.parametrize("path", [LOGIN, "/async-login"])
+def test_a_shadow_policy_sends_rate_limited_once_for_each_login_it_would_refuse(
+    site: Any, path: str
+) -> None:
+    # Its look before the password would have refused the 4th: once, not again when
+    # the failure that follows is charged.
+    policy(mode="shadow")
+    wrong = 200 if path == LOGIN else 401
+    assert heard(path) == [(wrong, [])] * 3 + [(wrong, [True])] * 3
+
+
+@pytest.mark.parametrize("mode", ["enforce", "shadow"])
+def test_without_the_backend_no_login_is_refused_and_no_rate_limited_says_so(
+    site: Any, mode: str
+) -> None:
+    policy(mode=mode)
+    with override_settings(AUTHENTICATION_BACKENDS=["django.contrib.auth.backends.ModelBackend"]):
+        assert heard(LOGIN) == [(200, [])] * 6  # counted, but nothing refuses (logged)
