@@ -3,7 +3,10 @@
 ``rate_limited``: a policy denied a request (also in shadow mode, with
 ``shadow=True``). Sent with ``request``, ``policy`` (a
 :class:`~django_ratelimits.policies.spec.PolicySpec`), ``result`` (the denying
-:class:`~django_ratelimits.engine.LimitResult`) and ``shadow``.
+:class:`~django_ratelimits.engine.LimitResult`) and ``shadow``. For a failed-login
+policy, once per login, by its look before the password (refused with 429, or in
+shadow mode would have been); the charge of a failure, which refuses nothing, sends
+none.
 
 ``backend_failed``: Redis could not decide a request. Sent with ``request``,
 ``error`` (a :class:`~django_ratelimits.engine.errors.BackendError`), ``policies``
