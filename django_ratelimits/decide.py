@@ -334,8 +334,9 @@ class Planned:
     counted already), the metrics observer hears of the call and the verdict; it hears
     of the breaker's state in any case. The policies named in ``soft`` refuse nothing when
     they deny (a view's ``@ratelimit(block=False)``): each is checked apart. ``looks``:
-    a look that counts and refuses nothing (a compat peek), whose denials send no
-    ``rate_limited`` (whether Redis or the cache of denials answers it).
+    a call that refuses nothing (a compat peek, or a failed login's charge, whose look
+    already refused or let the login through), whose denials send no ``rate_limited``
+    (whether Redis or the cache of denials answers it).
 
     Its signals are sent by :meth:`run` with ``Signal.send``, and by :meth:`arun` with
     ``Signal.asend`` once the verdict is made: on the event loop, ``send`` cannot run

@@ -174,7 +174,7 @@ def test_the_way_back_holds_through_the_async_stack(
     Offenders().block(Identity("ip", "127.0.0.1"), 300)
 
     async def visit() -> list[int]:
-        staff = AsyncClient(REMOTE_ADDR="127.0.0.1")
+        staff = AsyncClient()  # from 127.0.0.1, the address blocked
         await staff.aforce_login(admin_user)
         return [(await staff.get(reverse(BLOCKS))).status_code for _ in range(2)]
 
