@@ -35,7 +35,7 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 from django.http import Http404, HttpRequest
 from django.urls import URLResolver, get_resolver, resolve
-from django.urls.resolvers import RegexPattern, RoutePattern
+from django.urls.resolvers import LocalePrefixPattern, RegexPattern, RoutePattern
 from django.utils import translation
 from django.utils.translation import get_language, get_language_from_path
 
@@ -133,24 +133,37 @@ def _languages(urlconf: str) -> _Languages:
     return _Languages(matter, prefixed, default_prefixed, str(settings.LANGUAGE_CODE))
 
 
-def _depends_on_language(entries: Iterable[object]) -> bool:
+def _depends_on_language(entries: Iterable[object], *, prefixes: bool = True) -> bool:
     """Whether a route among ``entries`` (and the URLconfs they include) matches
-    according to the active language: a language prefix (``i18n_patterns``), a
-    translated route or regular expression (a lazy string), or a pattern class of
-    another kind, which may."""
+    according to the active language: a language prefix (``i18n_patterns``; unless
+    ``prefixes`` is false, when what lies under one is passed over: its prefix names
+    the language), a translated route or regular expression (a lazy string), or a
+    pattern class of another kind, which may."""
     for entry in entries:
         pattern = getattr(entry, "pattern", None)
         if isinstance(pattern, RoutePattern):  # Django keeps the text as given
             text: object = getattr(pattern, "_route", None)
         elif isinstance(pattern, RegexPattern):
             text = getattr(pattern, "_regex", None)
+        elif isinstance(pattern, LocalePrefixPattern) and not prefixes:
+            continue
         else:
             return True
         if not isinstance(text, str):
             return True
-        if isinstance(entry, URLResolver) and _depends_on_language(entry.url_patterns):
+        if isinstance(entry, URLResolver) and _depends_on_language(
+            entry.url_patterns, prefixes=prefixes
+        ):
             return True
     return False
+
+
+def translated_routes(urlconf: str) -> bool:
+    """Whether ``urlconf`` has routes that name other views in other languages
+    (``path(_("chat/"), ...)``) outside ``i18n_patterns`` (under it, the path's prefix
+    names the language): their resolve depends on the language ``LocaleMiddleware``
+    activates for the request (system check W016)."""
+    return _depends_on_language(get_resolver(urlconf).url_patterns, prefixes=False)
 
 
 def language_prefixed(urlconf: str | None = None) -> bool:

@@ -41,11 +41,13 @@ below them, and nothing imports them but ``apps.ready`` (which registers them).
 ``W015``                  a policy row's path pattern starts with a language prefix
                           (``^/en/login/``) on a site that serves pages under language
                           prefixes: it limits the page in that language alone
+``W016``                  ``LocaleMiddleware`` comes below ``RateLimitMiddleware`` and the
+                          URLconf has translated routes (resolved in a stale language)
 ``I001``                  ``REDIS`` sets a TLS option only redis-py's sync client takes:
                           async requests' checks run it in a worker thread
 ========================  =========================================================
 
-``setup`` holds E001 to E004, E007, E009, E012, W001, W006, W007 and I001; ``policies`` E005,
+``setup`` holds E001 to E004, E007, E009, E012, W001, W006, W007, W016 and I001; ``policies`` E005,
 E006, E008, W004, W013, W014 and W015 (with ``references``, the places code names a policy);
 ``redis_server`` W002, E011 and W003; ``logins`` W005; ``tiers`` W011;
 ``overrides`` W012; ``bans`` E010; ``kit`` E100.

@@ -2,7 +2,7 @@
 named almost like it), proxies, django-ratelimit settings that would be silently
 ignored, a metrics backend that is not installed, a response view that cannot be
 imported, a cache without socket timeouts, and TLS options that send async checks to a
-thread (E001 to E004, E007, E009, E012, W001, W006, W007, I001)."""
+thread (E001 to E004, E007, E009, E012, W001, W006, W007, W016, I001)."""
 
 from __future__ import annotations
 
@@ -21,9 +21,11 @@ from django_ratelimits.checks.common import TAG, valid_settings
 from django_ratelimits.conf import SETTING_NAME, InvalidSettings, RedisServer, get_settings
 from django_ratelimits.engine.aconnection import make_async_redis, sync_only
 from django_ratelimits.engine.connection import UnusableRedis, default_alias, get_redis
+from django_ratelimits.resolved import translated_routes
 
 RATELIMIT_MIDDLEWARE: Final = "django_ratelimits.middleware.RateLimitMiddleware"
 AUTH_MIDDLEWARE: Final = "django.contrib.auth.middleware.AuthenticationMiddleware"
+LOCALE_MIDDLEWARE: Final = "django.middleware.locale.LocaleMiddleware"
 
 
 def _position(middleware: Sequence[str], target: str) -> int | None:
@@ -63,7 +65,30 @@ def check_middleware(**kwargs: Any) -> list[CheckMessage]:
                 id="django_ratelimits.E001",
             )
         ]
+    locale = _position(middleware, LOCALE_MIDDLEWARE)
+    if locale is not None and ours < locale and _translated_routes():
+        return [
+            Warning(
+                "RateLimitMiddleware comes before LocaleMiddleware, and the URLconf has "
+                "translated routes: a path is resolved in the language the thread's "
+                "previous request left active, so a request may be counted under the "
+                "@ratelimit policies of another language's view, and a blocked admin "
+                "may miss the way back to admin.",
+                hint=f"Move {LOCALE_MIDDLEWARE!r} above {RATELIMIT_MIDDLEWARE!r} in "
+                "MIDDLEWARE (Django's docs place it after SessionMiddleware).",
+                id="django_ratelimits.W016",
+            )
+        ]
     return []
+
+
+def _translated_routes() -> bool:
+    """Whether the root URLconf has translated routes (False if it cannot be loaded:
+    Django's own checks say why)."""
+    try:
+        return translated_routes(settings.ROOT_URLCONF)
+    except Exception:
+        return False
 
 
 @register(TAG)

@@ -131,6 +131,36 @@ def test_without_authentication_middleware_the_order_is_not_judged() -> None:
     assert "django_ratelimits.W001" not in found
 
 
+LOCALE = "django.middleware.locale.LocaleMiddleware"
+
+
+@pytest.mark.parametrize(
+    ("urlconf", "order", "warned"),
+    [
+        # Translated routes: resolved in the language the thread's last request left
+        # active when LocaleMiddleware has not yet run.
+        ("tests.request.translated_urls", (AUTH, OURS, LOCALE), True),
+        ("tests.request.translated_urls", (LOCALE, AUTH, OURS), False),
+        # i18n_patterns alone: the path's prefix names the language, in either order.
+        ("tests.i18n_urls", (AUTH, OURS, LOCALE), False),
+        ("tests.request.prefixed_translated_urls", (AUTH, OURS, LOCALE), False),
+        ("tests.urls", (AUTH, OURS, LOCALE), False),
+    ],
+)
+def test_locale_middleware_below_ours_with_translated_routes_is_a_warning(
+    urlconf: str, order: tuple[str, ...], warned: bool
+) -> None:
+    with (
+        with_middleware(*order),
+        override_settings(ROOT_URLCONF=urlconf, DJANGO_RATELIMITS={"REDIS": DEAD_URL}),
+    ):
+        found = [m for m in messages() if m.id == "django_ratelimits.W016"]
+    assert bool(found) is warned
+    if warned:
+        assert not found[0].is_serious()
+        assert "LocaleMiddleware" in (found[0].hint or "")
+
+
 def test_a_missing_middleware_is_a_warning() -> None:
     with with_middleware(AUTH):
         found = [m for m in messages() if m.id == "django_ratelimits.W001"]
