@@ -11,9 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from django.utils.translation import gettext_noop
+__all__ = ["RateLimitsError", "RateParseError", "Reason", "ReasonError", "gettext_noop"]
 
-__all__ = ["RateLimitsError", "RateParseError", "Reason", "ReasonError"]
+
+def gettext_noop(message: str) -> str:
+    """``message`` as it is: marks it for ``makemessages`` (which finds the name), as
+    Django's ``gettext_noop`` does, without Django's, which reads ``settings.USE_I18N``
+    on every call: rates are parsed where no settings are configured (the engine on its
+    own, ``benchmarks.instructions``)."""
+    return message
+
 
 # How much of a rejected rate string an error message quotes.
 _QUOTE_MAX = 80

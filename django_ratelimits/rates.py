@@ -24,9 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, NoReturn
 
-from django.utils.translation import gettext_noop
-
-from django_ratelimits.errors import RateParseError, Reason
+from django_ratelimits.errors import RateParseError, Reason, gettext_noop
 
 __all__ = [
     "MAX_LIMIT",

@@ -20,9 +20,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Final
 
-from django.utils.translation import gettext_noop
-
-from django_ratelimits.errors import Reason, ReasonError
+from django_ratelimits.errors import Reason, ReasonError, gettext_noop
 from django_ratelimits.rates import Rate
 
 __all__ = [

@@ -19,12 +19,16 @@ from django_ratelimits.errors import RateLimitsError
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def fresh_python(code: str) -> str:
-    """Run ``code`` in a new interpreter with the test settings, Django not set up."""
+def fresh_python(code: str, *, settings: bool = True) -> str:
+    """Run ``code`` in a new interpreter with the test settings (or none), Django not
+    set up."""
+    env = {"PATH": "/usr/bin:/bin"}
+    if settings:
+        env["DJANGO_SETTINGS_MODULE"] = "tests.settings"
     done = subprocess.run(
         [sys.executable, "-c", code],
         cwd=ROOT,
-        env={"DJANGO_SETTINGS_MODULE": "tests.settings", "PATH": "/usr/bin:/bin"},
+        env=env,
         capture_output=True,
         text=True,
         check=False,
@@ -60,3 +64,20 @@ def test_every_public_error_is_the_one_its_layer_raises() -> None:
     assert exceptions.RateLimitsError is RateLimitsError
     for error in (exceptions.BackendError, exceptions.RateLimited, exceptions.RateParseError):
         assert issubclass(error, RateLimitsError)
+
+
+def test_rates_are_parsed_without_django_settings() -> None:
+    # The engine and the benchmarks parse rates where no settings are configured; the
+    # error reasons are marked for translation without asking Django's settings.
+    code = (
+        "from django_ratelimits.rates import parse_rates\n"
+        "from django_ratelimits.errors import RateParseError\n"
+        "print([r.period for r in parse_rates('10/s, 100/h')])\n"
+        "try:\n"
+        "    parse_rates('10/x')\n"
+        "except RateParseError as error:\n"
+        "    print(error)\n"
+    )
+    out = fresh_python(code, settings=False).splitlines()
+    assert out[0] == "[1, 3600]"
+    assert "unknown unit" in out[1]
