@@ -203,8 +203,10 @@ def user_pk(value: str, *, former: bool = False) -> str:
     number), before any username: of a user deleted since, the id is all that names it.
 
     A username that no user has is refused even with ``former``: it was never counted
-    (the limiter counts users by id). Where the primary key is text, any value is one;
-    there a name that never existed resolves to a ``user:`` that nothing counted.
+    (the limiter counts users by id). Where the primary key is text, any value is one:
+    there a live user's username names that user first (``user:alice``, whose id is
+    ``auth0|123``), a deleted user whose id is another's username cannot be named, and a
+    name that never existed resolves to a ``user:`` that nothing counted.
     """
     return find_user(value, former=former)[0]
 
@@ -221,13 +223,18 @@ def find_user(value: str, *, former: bool = False) -> tuple[str, bool]:
     except ValidationError:
         pk = None
     found = None if pk is None else manager.filter(pk=pk).values_list("pk", flat=True).first()
-    if found is None and former and pk is not None and _could_be(model._meta.pk, pk):
-        # An id no user has is the deleted user's, never another user's username: else
-        # forgetting user 42, deleted, would erase (and lift) the live user named "42".
+    deleted = former and pk is not None and _could_be(model._meta.pk, pk)
+    # An id no user has is the deleted user's, never another user's username: else
+    # forgetting user 42, deleted, would erase (and lift) the live user named "42". Not
+    # where the key is text: there every username is an id a user may have had, and
+    # taking it for one would say a live user named so is gone and act on nothing.
+    if found is None and deleted and not isinstance(pk, str):
         return str(pk), True
     if found is None:
         field = model.USERNAME_FIELD
         found = manager.filter(**{field: value}).values_list("pk", flat=True).first()
+    if found is None and deleted:
+        return str(pk), True
     if found is None:
         if former:
             message = gettext(

@@ -1,0 +1,137 @@
+"""The package under a project's own user model (run by ``test_user_models.py``, once per
+model of ``tests.custom_users``, in a pytest process of its own; skipped otherwise).
+
+Counting by user, naming users in the dashboard and the command, deleted users, staff
+and superuser exemptions, tiers and failed logins, with a UUID key, an e-mail login
+without permissions and a text key.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management import CommandError, call_command
+from django.test import RequestFactory
+
+from django_ratelimits.engine import Identity
+from django_ratelimits.identity import identities
+from django_ratelimits.models import Policy
+from django_ratelimits.offenders.identities import NoSuchIdentity, find_user, parse
+from django_ratelimits.offenders.users import users
+from django_ratelimits.policies import current, get_registry
+
+MODEL = settings.AUTH_USER_MODEL.rpartition(".")[2]
+pytestmark = [
+    pytest.mark.skipif(
+        not settings.AUTH_USER_MODEL.startswith("custom_users."),
+        reason="run by tests/custom_users/test_user_models.py under each user model",
+    ),
+    pytest.mark.django_db,
+]
+only = {
+    name: pytest.mark.skipif(name != MODEL, reason=f"{name} only")
+    for name in ("UUIDUser", "EmailUser", "CharPkUser")
+}
+
+
+def make(name: str, **fields: Any) -> Any:
+    """A user signing in as ``name`` (its e-mail address for EmailUser)."""
+    model: Any = get_user_model()
+    if MODEL == "EmailUser":
+        return model.objects.create_user(name, **fields)
+    if MODEL == "CharPkUser":
+        fields.setdefault("id", f"sub|{name}")
+    return model.objects.create_user(name, **fields)
+
+
+def run(*args: str) -> str:
+    out = io.StringIO()
+    call_command("ratelimits", *args, stdout=out)
+    return out.getvalue()
+
+
+def signed_in(user: Any) -> Any:
+    request = RequestFactory().get("/api/", REMOTE_ADDR="198.51.100.7")
+    request.user = user
+    return request
+
+
+def spec(key: str) -> Any:
+    Policy.objects.create(name=f"by-{key}", rates="5/m", key=key)
+    get_registry().refresh()
+    found = current().get(f"by-{key}")
+    assert found is not None
+    return found
+
+
+def test_a_user_is_counted_and_named_as_one_identity() -> None:
+    alice = make("alice@example.com" if MODEL == "EmailUser" else "alice")
+    counted = identities(signed_in(alice), spec("user"))
+    assert counted == [Identity("user", str(alice.pk))]
+    # Staff naming the user by id or by username name what the limiter counts.
+    assert find_user(str(alice.pk)) == (str(alice.pk), False)
+    assert find_user(alice.get_username()) == (str(alice.pk), False)
+    assert find_user(alice.get_username(), former=True) == (str(alice.pk), False)
+    found = users([f"user:{alice.pk}"])
+    assert found.names == {f"user:{alice.pk}": alice.get_username()} and not found.gone
+
+
+@only["UUIDUser"]
+def test_every_text_form_of_a_uuid_names_the_one_identity_counted() -> None:
+    alice = make("alice")
+    for text in (alice.pk.hex, str(alice.pk).upper(), f"{{{alice.pk}}}", alice.pk.urn):
+        assert parse(f"user:{text}") == Identity("user", str(alice.pk))
+    pk = alice.pk
+    alice.delete()
+    assert parse(f"user:{pk.hex.upper()}", former_users=True) == Identity("user", str(pk))
+    with pytest.raises(NoSuchIdentity):
+        parse("user:42", former_users=True)  # no UUID: no user, deleted or not
+
+
+STANDALONE = pytest.mark.parametrize("redis_client", ["standalone"], indirect=True)
+
+
+@only["CharPkUser"]
+@STANDALONE
+def test_a_live_user_named_by_username_is_not_taken_for_a_deleted_id(site_redis: Any) -> None:
+    """With a text key any value is an id a user may have had: a username a live user
+    has must still name that user (``show user:alice``), never a deleted ``alice``
+    that no one was counted as, said to be gone while alice's own data stays."""
+    alice = make("alice")
+    assert find_user("alice", former=True) == (str(alice.pk), False)
+    shown = json.loads(run("show", "user:alice", "--json"))
+    assert shown["identity"] == f"user:{alice.pk}" and shown["deleted_users"] == []
+
+
+@only["CharPkUser"]
+def test_a_deleted_text_id_is_still_named_by_its_id() -> None:
+    bob = make("bob")
+    pk = str(bob.pk)
+    bob.delete()
+    assert find_user(pk, former=True) == (pk, True)
+    with pytest.raises(NoSuchIdentity):
+        find_user(pk)
+    with pytest.raises(CommandError):
+        run("block", f"user:{pk}", "--for", "5m")
+
+
+@only["EmailUser"]
+def test_a_user_model_without_permissions_or_staff_is_never_exempt() -> None:
+    from django_ratelimits.decide import _exempt
+    from django_ratelimits.effective import _groups
+
+    alice = make("alice@example.com")
+    Policy.objects.create(
+        name="staffless", rates="5/m", key="user", exempt_staff=True, exempt_superusers=True
+    )
+    get_registry().refresh()
+    staffless = current().get("staffless")
+    assert staffless is not None
+    request = signed_in(alice)
+    assert not _exempt(request, staffless)
+    assert _groups(request, alice) == frozenset()
