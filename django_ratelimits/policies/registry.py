@@ -46,7 +46,8 @@ from typing import Final
 
 from asgiref.sync import sync_to_async
 from django.core.exceptions import ValidationError
-from django.db import DatabaseError, router, transaction
+from django.db import Error as DatabaseFailure
+from django.db import router, transaction
 
 from django_ratelimits.conf import get_settings
 from django_ratelimits.engine import Identity, Limit
@@ -154,6 +155,15 @@ class PolicyRegistry:
         self._declared: dict[str, PolicySpec] = {}
         self._unwritten: dict[str, PolicySpec] = {}
         self._refused_bans: dict[str, ValidationError] = {}
+        # Why the last refresh could not read the database, None once one could.
+        self.failure: str | None = None
+        self._loaded = False
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the policy rows were ever read: False while the database has been
+        unreachable since the process started (only code-declared defaults apply)."""
+        return self._loaded
 
     def is_stale(self) -> bool:
         """Whether ``POLICY_REFRESH`` seconds have passed since the last refresh. No I/O."""
@@ -172,21 +182,26 @@ class PolicyRegistry:
                 return
             try:
                 self._write_declared()
-            except DatabaseError as exc:  # e.g. a read-only database: still read policies
+            except DatabaseFailure as exc:  # e.g. a read-only database: still read policies
                 logger.error("could not create the rows of declared rate-limit policies: %s", exc)
             try:
                 stamp = PolicyVersion.current()
                 if stamp != self._stamp:
                     self._snapshot = self._load()
+                    self._loaded = True
                     blocklist = self._load_blocklist()
                     if blocklist is not None:  # else the next interval tries again
                         with self._blocklist_lock:
                             self._blocklist = blocklist
                         self._stamp = stamp
-            except DatabaseError as exc:
+                self.failure = None
+            except DatabaseFailure as exc:  # OperationalError, InterfaceError (a closed
+                # connection): any of them would otherwise be a 500 on every request
+                self.failure = f"{type(exc).__name__}: {exc}"
                 logger.error(
-                    "could not refresh rate-limit policies, keeping the %d loaded: %s",
+                    "could not refresh rate-limit policies, keeping the %d loaded%s: %s",
                     len(self._snapshot.ordered),
+                    "" if self.loaded else " (none: the database was never read)",
                     exc,
                 )
             finally:
@@ -346,7 +361,7 @@ class PolicyRegistry:
         try:
             query = BlockedNetwork.objects.filter(enabled=True)
             rows = list(query.values_list("pk", "network", "reason", "expires_at"))
-        except DatabaseError as exc:
+        except DatabaseFailure as exc:
             logger.error(
                 "could not load the blocked networks, keeping the %d loaded "
                 "(has manage.py migrate run?): %s",

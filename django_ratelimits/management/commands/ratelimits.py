@@ -97,7 +97,7 @@ from django_ratelimits.offenders import (
     users,
 )
 from django_ratelimits.offenders.text import parse_span, span
-from django_ratelimits.policies import current
+from django_ratelimits.policies import PolicyRegistry, current
 
 Report = tuple[Data, str]
 
@@ -434,6 +434,7 @@ def status(options: dict[str, Any]) -> Report:
     nodes = _nodes(engine)
     memory = memory_of(engine.client)
     topology = _topology(engine)
+    registry = current()
     indexed: int | None = None  # a cluster node asked as standalone: MOVED for most shards
     if topology != MISCONFIGURED_CLUSTER:
         pipe = engine.client.pipeline(transaction=False)
@@ -448,7 +449,9 @@ def status(options: dict[str, Any]) -> Report:
         "enabled": config.enabled,
         "key_prefix": config.key_prefix,
         "shards": engine.keys.shards,
-        "policies": len(current().all()),
+        "policies": len(registry.all()),
+        "policies_loaded": registry.loaded,
+        "database_error": registry.failure,
         "offenders_indexed": indexed,
         "breaker_open": breaker.is_open,
         "metrics": config.metrics,
@@ -471,7 +474,7 @@ def status(options: dict[str, Any]) -> Report:
             *node_lines,
             *([MISCONFIGURED_TEXT] if topology == MISCONFIGURED_CLUSTER else []),
             f"keys: prefix {config.key_prefix!r}, {engine.keys.shards} shards",
-            f"enabled policies: {data['policies']}",
+            f"enabled policies: {_policies_line(registry)}",
             f"offender index: {index}",
             f"circuit breaker: {'open' if breaker.is_open else 'closed'} "
             "(in this process; every worker keeps its own)",
@@ -481,6 +484,21 @@ def status(options: dict[str, Any]) -> Report:
         ]
     )
     return data, text
+
+
+def _policies_line(registry: PolicyRegistry) -> str:
+    """How many policies apply, and whether the database could be read for them."""
+    count = len(registry.all())
+    if registry.failure is None:
+        return str(count)
+    if not registry.loaded:
+        return (
+            f"{count} (code defaults only: the database could not be read, "
+            f"{registry.failure}; database policies and blocked networks do not apply)"
+        )
+    return (
+        f"{count} (kept from an earlier read: the database could not be read, {registry.failure})"
+    )
 
 
 SUBCOMMANDS: dict[str, Callable[[dict[str, Any]], Report]] = {
