@@ -10,11 +10,14 @@ request could be counted as is refused (400, with the reason).
 
 from __future__ import annotations
 
+import logging
 from typing import cast
 
 from django.contrib import messages
 from django.contrib.admin import AdminSite
 from django.contrib.admin.models import ADDITION, CHANGE, DELETION, LogEntry
+from django.db import Error as DatabaseError
+from django.db import router, transaction
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
@@ -45,6 +48,8 @@ from django_ratelimits.offenders import (
 )
 from django_ratelimits.policies.labels import kind_label
 from django_ratelimits.policies.registry import current
+
+logger = logging.getLogger("django_ratelimits")
 
 # How admin's "Recent actions" marks each action: an override is added or deleted.
 _FLAGS = {
@@ -106,8 +111,17 @@ def offender_action(request: HttpRequest, site: AdminSite) -> HttpResponse:
             % {"identity": label(operation.identity)},
         )
         return HttpResponseRedirect(back)
-    log(cast(int, request.user.pk), operation)
     messages.success(request, operation.describe())
+    try:  # in a savepoint: under ATOMIC_REQUESTS the request's transaction stays usable
+        with transaction.atomic(using=router.db_for_write(LogEntry)):
+            log(cast(int, request.user.pk), operation)
+    except DatabaseError as exc:  # done in Redis all the same: say so, not a 500
+        logger.error("could not write a dashboard action to admin's history: %s", exc)
+        messages.warning(
+            request,
+            gettext("It was not written to admin's history: the database failed: %(error)s")
+            % {"error": exc},
+        )
     if idle:
         messages.warning(request, idle_warning(operation.identity.kind))
     return HttpResponseRedirect(back)
