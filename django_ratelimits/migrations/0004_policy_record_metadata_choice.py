@@ -21,15 +21,20 @@ CHOICES = [
 
 
 def to_choice(apps, schema_editor):
-    policy = apps.get_model("django_ratelimits", "Policy")
-    policy.objects.filter(record_metadata=True).update(record_who="every")
-    policy.objects.filter(record_metadata=False).update(record_who="denials")
+    # On the database being migrated (migrate --database), not the default one.
+    policies = apps.get_model("django_ratelimits", "Policy").objects.using(
+        schema_editor.connection.alias
+    )
+    policies.filter(record_metadata=True).update(record_who="every")
+    policies.filter(record_metadata=False).update(record_who="denials")
 
 
 def to_boolean(apps, schema_editor):
-    policy = apps.get_model("django_ratelimits", "Policy")
-    policy.objects.update(record_metadata=False)
-    policy.objects.filter(record_who="every").update(record_metadata=True)
+    policies = apps.get_model("django_ratelimits", "Policy").objects.using(
+        schema_editor.connection.alias
+    )
+    policies.update(record_metadata=False)
+    policies.filter(record_who="every").update(record_metadata=True)
 
 
 class Migration(migrations.Migration):

@@ -10,7 +10,8 @@ def clear_reset_by_ip(apps, schema_editor):
     alone, reset on success means nothing, and admin refuses it. Cleared, so that the
     row says what the limiter does and its next edit is not refused for it."""
     Policy = apps.get_model("django_ratelimits", "Policy")
-    Policy.objects.filter(reset_on_success=True, key="ip").update(reset_on_success=False)
+    policies = Policy.objects.using(schema_editor.connection.alias)  # migrate --database
+    policies.filter(reset_on_success=True, key="ip").update(reset_on_success=False)
 
 
 class Migration(migrations.Migration):
