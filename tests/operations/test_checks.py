@@ -139,8 +139,8 @@ LOCALE = "django.middleware.locale.LocaleMiddleware"
     [
         # Translated routes: resolved in the language the thread's last request left
         # active when LocaleMiddleware has not yet run.
-        ("tests.request.translated_urls", (AUTH, OURS, LOCALE), True),
-        ("tests.request.translated_urls", (LOCALE, AUTH, OURS), False),
+        ("tests.request.translated_plain_urls", (AUTH, OURS, LOCALE), True),
+        ("tests.request.translated_plain_urls", (LOCALE, AUTH, OURS), False),
         # i18n_patterns alone: the path's prefix names the language, in either order.
         ("tests.i18n_urls", (AUTH, OURS, LOCALE), False),
         ("tests.request.prefixed_translated_urls", (AUTH, OURS, LOCALE), False),

@@ -13,15 +13,9 @@ from __future__ import annotations
 from django.contrib import admin
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, URLResolver, path
-from django.utils.functional import lazy
-from django.utils.translation import get_language
 
 from django_ratelimits.decorators import ratelimit
-
-
-def translated(english: str, **others: str) -> str:
-    """``english``, or its translation in the active language."""
-    return lazy(lambda: others.get(get_language() or "", english), str)()
+from tests.request.translated_plain_urls import translated
 
 
 @ratelimit("chat", rate="2/h", key="ip")
