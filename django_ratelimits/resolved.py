@@ -48,7 +48,6 @@ __all__ = [
     "LanguageInPattern",
     "Resolved",
     "language_in_pattern",
-    "language_prefixed",
     "resolved",
     "resolving_language",
     "unprefixed",
@@ -166,13 +165,6 @@ def translated_routes(urlconf: str) -> bool:
     return _depends_on_language(get_resolver(urlconf).url_patterns, prefixes=False)
 
 
-def language_prefixed(urlconf: str | None = None) -> bool:
-    """Whether ``urlconf`` (the root URLconf by default) serves pages under language
-    prefixes: ``i18n_patterns`` at its root, as Django's ``LocaleMiddleware`` asks (its
-    answer is cached per URLconf)."""
-    return is_language_prefix_patterns_used(urlconf or settings.ROOT_URLCONF)[0]
-
-
 def unprefixed(request: HttpRequest) -> str | None:
     """``request``'s path without its language prefix (``/login/`` for ``/fr/login/``)
     when its URLconf serves pages under language prefixes; None when it does not, or
@@ -181,16 +173,16 @@ def unprefixed(request: HttpRequest) -> str | None:
     Django routes ``/fr/login/`` to the view of ``login/`` (``LocalePrefixPattern``),
     so a path pattern written for the page must be searched in ``/login/`` too."""
     urlconf = getattr(request, "urlconf", None)
-    if not (_root_prefixed() if urlconf is None else language_prefixed(urlconf)):
+    if not (_root() if urlconf is None else _languages(urlconf)).prefixed:
         return None
     return without_language(request.path_info)
 
 
 @functools.cache
-def _root_prefixed() -> bool:
-    """:func:`language_prefixed` for the root URLconf, without reading a setting (each
-    costs about 0.4 µs): a site that uses no ``i18n_patterns`` pays a cached call."""
-    return language_prefixed(settings.ROOT_URLCONF)
+def _root() -> _Languages:
+    """:func:`_languages` of the root URLconf, without reading a setting (each costs
+    about 0.4 µs): a site that uses no ``i18n_patterns`` pays a cached call."""
+    return _languages(settings.ROOT_URLCONF)
 
 
 def without_language(path: str) -> str | None:
@@ -235,7 +227,7 @@ def language_in_pattern(pattern: str) -> LanguageInPattern | None:
     that starts with a language."""
     prefix = literal_prefix(pattern) if pattern else ""
     end = prefix.find("/", 1)
-    if end < 0 or without_language(prefix) is None or not _root_prefixed():
+    if end < 0 or without_language(prefix) is None or not _root().prefixed:
         return None
     language = prefix[: end + 1]
     anchor = "^" if pattern.startswith("^") else "\\A"
@@ -271,14 +263,12 @@ def _resolve(urlconf: str, language: str, path: str) -> Resolved:
 
 @receiver(setting_changed)
 def _forget_views(*, setting: str, **kwargs: object) -> None:
-    if setting == "ROOT_URLCONF":
+    if setting == "ROOT_URLCONF" or setting in _LANGUAGE_SETTINGS:
         _resolve.cache_clear()
-        _root_prefixed.cache_clear()
         _languages.cache_clear()
-    elif setting in _LANGUAGE_SETTINGS:
+        _root.cache_clear()
+    if setting in _LANGUAGE_SETTINGS:
         _named_language.cache_clear()
-        _resolve.cache_clear()
-        _languages.cache_clear()
 
 
 _LANGUAGE_SETTINGS: Final = frozenset({"LANGUAGES", "LANGUAGE_CODE", "LOCALE_PATHS", "USE_I18N"})

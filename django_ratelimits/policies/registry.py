@@ -77,6 +77,12 @@ _NEVER: Final = object()
 _METHODS_MAX = 16
 
 
+def _order(spec: PolicySpec) -> tuple[int, str]:
+    """Policies are evaluated (and reported in headers) highest priority first, then by
+    name."""
+    return -spec.priority, spec.name
+
+
 class _Snapshot:
     """The enabled policies of one load, in order, with their path index."""
 
@@ -86,7 +92,7 @@ class _Snapshot:
         row_names: frozenset[str],
         overrides: OverrideTable | None = None,
     ) -> None:
-        self.ordered = tuple(sorted(specs, key=lambda spec: (-spec.priority, spec.name)))
+        self.ordered = tuple(sorted(specs, key=_order))
         self.overrides = overrides or OverrideTable((), ())
         self.by_name: Mapping[str, PolicySpec] = {spec.name: spec for spec in self.ordered}
         # Names that a row decides (enabled and compiled, or disabled): declared
@@ -116,7 +122,7 @@ class _Snapshot:
         extra = [spec for spec in more if spec.name not in seen]
         if not extra:
             return found
-        return tuple(sorted((*found, *extra), key=lambda spec: (-spec.priority, spec.name)))
+        return tuple(sorted((*found, *extra), key=_order))
 
     def match(self, path: str, method: str) -> tuple[PolicySpec, ...]:
         index = self._indexes.get(method)
@@ -217,11 +223,9 @@ class PolicyRegistry:
         pages under one (:func:`~django_ratelimits.resolved.unprefixed`): a policy
         matches when its pattern matches either, and is listed once."""
         snapshot, method = self._snapshot, method.upper()
-        if unprefixed is None:  # the common case first, with no call more than that
-            if len(path) > CACHE_PATH_MAX:
-                return snapshot.match(path, method)
-            return snapshot.cached_match(path, method)
         found = snapshot.answer(path, method)
+        if unprefixed is None:
+            return found
         more = snapshot.answer(unprefixed, method)
         return snapshot.either(found, more) if found and more else found or more
 
