@@ -303,7 +303,8 @@ end
 -- of what the fields need, then the sliding logs.
 local function commit(state_key, writes, nw, live, horizon, logs, wide)
   if nw > 0 then
-    local extend = (tonumber(horizon) or 0) < now_ms + ceil(live / 1000)
+    -- (Whole ms on both sides: below now_ms + live / 1000 is below its ceiling.)
+    local extend = (tonumber(horizon) or 0) < now_ms + live / 1000
     local ttl
     if extend then
       ttl = ceil(live / 1000 + max(live / 4000, TTL_SLACK_MS)) + 1
@@ -371,11 +372,9 @@ end
 -- shadow group of one identity): "<head>|<ms>|<outcome>|<policy>=<A, D or S>,..."
 -- (engine/hits.py), the head the first group's. The entry's outcome is the worst of
 -- its policies': 'D' denied by an enforced policy, 'S' only a shadow policy would
--- have denied, 'A' allowed. A block names itself ('!blocked').
+-- have denied, 'A' allowed. A block names itself ('!blocked'). Called (check) only if
+-- an entry may be written: some group was denied, or one records every hit.
 local function push_hits()
-  if pending == 0 or (denied == 0 and not pending_every) then
-    return
-  end
   local stamp = fmt(now_ms) -- one time for the call's entries
   for p = 0, pending - 1, PENDING_STRIDE do
     local state_key = PENDING[p + 1]
@@ -510,13 +509,13 @@ end
 -- only if none of those that refuse the request was refused: soft limits count the
 -- requests that go on.
 local function run_group(KEYS, ARGV, a, k, n)
-  local set, info = limits_of(ARGV[a]), ARGV[a + 1]
+  local set, info = SETS.items[ARGV[a]] or limits_of(ARGV[a]), ARGV[a + 1]
   local state_key = KEYS[k]
   -- The horizon, the override and every limit held in the HASH: one HMGET.
   local values = set.wide and batched('HMGET', state_key, set.fields, #set.fields, true)
     or rcall('HMGET', state_key, unpack(set.fields))
   local override, override_until = nil, 0
-  if set.overrides then
+  if set.overrides and values[2] then
     override, override_until = override_of(values[2])
   end
   -- Failed logins in flight, which the limits count beside the request (attempts.lua).
@@ -558,7 +557,9 @@ local function run_group(KEYS, ARGV, a, k, n)
       end
       if allowed then
         WRITES[nw + 1], WRITES[nw + 2], nw = l[6], new, nw + 2
-        live = max(live, lives)
+        if lives > live then
+          live = lives
+        end
       end
     end
     OUT[n + 1] = allowed and 1 or (override == 'b' and 2 or (waited and 3 or 0))
@@ -613,7 +614,7 @@ end
 -- Where the group at ARGV[a], KEYS[k] ends, without deciding it. A charge gives back
 -- the place a login's look took in a group it skips (attempts.lua).
 local function skip_group(KEYS, ARGV, a, k)
-  local set = limits_of(ARGV[a])
+  local set = SETS.items[ARGV[a]] or limits_of(ARGV[a])
   if set.reserves and charge and request_id then
     rcall('ZREM', KEYS[k + set.width - 1], request_id)
   end
@@ -663,7 +664,9 @@ end
 -- and 0 are 2 and 1 without the fallback: the call's own group of the IP already
 -- counts every limit it would, so a refused identity counts nowhere else.
 local function check(KEYS, ARGV)
-  bind()
+  if not rcall then
+    bind()
+  end
   local a = 2
   if sbyte(ARGV[1], 1) <= 57 then -- a digit: a test clock's time, then the settings
     now, a = ARGV[1] + 0, 3
@@ -674,7 +677,7 @@ local function check(KEYS, ARGV)
     now = t[1] * 1000000 + t[2]
     TTL_EXTRA_MS = 0
   end
-  local conf = settings_of(ARGV[a - 1])
+  local conf = SETTINGS.items[ARGV[a - 1]] or settings_of(ARGV[a - 1])
   charge, cost, meta_cap, meta_ttl, retention, index_cap =
     conf[1], conf[2], conf[3], conf[4], conf[5], conf[6]
   now_ms = floor(now / 1000)
@@ -714,13 +717,17 @@ local function check(KEYS, ARGV)
       end
     end
   end
-  record_denials()
-  push_hits()
+  if denied > 0 then
+    record_denials()
+  end
+  if pending > 0 and (denied > 0 or pending_every) then
+    push_hits()
+  end
   if placing > 0 then -- a login's look (attempts.lua)
     take_places(now)
   end
   if n <= UNPACK_MAX then
-    return spack(packing(n), unpack(OUT, 1, n))
+    return spack(PACKINGS[n] or packing(n), unpack(OUT, 1, n))
   end
   local parts = {}
   for i = 1, n, UNPACK_MAX do

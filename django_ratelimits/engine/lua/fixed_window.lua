@@ -16,7 +16,7 @@ function ALG.fw.peek(v, now, limit, window, capacity, cost)
   if n + cost <= limit then
     local after = n + cost
     return true, limit - after, 0, (after > 0) and window_end or 0,
-      (w_text or fmt(w)) .. ' ' .. fmt(after), window_end
+      (w_text or sformat('%d', w)) .. sformat(' %d', after), window_end
   end
   return false, max(0, limit - n), window_end, window_end
 end

@@ -64,6 +64,11 @@ local OVERRIDE = 'x'
 -- Set by check.lua: extra TTL while a test clock drives time (ms).
 local TTL_EXTRA_MS = 0
 
+-- fmt() is for the paths a check seldom takes: the algorithms' charges, which every
+-- allowed limit runs, call sformat themselves (one format for a value's numbers), and
+-- the driver looks its caches up before it calls their parsers. Each Lua call saved
+-- is about 350 instructions of Redis' CPU, each C call (math.max...) about 165
+-- (python -m benchmarks.instructions).
 local function fmt(n)
   return sformat('%d', n)
 end

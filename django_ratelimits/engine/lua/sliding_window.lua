@@ -192,10 +192,10 @@ function ALG.sw.peek(v, now, limit, window, capacity, cost, key, field)
       local value
       if last == b then
         r.count, r.append = r[t + 1] + cost, false
-        value = ssub(v, from, r[t + 2] - base - 1) .. fmt(b) .. ' ' .. fmt(r.count)
+        value = ssub(v, from, r[t + 2] - base - 1) .. sformat('%d %d', b, r.count)
       else
         r.b, r.count, r.append, r.at = b, cost, true, #v - from + 3 + nbase
-        value = ssub(v, from) .. ' ' .. fmt(b) .. ' ' .. fmt(cost)
+        value = ssub(v, from) .. sformat(' %d %d', b, cost)
       end
       -- A charge of 0 (a look) writes nothing, and a bucket of 0 would not be what a
       -- reading holds: no proposal, so that the same text written by hand is read anew.
@@ -225,7 +225,7 @@ function ALG.sw.peek(v, now, limit, window, capacity, cost, key, field)
     -- is out of order or a bucket lies ahead of `b` (the clock went back).
     local value
     if n == 0 then
-      value = fmt(b) .. ' ' .. fmt(cost)
+      value = sformat('%d %d', b, cost)
     elseif not rising or last > b then
       local parts, charged = {}, false
       for i = 1, n do
@@ -233,16 +233,16 @@ function ALG.sw.peek(v, now, limit, window, capacity, cost, key, field)
         if SW_IDX[i] == b then
           c, charged = c + cost, true
         end
-        parts[i] = fmt(SW_IDX[i]) .. ' ' .. fmt(c)
+        parts[i] = sformat('%d %d', SW_IDX[i], c)
       end
       if not charged then
-        parts[n + 1] = fmt(b) .. ' ' .. fmt(cost)
+        parts[n + 1] = sformat('%d %d', b, cost)
       end
       value = tconcat(parts, ' ')
     elseif last == b then
-      value = ssub(v, from, last_at - 1) .. fmt(b) .. ' ' .. fmt(SW_CNT[n] + cost)
+      value = ssub(v, from, last_at - 1) .. sformat('%d %d', b, SW_CNT[n] + cost)
     else
-      value = ssub(v, from, last_end) .. ' ' .. fmt(b) .. ' ' .. fmt(cost)
+      value = ssub(v, from, last_end) .. sformat(' %d %d', b, cost)
     end
     return true, limit - total - cost, 0, reset, value, (b + SW_BUCKETS + 1) * step - now
   end

@@ -48,7 +48,7 @@ function ALG.swc.peek(v, now, limit, window, capacity, cost)
   end
   if est + cost <= limit then
     return true, limit - est - cost, 0, reset_for(cur + cost),
-      (w_text or fmt(w)) .. ' ' .. fmt(cur + cost) .. ' ' .. prev_text, (w + 2) * window - now
+      (w_text or sformat('%d', w)) .. sformat(' %d ', cur + cost) .. prev_text, (w + 2) * window - now
   end
   local retry
   if cur + cost <= limit then

@@ -25,7 +25,7 @@ function ALG.tb.peek(v, now, limit, window, capacity, cost)
     local left = tokens - cost
     local full_in = ceil((capacity - left) * window / limit)
     return true, left > 0 and floor(left) or 0, 0, full_in,
-      fmt_float(left) .. ' ' .. fmt(stamp), full_in
+      sformat('%.17g %d', left, stamp), full_in
   end
   return false, tokens > 0 and floor(tokens) or 0, ceil((need - tokens) * window / limit),
     ceil((capacity - tokens) * window / limit)
