@@ -66,16 +66,17 @@ _Row = TypeVar("_Row", bound=models.Model)
 
 
 class StampedQuerySet(models.QuerySet[_Row]):
-    """``update()`` sends no ``post_save``, so it changes the version stamp itself.
+    """``update()`` sends no ``post_save``, so it changes the version stamp itself, on
+    the database it updated (``.using(alias)``'s, else the router's for writes).
 
     ``bulk_update()`` goes through ``update()``; ``bulk_create()`` and raw SQL
-    must call :meth:`PolicyVersion.bump` themselves.
+    must call :meth:`PolicyVersion.bump` themselves (with ``using=`` their database).
     """
 
     def update(self, **kwargs: Any) -> int:
         rows = super().update(**kwargs)
         if rows:
-            PolicyVersion.bump()
+            PolicyVersion.bump(using=self.db)  # update() made self a query for writes
         return rows
 
 
@@ -482,7 +483,9 @@ class PolicyVersion(models.Model):
     The stamp is random rather than a counter: a counter can come back to a
     value a worker has already seen (a restored backup, a rolled-back test
     transaction, a flushed table), a 62-bit random stamp practically cannot.
-    It changes in the same transaction as the edit.
+    It changes in the same transaction as the edit, on the database the edit
+    went to: a worker reads the stamp where the router reads policies from, so an
+    edit written with ``using=`` elsewhere is seen by the workers that read there.
     """
 
     stamp = models.BigIntegerField(_("stamp"), default=0)
@@ -493,10 +496,12 @@ class PolicyVersion(models.Model):
         default_permissions = ()
 
     @classmethod
-    def bump(cls) -> None:
+    def bump(cls, using: str | None = None) -> None:
+        """Change the stamp on database ``using`` (None: the router's for writes)."""
         stamp = secrets.randbits(62)
-        if not cls.objects.filter(pk=1).update(stamp=stamp):
-            cls.objects.update_or_create(pk=1, defaults={"stamp": stamp})
+        rows = cls.objects.using(using)
+        if not rows.filter(pk=1).update(stamp=stamp):
+            rows.update_or_create(pk=1, defaults={"stamp": stamp})
 
     @classmethod
     def current(cls) -> int | None:
@@ -801,8 +806,9 @@ STAMPED_MODELS = (Policy, BlockedNetwork, PolicyTier, RateOverride)
 every worker reloads within ``POLICY_REFRESH`` (the test kit's at the next request)."""
 
 
-def _policy_changed(**kwargs: Any) -> None:
-    PolicyVersion.bump()
+def _policy_changed(using: str, **kwargs: Any) -> None:
+    """post_save and post_delete: the stamp changes on the database written."""
+    PolicyVersion.bump(using=using)
 
 
 for _model in STAMPED_MODELS:

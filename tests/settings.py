@@ -14,7 +14,12 @@ SECRET_KEY = "django-ratelimits-tests-only-not-secret"
 DEBUG = False
 ALLOWED_HOSTS = ["testserver", "localhost", "127.0.0.1"]
 
-DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
+# "other" is created only for the tests that ask for it (pytest-django sets up the
+# databases the collected tests name): tests/policies/test_policy_version_database.py.
+DATABASES = {
+    "default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"},
+    "other": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"},
+}
 
 CACHES = {
     "default": {
