@@ -200,10 +200,10 @@ def behind(detail: OffenderDetail, names: Mapping[str, str], url_for: UrlFor) ->
 
 def who_view(who: str, count: int, names: Mapping[str, str], url_for: UrlFor) -> Who:
     """``who`` of hit entries, linked to its page when it names an identity whole: not
-    a username an entry could only hold cut (:func:`~.hits.named_identity`)."""
+    a username or a user's key an entry could only hold cut (:func:`~.hits.named_identity`)."""
     kind, _, value = who.partition(":")
     linkable = kind in IDENTITY_KIND_LABELS and value not in ("", "-")
-    if linkable and kind == "username":
+    if linkable and kind in ("username", "user"):
         linkable = named_identity(who)[1] is None
     url = url_for(Identity(kind, value)) if linkable else None
     return Who(who, count, display_name(who, names), url)

@@ -6,7 +6,11 @@ parses it. An entry reads ``<who>|<what>|<ms>|<outcome>|<policies>``:
 - ``who`` is the other identity behind the request: ``user:<pk>`` (``user:-``
   when anonymous) in an IP's list, or ``username:<name>`` for a login's username
   tried (failed-login policies; a name an entry cannot hold as it is is shown cut,
-  with its key's digest: :func:`username_behind`), ``ip:<address>`` in anyone else's;
+  with its key's digest: :func:`username_behind`), ``ip:<address>`` in anyone else's.
+  A text primary key may hold ``|``: :func:`user_behind` escapes it (``%7C``, and
+  ``%`` itself, ``…`` and anything unprintable), or writes a key too long for an
+  entry cut with its digest, and :func:`parse` reads the user back as the dashboard
+  labels them (``user:sub|alice``): two users are never written alike;
 - ``what`` is ``<method> <path>`` and may itself hold ``|``;
 - ``ms`` is the check's time in milliseconds;
 - ``outcome`` is ``D`` denied (by an enforced policy or a block), ``S`` only a
@@ -33,8 +37,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from urllib.parse import unquote
 
-from django_ratelimits.engine.keys import key_part, printable
+from django_ratelimits.engine.keys import key_part, label, printable
 from django_ratelimits.engine.limits import Identity
 
 ANONYMOUS = "user:-"
@@ -48,6 +53,11 @@ _NAME_SEPARATORS = re.compile(r"[|,=]")  # as the script replaces them in policy
 _USERNAME_SHOWN = 150
 _CUT = "\u2026"
 _DIGESTED = re.compile(_CUT + r" (~[A-Za-z0-9_-]{20})\Z")
+_CUT_KINDS = ("username", "user")  # the kinds an entry may name by a digest
+# What a user's key cannot hold as it is in an entry: the separator, the escape's own
+# mark and the mark of a value cut (anything unprintable too).
+_ESCAPED = re.compile("[%|" + _CUT + "]")
+_USER = "user:"
 
 
 @dataclass(frozen=True)
@@ -78,8 +88,26 @@ class Hit:
 
 
 def user_behind(pk: object | None) -> str:
-    """``user:<pk>`` for a signed-in user's primary key, :data:`ANONYMOUS` for ``None``."""
-    return ANONYMOUS if pk is None else _named("user", str(pk))
+    """``user:<pk>`` for a signed-in user's primary key, :data:`ANONYMOUS` for ``None``.
+
+    A text key an entry cannot hold as it is (with ``|``, ``%``, ``…`` or anything
+    unprintable) is written with those characters escaped (``%`` and the hex of their
+    UTF-8 bytes: ``user:sub%7Calice``), which :func:`parse` reads back; one of over 150
+    characters so written is cut to 150, with ``…``, a space and its key's digest, as
+    :func:`username_behind` writes a name. Two keys are never written alike, so the
+    dashboard never names one user for another's requests."""
+    if pk is None:
+        return ANONYMOUS
+    value = str(pk)
+    if len(value) <= _USERNAME_SHOWN and value.isprintable() and not _ESCAPED.search(value):
+        return _USER + value  # the usual case: an integer, a UUID, a plain text key
+    escaped = "".join(
+        ch
+        if ch.isprintable() and not _ESCAPED.match(ch)
+        else "".join(f"%{byte:02X}" for byte in ch.encode("utf-8", "surrogatepass"))
+        for ch in value
+    )
+    return _USER + escaped if len(escaped) <= _USERNAME_SHOWN else _cut("user", value)
 
 
 def username_behind(name: str) -> str:
@@ -90,19 +118,26 @@ def username_behind(name: str) -> str:
     such a value): an entry stays short whatever was typed, and still names one
     identity, whose keys erasure finds (:func:`named_identity`) and whose entries it
     drops (:func:`behind`), no other's."""
-    shown = printable(name, _USERNAME_SHOWN).replace("|", "/")
-    if shown == name and _CUT not in name:
+    if name == printable(name, _USERNAME_SHOWN) and "|" not in name and _CUT not in name:
         return f"username:{name}"
-    return f"username:{shown}{_CUT} {key_part(name)}"
+    return _cut("username", name)
+
+
+def _cut(kind: str, value: str) -> str:
+    """``value`` cut to 150 printable characters without ``|``, ``…``, a space and the
+    digest of its key: an entry names it whole by the digest (:func:`named_identity`)."""
+    shown = printable(value, _USERNAME_SHOWN).replace("|", "/")
+    return f"{kind}:{shown}{_CUT} {key_part(value)}"
 
 
 def named_identity(who: str) -> tuple[Identity, str | None]:
     """The identity a hit entry's ``who`` names, and the ident of its keys when the
-    entry holds a username cut (:func:`username_behind`: ``username:`` and the digest
-    at its end) rather than the value itself (``None``: the keys follow from the
-    identity)."""
+    entry holds a username or a user's key cut (:func:`username_behind`,
+    :func:`user_behind`: the digest at its end) rather than the value itself (``None``:
+    the keys follow from the identity). A user cut names no user by id: the dashboard
+    neither names nor links it (:func:`~django_ratelimits.offenders.users.users`)."""
     kind, _, value = who.partition(":")
-    digested = _DIGESTED.search(value) if kind == "username" else None
+    digested = _DIGESTED.search(value) if kind in _CUT_KINDS else None
     return Identity(kind, value), None if digested is None else f"{kind}:{digested[1]}"
 
 
@@ -116,6 +151,8 @@ def behind(identity: Identity) -> str:
     a username as :func:`username_behind` writes it): what erasure looks for."""
     if identity.kind == "username":
         return username_behind(identity.value)
+    if identity.kind == "user":
+        return user_behind(identity.value)
     return _named(identity.kind, identity.value)
 
 
@@ -154,4 +191,12 @@ def parse(entry: bytes) -> Hit | None:
         for name, _, status in (part.rpartition("=") for part in named.split(","))
         if name and status in _OUTCOMES
     )
-    return Hit(who, what, int(at), outcome, policies, address)
+    return Hit(_user_read(who), what, int(at), outcome, policies, address)
+
+
+def _user_read(who: str) -> str:
+    """``who`` as the dashboard labels the user an escaped key names (``user:sub|alice``
+    for ``user:sub%7Calice``, :func:`user_behind`); anyone else's as written."""
+    if not who.startswith(_USER) or "%" not in who or _CUT in who:
+        return who
+    return label(Identity("user", unquote(who[len(_USER) :], errors="surrogatepass")))

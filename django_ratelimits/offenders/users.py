@@ -14,7 +14,7 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db import DatabaseError
 
-from django_ratelimits.engine.hits import ANONYMOUS
+from django_ratelimits.engine.hits import ANONYMOUS, named_identity
 
 
 @dataclass(frozen=True)
@@ -29,12 +29,14 @@ class Users:
 
 def users(whos: Iterable[str]) -> Users:
     """The names of the ``user:<pk>`` identities among ``whos`` that name a user, and
-    those whose id no user has (one query; nothing at all when it fails)."""
+    those whose id no user has (one query; nothing at all when it fails). A key shown
+    cut, with its digest (a hit entry's, :func:`~django_ratelimits.engine.hits.user_behind`,
+    or a label's), is neither: it is no id, and may be another user's whole one."""
     model = get_user_model()
     pks: dict[str, Any] = {}
     for who in whos:
         kind, _, value = who.partition(":")
-        if kind == "user" and who != ANONYMOUS:
+        if kind == "user" and who != ANONYMOUS and named_identity(who)[1] is None:
             try:
                 pks[who] = model._meta.pk.to_python(value)
             except ValidationError:

@@ -19,6 +19,7 @@ from django.core.management import CommandError, call_command
 from django.test import RequestFactory
 
 from django_ratelimits.engine import Identity
+from django_ratelimits.engine.keys import key_part
 from django_ratelimits.identity import identities
 from django_ratelimits.models import Policy
 from django_ratelimits.offenders.identities import NoSuchIdentity, find_user, parse
@@ -135,3 +136,109 @@ def test_a_user_model_without_permissions_or_staff_is_never_exempt() -> None:
     request = signed_in(alice)
     assert not _exempt(request, staffless)
     assert _groups(request, alice) == frozenset()
+
+
+def behind_ip(client: Any, address: str) -> dict[str, tuple[str, str | None]]:
+    """The dashboard's page of ``ip:<address>``: each identity seen behind it, by its
+    ``who``, as the page names and links it."""
+    from django.urls import reverse
+
+    page = client.get(reverse("admin:django_ratelimits_offender"), {"kind": "ip", "value": address})
+    assert page.status_code == 200
+    return {who.who: (who.text, who.url) for who in page.context["behind"]}
+
+
+def requests_from(address: str, *people: Any) -> None:
+    from django.test import Client
+
+    Policy.objects.get_or_create(
+        name="office",
+        defaults={"rates": "100/m", "key": "ip", "path": "^/api/hello", "record_metadata": "every"},
+    )
+    get_registry().refresh()
+    for user in people:
+        client = Client(REMOTE_ADDR=address)
+        client.force_login(user)
+        assert client.get("/api/hello").status_code == 200
+
+
+def staff_client() -> Any:
+    from django.test import Client
+
+    client = Client()
+    client.force_login(make("boss", is_staff=True, is_superuser=True))
+    return client
+
+
+def user_page(user: Any) -> str:
+    from urllib.parse import urlencode
+
+    from django.urls import reverse
+
+    query = urlencode({"kind": "user", "value": str(user.pk)})
+    return f"{reverse('admin:django_ratelimits_offender')}?{query}"
+
+
+@only["CharPkUser"]
+@STANDALONE
+def test_a_live_user_whose_id_holds_a_bar_is_named_behind_an_ip(site_redis: Any) -> None:
+    """Hit entries are ``|``-separated: alice's id ``sub|alice`` was written
+    ``user:sub/alice``, which the page of her IP called a user that no longer exists."""
+    alice = make("alice")
+    requests_from("198.51.100.21", alice)
+    shown = behind_ip(staff_client(), "198.51.100.21")
+    assert shown == {"user:sub|alice": ("alice (user sub|alice)", user_page(alice))}
+
+
+BARS = "|" * 64  # an id no entry can hold whole: written cut, with its key's digest
+
+
+@only["CharPkUser"]
+@STANDALONE
+@pytest.mark.parametrize(
+    ("offender_id", "other_id"),
+    [
+        ("sub|bob", "sub/bob"),  # the bar an entry cannot hold, as it was replaced
+        ("sub%7Cbob", "sub|bob"),  # an escape written out by hand
+        ("sub%257Cbob", "sub%7Cbob"),  # and an escaped escape
+        (BARS, "/" * 64 + "\u2026 " + key_part(BARS)),  # the form the entry cuts it to
+    ],
+)
+def test_an_id_chosen_to_read_as_another_users_never_names_that_user(
+    site_redis: Any, offender_id: str, other_id: str
+) -> None:
+    """A user's requests behind an address are theirs on its page, whatever their id:
+    never those of a user whose id theirs is written as, nor of a user said gone."""
+    offender = make("offender", id=offender_id)
+    make("other", id=other_id)
+    requests_from("198.51.100.22", offender)
+    ((text, url),) = behind_ip(staff_client(), "198.51.100.22").values()
+    assert "other" not in text and "no longer exists" not in text
+    if offender_id != BARS:
+        assert (text, url) == (f"offender (user {offender_id})", user_page(offender))
+    else:  # named by a digest: shown as written, linked nowhere
+        assert url is None
+
+
+@only["CharPkUser"]
+@STANDALONE
+def test_forgetting_an_address_reaches_the_list_of_a_user_whose_id_holds_a_bar(
+    site_redis: Any,
+) -> None:
+    """Forget finds the lists of those an address's entries name: alice's (``sub|alice``)
+    was looked for under ``sub/alice``, and kept the forgotten address."""
+    from django_ratelimits.engine import get_engine
+    from django_ratelimits.engine.offenders import OffenderReader
+
+    alice = make("alice")
+    Policy.objects.create(
+        name="both", rates="100/m", key="ip_and_user", path="^/api/hello", record_metadata="every"
+    )
+    requests_from("198.51.100.23", alice)
+    reader, her = OffenderReader(get_engine()), Identity("user", str(alice.pk))
+    assert [hit.who for hit in reader.detail(her).hits] == ["ip:198.51.100.23"]
+    run("forget", "ip:198.51.100.23")
+    assert reader.detail(her).hits == ()
+    requests_from("198.51.100.24", alice)
+    run("forget", f"user:{alice.pk}")
+    assert reader.detail(Identity("ip", "198.51.100.24")).hits == ()

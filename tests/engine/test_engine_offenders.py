@@ -267,7 +267,7 @@ def test_a_hit_entry_the_script_stores_parses_back_to_what_the_limiter_sent(
     assert OffenderReader(engine).detail(ip).hits == (
         Hit(ANONYMOUS, "POST /login", now_ms + 2, "D", (("login", "D"),)),
         Hit(ANONYMOUS, "POST /login", now_ms + 1, "A", (("login", "A"),)),
-        Hit("user:7/8", f"GE|T {path}", now_ms, "A", (("login", "A"),)),
+        Hit("user:7|8", f"GE|T {path}", now_ms, "A", (("login", "A"),)),
     )
     (long,) = OffenderReader(engine).detail(user).hits
     assert long.who == "ip:2001:db8::/64" and long.allowed

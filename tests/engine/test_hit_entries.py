@@ -1,0 +1,80 @@
+"""The user behind a hit entry: written so that it reads back as that user, and no other.
+
+Entries are ``|``-separated (``engine/hits.py``); a user's id is any text under a text
+primary key (``sub|alice``, an identity provider's subject). What the script stores is
+checked against what was sent in ``test_engine_offenders.py``; here, what the limiter
+sends (:func:`user_behind`, cut and made printable as the engine cuts a head,
+:func:`full_entry`) against what the readers take from it (:func:`parse`,
+:func:`named_identity`, :func:`behind` for erasure).
+"""
+
+from __future__ import annotations
+
+import re
+
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from django_ratelimits.engine import Identity
+from django_ratelimits.engine.hits import (
+    ANONYMOUS,
+    behind,
+    entry_head,
+    full_entry,
+    named_identity,
+    parse,
+    user_behind,
+)
+from django_ratelimits.engine.keys import ident, label
+
+# Ids an entry holds as they are, and the characters that have to be written otherwise.
+HARD = st.text(alphabet=st.sampled_from("ab|/%7C\u2026 ~\x00\n\u00e9"), max_size=80)
+IDS = st.one_of(HARD, st.text(max_size=300))
+LOOKS_CUT = re.compile("\u2026 ~[A-Za-z0-9_-]{20}\\Z")
+
+
+def who_read(pk: str) -> str:
+    """The ``who`` the dashboard reads of a request by user ``pk``."""
+    entry = full_entry(entry_head(user_behind(pk), "GET", "/x|y"), 1, "A", {"p": "A"})
+    hit = parse(entry.encode())
+    assert hit is not None and hit.what == "GET /x|y"
+    return hit.who
+
+
+def test_ids_an_entry_holds_as_they_are_are_written_so() -> None:
+    for pk in ("42", "sub:alice", "alice@example.com", "9b2e7c1e-0f3a-4c1e-8d39-1f6c1b2a3c4d"):
+        assert user_behind(pk) == f"user:{pk}" == who_read(pk)
+    assert user_behind(None) == ANONYMOUS
+
+
+@given(IDS)
+@example("sub|alice")
+@example("sub%7Calice")
+@example("|" * 64)
+@example("a\u2026 ~" + "A" * 20)
+def test_a_user_read_from_an_entry_is_the_user_who_made_the_request(pk: str) -> None:
+    """Read back, a user is named as the dashboard labels them (``user:sub|alice``), or,
+    for an id no entry holds whole (too long), by a cut form whose digest is the user's
+    keys' and which names no user by id."""
+    who = who_read(pk)
+    identity, digest = named_identity(who)
+    if digest is None:
+        assert who == label(Identity("user", pk))
+        assert identity == Identity("user", pk)
+    elif not LOOKS_CUT.search(pk):
+        assert digest == ident(Identity("user", pk))
+    # else a key that itself ends as a cut one does (``… ~`` and 20 characters) reads as
+    # one: named by no user, linked nowhere (the dashboard never names another user).
+    # Erasure finds the entries that name the user by what the limiter writes.
+    assert behind(Identity("user", pk)) == user_behind(pk)
+
+
+@given(IDS, IDS)
+@example("sub|bob", "sub/bob")
+@example("sub%7Cbob", "sub|bob")
+@example("sub%257Cbob", "sub%7Cbob")
+def test_two_users_are_never_read_as_one(pk: str, other: str) -> None:
+    """Before, ``sub|bob`` was written ``user:sub/bob``: the id of another user."""
+    if pk != other:
+        assert user_behind(pk) != user_behind(other)
+        assert who_read(pk) != who_read(other)
