@@ -60,6 +60,7 @@ from django_ratelimits.engine.errors import BackendError
 from django_ratelimits.engine.hits import entry_head, ip_behind, user_behind
 from django_ratelimits.engine.keys import label
 from django_ratelimits.errors import RateLimitsError
+from django_ratelimits.frozen import quick_init
 from django_ratelimits.identity import client_address, client_ip, identities, ip_identity
 from django_ratelimits.policies.registry import PolicyRegistry, acurrent, current, get_registry
 from django_ratelimits.policies.spec import KeyKind, PolicySpec, Recording, gated
@@ -80,6 +81,7 @@ __all__ = [
 logger = logging.getLogger("django_ratelimits")
 
 
+@quick_init
 @dataclass(frozen=True)
 class Verdict:
     """What the limiter decided for one request (``request.ratelimit``).

@@ -6,8 +6,10 @@ from dataclasses import dataclass
 
 from django_ratelimits.engine.concurrency import Held
 from django_ratelimits.engine.limits import Identity, Limit
+from django_ratelimits.frozen import quick_init
 
 
+@quick_init
 @dataclass(frozen=True)
 class LimitResult:
     """The outcome of one limit for one identity.
@@ -43,6 +45,7 @@ class LimitResult:
         return self.reset_after_us / 1_000_000
 
 
+@quick_init
 @dataclass(frozen=True)
 class Decision:
     """Everything one engine call decided, and Redis' time when it decided.

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from functools import cached_property
 
+from django_ratelimits.frozen import quick_init
 from django_ratelimits.rates import Rate
 
 # GCRA keeps interval * capacity in a Lua double: it must stay exact.
@@ -132,6 +133,7 @@ class Ban:
         )
 
 
+@quick_init
 @dataclass(frozen=True)
 class Identity:
     """Who is counted: a kind (``ip``, ``user``, ``header``...) and a value.
@@ -245,6 +247,7 @@ class Limit:
         return self.algorithm is Algorithm.CONCURRENCY
 
 
+@quick_init
 @dataclass(frozen=True)
 class Gate:
     """A budget of client-chosen identities per client address.
@@ -260,6 +263,7 @@ class Gate:
     budget: Rate
 
 
+@quick_init
 @dataclass(frozen=True)
 class Check:
     """The limits to apply to one identity, decided all or nothing.
