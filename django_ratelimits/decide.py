@@ -133,6 +133,8 @@ class Verdict:
 
     def limits_of(self, policy: PolicySpec) -> tuple[Limit, ...]:
         """The limits ``policy`` was checked against for this request."""
+        if not self.effective:  # every policy was checked under its own limits
+            return policy.limits
         return next((lim for name, lim in self.effective if name == policy.name), policy.limits)
 
     def policy(self, name: str) -> PolicySpec:
@@ -172,6 +174,9 @@ class Verdict:
 
     def blocked(self, names: Iterable[str] | None = None) -> bool:
         """Whether the request must be refused (for the policies ``names``)."""
+        decision = self.decision
+        if not self.unanswered and (decision is None or decision.allowed):
+            return False  # nothing denied, nothing failed: whatever ``names`` are
         names = None if names is None else set(names)
         return bool(self.blocking(names)) or self.failed_closed(names)
 

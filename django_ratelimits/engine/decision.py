@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 
 from django_ratelimits.engine.concurrency import Held
 from django_ratelimits.engine.limits import Identity, Limit
@@ -61,7 +62,7 @@ class Decision:
 
     @property
     def allowed(self) -> bool:
-        return all(r.allowed for r in self.results)
+        return all(map(_ALLOWED, self.results))  # no generator: asked 3 times a request
 
     @property
     def denied(self) -> tuple[LimitResult, ...]:
@@ -75,3 +76,6 @@ class Decision:
     @property
     def retry_after(self) -> float:
         return self.retry_after_us / 1_000_000
+
+
+_ALLOWED = attrgetter("allowed")
