@@ -187,7 +187,7 @@ _CHECKED = {"django-ratelimit": "/django-ratelimit/check", "compat": "/compat/ch
 _BUSY_DECORATED = "/django-ratelimit/load"  # at a rate no run reaches
 
 
-def _caller(
+def caller(
     call: site.WSGICall, paths: Iterator[str], tag: int, n: int, user: bool
 ) -> Callable[[], bool]:
     """Requests on the next path, each from the next of ``n`` addresses and users of its own."""
@@ -201,7 +201,7 @@ def _caller(
     return request
 
 
-def _engine_requests(spec: PolicySpec, tag: int, n: int) -> list[list[Check]]:
+def engine_requests(spec: PolicySpec, tag: int, n: int) -> list[list[Check]]:
     """What the middleware asks the engine for ``spec`` (client address and user)."""
     from django_ratelimits.engine import Check, Identity
 
@@ -223,15 +223,15 @@ def _engine_caller(spec: PolicySpec, tag: int, n: int) -> Callable[[], bool]:
     from django_ratelimits.engine import get_engine
 
     engine = get_engine()
-    cycle = itertools.cycle(_engine_requests(spec, tag, n))
+    cycle = itertools.cycle(engine_requests(spec, tag, n))
     return lambda: engine.check(next(cycle)).allowed
 
 
-def _paths(prefix: str, n: int) -> Iterator[str]:
+def path_cycle(prefix: str, n: int) -> Iterator[str]:
     return itertools.cycle([f"{prefix}/{i}" for i in range(n)])
 
 
-def _handlers() -> tuple[site.WSGICall, site.WSGICall]:
+def handlers() -> tuple[site.WSGICall, site.WSGICall]:
     """WSGI calls without and with ``RateLimitMiddleware`` (after the user)."""
     from django.conf import settings
     from django.core.handlers.wsgi import WSGIHandler
@@ -247,7 +247,22 @@ def _handlers() -> tuple[site.WSGICall, site.WSGICall]:
     return site.wsgi_caller(bare), site.wsgi_caller(limited)
 
 
-def _registry(rows: list[dict[str, Any]]) -> PolicyRegistry:
+def serving(registry: PolicyRegistry) -> contextlib.AbstractContextManager[object]:
+    """The middleware and decorators reading ``registry`` instead of the process' own."""
+    from django_ratelimits.policies import registry as policies
+
+    return mock.patch.object(policies, "_registry", registry)
+
+
+def replaying(decision: Decision) -> contextlib.AbstractContextManager[object]:
+    """The engine answering every check with ``decision``, from memory (:data:`REPLAYED`):
+    a request's Python alone, without the round trip and Redis' work."""
+    from django_ratelimits.engine import get_engine
+
+    return mock.patch.object(get_engine(), "check", lambda *_, **__: decision)
+
+
+def loaded_registry(rows: list[dict[str, Any]]) -> PolicyRegistry:
     """A registry loaded from the database while it held ``rows``."""
     from django_ratelimits.policies import PolicyRegistry
 
@@ -259,7 +274,7 @@ def _registry(rows: list[dict[str, Any]]) -> PolicyRegistry:
 
 
 def _registries(counts: tuple[int, ...]) -> dict[int, PolicyRegistry]:
-    return {n: _registry(site.policy_rows(n)) for n in counts}
+    return {n: loaded_registry(site.policy_rows(n)) for n in counts}
 
 
 def _match_us(registry: PolicyRegistry, paths: list[str]) -> float:
@@ -359,14 +374,13 @@ def run(server: RedisServer, quick: bool = False) -> Report:
     from django_ratelimits.engine import get_engine
     from django_ratelimits.metrics import observing
     from django_ratelimits.metrics.prometheus import PrometheusMetrics
-    from django_ratelimits.policies import registry as policies
     from django_ratelimits.policies.registry import CACHE_SIZE
 
     rounds, per_round = (2, 30) if quick else (5, 700)
-    bare, limited = _handlers()
+    bare, limited = handlers()
     floor = ping(counting_client(server))
     stats = server.client(decode_responses=True)
-    call = _caller(bare, _paths("/api/items", per_round), 0, per_round, True)
+    call = caller(bare, path_cycle("/api/items", per_round), 0, per_round, True)
     report = Report(
         floor, Scenario("no rate limiting", call), [], rounds=rounds, per_round=per_round
     )
@@ -385,14 +399,14 @@ def run(server: RedisServer, quick: bool = False) -> Report:
                 report.match_us[n, cold] = _match_us(registry, cached)
             what = ", paths never cached" if cold else ""
             name = f"RateLimitMiddleware, {n:,} polic{'y' if n == 1 else 'ies'}{what}"
-            call = _caller(limited, _paths("/api/items", paths), next(tag), per_round, True)
+            call = caller(limited, path_cycle("/api/items", paths), next(tag), per_round, True)
             report.rows.append(Row(Scenario(name, call), n, cold))
             registry_of[name] = registry
     overridden = _overridden()
     report.override_us = {0: _override_us(registry_of[report.headline.name])}
     report.override_us[OVERRIDES] = _override_us(overridden)
     name = f"RateLimitMiddleware, {HEADLINE} policies, {OVERRIDES:,} identity overrides"
-    call = _caller(limited, _paths("/api/items", per_round), next(tag), per_round, True)
+    call = caller(limited, path_cycle("/api/items", per_round), next(tag), per_round, True)
     report.rows.append(Row(Scenario(name, call)))
     registry_of[name] = overridden
     spec = registry_of[report.headline.name].get("api")
@@ -400,8 +414,8 @@ def run(server: RedisServer, quick: bool = False) -> Report:
     engine_call = _engine_caller(spec, next(tag), per_round)
     report.engine = Scenario("the engine call of the 10-policy row, alone", engine_call)
     # The headline's requests with the engine answering from memory: the Python alone.
-    replayed = get_engine().check(_engine_requests(spec, next(tag), 1)[0])
-    call = _caller(limited, _paths("/api/items", per_round), next(tag), per_round, True)
+    replayed = get_engine().check(engine_requests(spec, next(tag), 1)[0])
+    call = caller(limited, path_cycle("/api/items", per_round), next(tag), per_round, True)
     report.python = Scenario(f"RateLimitMiddleware, {HEADLINE} policies, {REPLAYED}", call)
     report.rows.append(Row(report.python))
     registry_of[report.python.name] = registry_of[report.headline.name]
@@ -409,69 +423,68 @@ def run(server: RedisServer, quick: bool = False) -> Report:
     replayed_rows = {report.python.name}
     observers: dict[str, PrometheusMetrics] = {}
     for name in (METRICS_ROW, f"{METRICS_ROW}, {REPLAYED}"):
-        call = _caller(limited, _paths("/api/items", per_round), next(tag), per_round, True)
+        call = caller(limited, path_cycle("/api/items", per_round), next(tag), per_round, True)
         report.rows.append(Row(Scenario(name, call)))
         registry_of[name] = registry_of[report.headline.name]
         observers[name] = PrometheusMetrics(CollectorRegistry())
     replayed_rows.add(f"{METRICS_ROW}, {REPLAYED}")
-    call = _caller(limited, _paths("/api/items", per_round), next(tag), per_round, False)
+    call = caller(limited, path_cycle("/api/items", per_round), next(tag), per_round, False)
     report.rows.append(Row(Scenario(ONE_LIMIT_ROW, call)))
-    registry_of[ONE_LIMIT_ROW] = _registry([ONE_LIMIT])
-    call = _caller(limited, _paths("/api/items", per_round), next(tag), per_round, True)
+    registry_of[ONE_LIMIT_ROW] = loaded_registry([ONE_LIMIT])
+    call = caller(limited, path_cycle("/api/items", per_round), next(tag), per_round, True)
     report.rows.append(Row(Scenario(LOGINS_ROW, call)))
-    registry_of[LOGINS_ROW] = _registry([*site.policy_rows(HEADLINE), *LOGIN_POLICIES])
-    call = _caller(limited, _paths("/api/items", per_round), next(tag), per_round, False)
+    registry_of[LOGINS_ROW] = loaded_registry([*site.policy_rows(HEADLINE), *LOGIN_POLICIES])
+    call = caller(limited, path_cycle("/api/items", per_round), next(tag), per_round, False)
     report.rows.append(Row(Scenario(HASHED_ROW, call)))
     registry_of[HASHED_ROW] = registry_of[ONE_LIMIT_ROW]
     # HASH_IPS for the identity layer only (the engine and the rest keep their settings,
     # so the row's engine and connections are the other rows').
     hashing = replace(get_settings(), hash_ips=True)
-    call = _caller(limited, _paths("/api/items", per_round), next(tag), per_round, False)
+    call = caller(limited, path_cycle("/api/items", per_round), next(tag), per_round, False)
     report.rows.append(Row(Scenario(COSTED_ROW, call)))
-    registry_of[COSTED_ROW] = _registry([COSTED])
+    registry_of[COSTED_ROW] = loaded_registry([COSTED])
     for label, prefix in (
         (DECORATOR_ROW, _DECORATED["django-ratelimit"]),
         ("django_ratelimits.compat `@ratelimit`, 1 limit, no middleware", _DECORATED["compat"]),
     ):
-        call = _caller(bare, _paths(prefix, per_round), next(tag), per_round, False)
+        call = caller(bare, path_cycle(prefix, per_round), next(tag), per_round, False)
         report.rows.append(Row(Scenario(label, call)))
     busy: list[tuple[str, site.WSGICall, str, bool, PolicyRegistry | None]] = [
         (BUSY_DECORATOR_ROW, bare, _BUSY_DECORATED, False, None),
-        (BUSY_ONE_ROW, limited, "/api/items", False, _registry([BUSY_ONE_LIMIT])),
+        (BUSY_ONE_ROW, limited, "/api/items", False, loaded_registry([BUSY_ONE_LIMIT])),
         (
             BUSY_HEADLINE_ROW,
             limited,
             "/api/items",
             True,
-            _registry(site.policy_rows(HEADLINE, site.LOAD_RATES)),
+            loaded_registry(site.policy_rows(HEADLINE, site.LOAD_RATES)),
         ),
     ]
     for name, handler, prefix, user, own in busy:
-        call = _caller(handler, _paths(prefix, per_round), next(tag), 1, user)
+        call = caller(handler, path_cycle(prefix, per_round), next(tag), 1, user)
         report.rows.append(Row(Scenario(name, call)))
         if own is not None:
             registry_of[name] = own
-    call = _caller(bare, _paths("/ping/items", per_round), next(tag), per_round, False)
+    call = caller(bare, path_cycle("/ping/items", per_round), next(tag), per_round, False)
     report.rows.append(Row(Scenario(ROUND_TRIP_ROW, call)))
 
     def enter(scenario: Scenario) -> contextlib.AbstractContextManager[object]:  # swaps registry
         registry = registry_of.get(scenario.name)
         stack = contextlib.ExitStack()
         if registry is not None:
-            stack.enter_context(mock.patch.object(policies, "_registry", registry))
+            stack.enter_context(serving(registry))
         if scenario.name in replayed_rows:
-            answer = mock.patch.object(get_engine(), "check", lambda *_, **__: replayed)
-            stack.enter_context(answer)
+            stack.enter_context(replaying(replayed))
         if scenario.name == HASHED_ROW:
             stack.enter_context(mock.patch.object(identity, "get_settings", lambda: hashing))
         if scenario.name in observers:
             stack.enter_context(observing(observers[scenario.name]))
         return stack
 
-    with mock.patch.object(policies, "_registry", registry_of[report.headline.name]):
+    with serving(registry_of[report.headline.name]):
         report.checks["middleware"] = [limited("/limited/1", "192.0.2.60", 1) for _ in range(6)]
     report.checks["no middleware"] = [bare("/limited/1", "192.0.2.61", 1) for _ in range(6)]
-    with mock.patch.object(policies, "_registry", registry_of[ONE_LIMIT_ROW]):
+    with serving(registry_of[ONE_LIMIT_ROW]):
         statuses = [limited("/api/items/1", "192.0.2.62", None) for _ in range(CHECKED)]
         report.checks[ONE_LIMIT_ROW] = statuses
         with mock.patch.object(identity, "get_settings", lambda: hashing):
