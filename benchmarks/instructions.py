@@ -104,7 +104,7 @@ IDENTITIES = 100  # checked in turn, so the counted checks find their keys there
 QUICK = 20  # calls and identities of --quick
 
 
-def _total(dump: Path) -> int:
+def callgrind_total(dump: Path) -> int:
     """The instruction total callgrind wrote in ``dump`` (its ``summary:`` line)."""
     for line in dump.read_text().splitlines():
         if line.startswith(("summary:", "totals:")):
@@ -161,7 +161,7 @@ class Counted:
         subprocess.run(["callgrind_control", "--dump", str(self.process.pid)], check=True,
                        capture_output=True)  # fmt: skip
         self.dumps += 1
-        return _total(Path(f"{self.out}.{self.dumps}")) // self.calls
+        return callgrind_total(Path(f"{self.out}.{self.dumps}")) // self.calls
 
     def close(self) -> None:
         self.client.shutdown(nosave=True)

@@ -59,7 +59,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from benchmarks import request, site
-from benchmarks.instructions import _total
+from benchmarks.instructions import callgrind_total
 from devtools.redis_harness import RedisServer, temporary_workdir
 
 if TYPE_CHECKING:
@@ -107,7 +107,7 @@ class Dumps:
         deadline = time.monotonic() + 120
         while True:
             try:
-                return _total(written)
+                return callgrind_total(written)
             except (OSError, RuntimeError):  # not written yet, or not whole
                 if time.monotonic() > deadline:
                     raise
