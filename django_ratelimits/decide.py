@@ -61,7 +61,12 @@ from django_ratelimits.engine.hits import entry_head, ip_behind, user_behind
 from django_ratelimits.engine.keys import label
 from django_ratelimits.errors import RateLimitsError
 from django_ratelimits.frozen import quick_init
-from django_ratelimits.identity import client_address, client_ip, identities, ip_identity
+from django_ratelimits.identity import (
+    client_address,
+    counted_and_grouped,
+    identities,
+    ip_identity,
+)
 from django_ratelimits.policies.registry import PolicyRegistry, acurrent, current, get_registry
 from django_ratelimits.policies.spec import KeyKind, PolicySpec, Recording, gated
 from django_ratelimits.rates import Rate
@@ -815,13 +820,15 @@ def _heads(
     """The head of each ``recorded`` identity's hit entry (engine/hits.py): ``behind``
     (else the user) behind an IP, the IP behind anything else; with the address when
     the IP is counted under its hash (HASH_IPS)."""
-    ip, address = ip_identity(request).value, client_ip(request)
+    ip, address = counted_and_grouped(request)
     kept = address if address != ip else ""
     method, path = request.method, request.path
     heads = {}
+    under_ip = ""  # the head of every identity but the IP, made once
     for identity in recorded:
         if identity.kind != "ip":
-            heads[identity] = entry_head(ip_behind(ip), method, path, kept)
+            under_ip = under_ip or entry_head(ip_behind(ip), method, path, kept)
+            heads[identity] = under_ip
             continue
         if behind is None:
             user = getattr(request, "user", None)
