@@ -61,12 +61,7 @@ from django_ratelimits.engine.hits import entry_head, ip_behind, user_behind
 from django_ratelimits.engine.keys import label
 from django_ratelimits.errors import RateLimitsError
 from django_ratelimits.frozen import quick_init
-from django_ratelimits.identity import (
-    client_address,
-    counted_and_grouped,
-    identities,
-    ip_identity,
-)
+from django_ratelimits.identity import client_address, client_ip, identities, ip_identity
 from django_ratelimits.policies.registry import PolicyRegistry, acurrent, current, get_registry
 from django_ratelimits.policies.spec import KeyKind, PolicySpec, Recording, gated
 from django_ratelimits.rates import Rate
@@ -820,7 +815,7 @@ def _heads(
     """The head of each ``recorded`` identity's hit entry (engine/hits.py): ``behind``
     (else the user) behind an IP, the IP behind anything else; with the address when
     the IP is counted under its hash (HASH_IPS)."""
-    ip, address = counted_and_grouped(request)
+    ip, address = ip_identity(request).value, client_ip(request)  # one cached lookup
     kept = address if address != ip else ""
     method, path = request.method, request.path
     heads = {}

@@ -36,7 +36,6 @@ from django_ratelimits.policies.spec import KeyKind, PolicySpec
 __all__ = [
     "UNKNOWN",
     "client_ip",
-    "counted_and_grouped",
     "counted_ip",
     "group",
     "identities",
@@ -83,12 +82,6 @@ def ip_identity(request: HttpRequest) -> Identity:
     """The client address as the limiter counts it: its group (:func:`client_ip`), or
     with ``HASH_IPS`` the group's keyed hash (:func:`counted_ip`)."""
     return _client(request)[3]
-
-
-def counted_and_grouped(request: HttpRequest) -> tuple[str, str]:
-    """:func:`ip_identity`'s value and :func:`client_ip`, from one lookup."""
-    cached = _client(request)
-    return cached[3].value, cached[2]
 
 
 def counted_ip(grouped: str, config: RateLimitSettings) -> str:

@@ -421,7 +421,9 @@ end
 
 -- Parsed arguments kept between calls where Redis keeps the code loaded (a
 -- Redis 7 function library; on every call otherwise), by the argument's
--- string: {size, items}, emptied once it holds CACHE_MAX of them.
+-- string: {size, items}, emptied once it holds CACHE_MAX of them. A caller looks its
+-- argument up (CACHE.items[text]) and calls the parser only when it is missing: the
+-- lookup is a table read, a call about 350 instructions more (prelude.lua).
 local CACHE_MAX = 1000
 local SETTINGS, SETS = {size = 0, items = {}}, {size = 0, items = {}}
 
@@ -434,15 +436,10 @@ local function remember(cache, text, value)
 end
 
 -- The call's settings: {charge, cost, metadata cap, metadata ttl, retention, index cap}.
-local function settings_of(text)
-  local found = SETTINGS.items[text]
-  if found == nil then
-    local mode, c, cap, ttl, keep, icap =
-      smatch(text, '^([cp])|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)$')
-    found = remember(SETTINGS, text, {mode == 'c', tonumber(c), tonumber(cap),
-      tonumber(ttl), tonumber(keep), tonumber(icap)})
-  end
-  return found
+local function parse_settings(text)
+  local mode, c, cap, ttl, keep, icap = smatch(text, '^([cp])|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)$')
+  return remember(SETTINGS, text, {mode == 'c', tonumber(c), tonumber(cap), tonumber(ttl),
+    tonumber(keep), tonumber(icap)})
 end
 
 -- A group's limits: {limits = {...}, fields = {HORIZON, OVERRIDE, spec...}, slots = {...},
@@ -455,13 +452,9 @@ end
 -- policy, else false; fields are
 -- what the group's HMGET reads, slots[i] where limit i's value is in its reply
 -- (sliding logs have none: their ZSETs, `logs` of them, are keys of the group).
-local function limits_of(text)
-  local set = SETS.items[text]
-  if set ~= nil then
-    return set
-  end
+local function parse_limits(text)
   local kind, decided, records, refuses = sbyte(text, 1, 4)
-  set = {limits = {}, fields = {HORIZON, OVERRIDE}, slots = {}, logs = 0,
+  local set = {limits = {}, fields = {HORIZON, OVERRIDE}, slots = {}, logs = 0,
     shadow = kind == 115, overrides = decided == 111, -- 's', 'o'
     records = records ~= 110, every = records == 97, -- not 'n'; 'a'
     soft = refuses == 99, reserves = refuses == 118} -- 'c', 'v'
@@ -509,7 +502,7 @@ end
 -- only if none of those that refuse the request was refused: soft limits count the
 -- requests that go on.
 local function run_group(KEYS, ARGV, a, k, n)
-  local set, info = SETS.items[ARGV[a]] or limits_of(ARGV[a]), ARGV[a + 1]
+  local set, info = SETS.items[ARGV[a]] or parse_limits(ARGV[a]), ARGV[a + 1]
   local state_key = KEYS[k]
   -- The horizon, the override and every limit held in the HASH: one HMGET.
   local values = set.wide and batched('HMGET', state_key, set.fields, #set.fields, true)
@@ -601,20 +594,16 @@ end
 -- A gate's header "<budget>|<window_us>|<shape>": {budget, window, whether a
 -- fallback group follows, whether the identity's own group follows}.
 local GATES = {size = 0, items = {}}
-local function gate_of(text)
-  local found = GATES.items[text]
-  if found == nil then
-    local budget, window, shape = smatch(text, '^(%d+)|(%d+)|([0-3])$')
-    found = remember(GATES, text, {budget + 0, window + 0, shape == '1' or shape == '2',
-      shape == '2' or shape == '3'})
-  end
-  return found
+local function parse_gate(text)
+  local budget, window, shape = smatch(text, '^(%d+)|(%d+)|([0-3])$')
+  return remember(GATES, text, {budget + 0, window + 0, shape == '1' or shape == '2',
+    shape == '2' or shape == '3'})
 end
 
 -- Where the group at ARGV[a], KEYS[k] ends, without deciding it. A charge gives back
 -- the place a login's look took in a group it skips (attempts.lua).
 local function skip_group(KEYS, ARGV, a, k)
-  local set = SETS.items[ARGV[a]] or limits_of(ARGV[a])
+  local set = SETS.items[ARGV[a]] or parse_limits(ARGV[a])
   if set.reserves and charge and request_id then
     rcall('ZREM', KEYS[k + set.width - 1], request_id)
   end
@@ -656,7 +645,7 @@ end
 --
 -- The entries follow the settings: each is a group (run_group), or a gated
 -- group: 'g', "<budget>|<window_us>|<shape>", member, then the groups its shape
--- names (gate_of). Shape 2: the client IP's group (the fallback), then the
+-- names (parse_gate). Shape 2: the client IP's group (the fallback), then the
 -- identity's: the gate's verdict (1 or 0) decides which one runs; the other is
 -- skipped, unread and unwritten. Shape 1: only the fallback: it runs if the gate
 -- refuses; if the gate lets the identity through, Python sends the identity's
@@ -677,7 +666,7 @@ local function check(KEYS, ARGV)
     now = t[1] * 1000000 + t[2]
     TTL_EXTRA_MS = 0
   end
-  local conf = SETTINGS.items[ARGV[a - 1]] or settings_of(ARGV[a - 1])
+  local conf = SETTINGS.items[ARGV[a - 1]] or parse_settings(ARGV[a - 1])
   charge, cost, meta_cap, meta_ttl, retention, index_cap =
     conf[1], conf[2], conf[3], conf[4], conf[5], conf[6]
   now_ms = floor(now / 1000)
@@ -695,7 +684,7 @@ local function check(KEYS, ARGV)
     if ARGV[a] ~= 'g' then
       a, k, n = run_group(KEYS, ARGV, a, k, n)
     else
-      local gate = gate_of(ARGV[a + 1])
+      local gate = GATES.items[ARGV[a + 1]] or parse_gate(ARGV[a + 1])
       local passed = pass_gate(KEYS[k], ARGV[a + 2], gate[1], gate[2])
       local fallback, own = gate[3], gate[4]
       OUT[n + 1], n = passed and 1 or 0, n + 1
