@@ -20,7 +20,8 @@ is never counted by the middleware. Instead:
   its failure. It refuses nothing, so sends no ``rate_limited``: a login is signalled
   once, by its look, when that refuses it (or would, in shadow mode).
 * ``user_logged_in`` clears the counters of policies with ``reset_on_success``: the
-  username's and the (IP, username) pair's, never the IP's.
+  username's and the (IP, username) pair's, never the IP's; only when the account
+  signed in is the one account the counted name names (:func:`_counts_only`).
 
 A policy's path pattern, when it has one, names the login URLs it guards (under any
 language prefix, on a site with ``i18n_patterns``); ``authenticate()`` without a
@@ -48,7 +49,12 @@ from django_ratelimits.engine.concurrency import Held, request_id
 from django_ratelimits.engine.controls import Controls
 from django_ratelimits.engine.errors import BackendError
 from django_ratelimits.engine.hits import username_behind
-from django_ratelimits.identity import identities, login_username, set_login_username
+from django_ratelimits.identity import (
+    identities,
+    login_username,
+    normalize_username,
+    set_login_username,
+)
 from django_ratelimits.policies.registry import PolicyRegistry, acurrent, current
 from django_ratelimits.policies.spec import PolicySpec
 from django_ratelimits.resolved import unprefixed
@@ -242,18 +248,46 @@ def logged_in(sender: object, request: Any = None, user: Any = None, **_: Any) -
 
 def _counts_only(user: Any, counted: str | None) -> bool:
     """Whether the username ``counted`` (normalised) counts ``user``'s logins alone, so
-    that its success may clear what it counted. Normalising folds distinct usernames into
-    one counter (``Alice`` and ``alice``; ``straße`` and ``strasse``): a success of one
-    account must not clear the failures guessed against another (an attacker's own
-    account whose name folds to his victim's). So the account's username must be the
-    counted text itself, and no other account's may equal it but for case (one query, on
-    a login only). Accounts apart by more than case (``ß``, full-width letters) still
-    share a counter: ``docs/logins.md`` says so."""
-    if user is None or counted is None or user.get_username() != counted:
+    that its success may clear what it counted.
+
+    Normalising folds distinct usernames into one counter (``Alice`` and ``alice``;
+    ``straße`` and ``strasse``): a success of one account must not clear the failures
+    guessed against another (an attacker's own account whose name folds to his
+    victim's). So the account's username must be the counted text but for case
+    (``Alice@Example.com`` for ``alice@example.com``: :func:`_case_only`), and no other
+    account's username may fold to it but for case: one query on a login only, two for
+    a name that is not ASCII (:func:`_shared`). Accounts apart by more than case (``ß``
+    and ``ss``, full-width letters) may still share a counter that the one whose name is
+    the counted text but for case clears: ``docs/logins.md`` says so."""
+    if user is None or counted is None or not _case_only(user.get_username(), counted):
         return False
-    model = type(user)
-    others = model._default_manager.filter(**{f"{model.USERNAME_FIELD}__iexact": counted})
-    return not others.exclude(pk=user.pk).exists()
+    return not _shared(type(user), user.pk, counted)
+
+
+def _case_only(username: object, counted: str) -> bool:
+    """Whether ``username`` (an account's, as stored) is ``counted`` but for the case of
+    its letters: what the normaliser does beyond lower-casing (``ß`` to ``ss``,
+    full-width letters, spaces) makes no reset, so an account whose name only folds to
+    another's by it never clears that one's count."""
+    return isinstance(username, str) and username.lower() == counted
+
+
+def _shared(model: Any, pk: Any, counted: str) -> bool:
+    """Whether an account other than ``pk`` has a username that is ``counted`` but for
+    case. The database compares case (``iexact``); SQLite's does so for ASCII letters
+    only (``Élise`` and ``élise`` pass it by), so a name that is not ASCII is also
+    looked for with each other letter any one character, and those found are
+    normalised here."""
+    field = model.USERNAME_FIELD
+    others = model._default_manager.exclude(pk=pk)
+    if others.filter(**{f"{field}__iexact": counted}).exists():
+        return True
+    if counted.isascii():
+        return False
+    pattern = "".join(re.escape(c) if c.isascii() else "." for c in counted)
+    found = others.filter(**{f"{field}__iregex": f"^{pattern}$"})
+    names = found.values_list(field, flat=True)
+    return any(normalize_username(name) == counted for name in names.iterator())
 
 
 def _planned(
