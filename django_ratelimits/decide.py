@@ -363,6 +363,9 @@ class Planned:
     ) -> None:
         self.request = request
         self.looks = looks
+        # Whether the call run is a peek (``run(charge=False)``): of a call that refuses
+        # nothing, a peek's block is logged as a look, a charge's not at all.
+        self._peeking = False
         self.considered = _names(policies)
         # By policy, the limits checked where they are not its own (a tier, an override).
         self.effective: tuple[tuple[str, tuple[Limit, ...]], ...] = ()
@@ -395,6 +398,7 @@ class Planned:
         ``cached=False`` the cache is not asked: the charge of what already happened
         (a failed login, which its look let through) is Redis' to count."""
         kept, self._unsent = self._unsent or [], None  # the rest is sent at once
+        self._peeking = not charge
         for signal, named in kept:
             signal.send(sender=PolicySpec, request=self.request, **named)
         if self.verdict is not None:
@@ -451,6 +455,7 @@ class Planned:
     ) -> Verdict:
         if self.verdict is not None:
             return self.verdict
+        self._peeking = not charge
         trial = breaker.allow()
         if trial is None:
             return self._refused(BackendError("circuit breaker open"))
@@ -557,7 +562,7 @@ class Planned:
             # A shadow check of a blocked identity is denied too, but refuses nothing.
             if result.blocked and not policy.shadow and result.identity not in logged:
                 logged.add(result.identity)
-                _log_block(self.request, result)
+                self._log_block(result)
             if not (result.allowed or self.looks) and policy.name not in announced:
                 announced.add(policy.name)
                 self._signal(
@@ -567,6 +572,16 @@ class Planned:
                     shadow=policy.shadow,
                 )
         return verdict
+
+    def _log_block(self, result: LimitResult) -> None:
+        """The line of a block ``result`` found: a refusal's, or a look's when the call
+        refuses nothing (a compat peek: the view decides what to do with its answer).
+        The charge of a failed login refuses nothing and looks at nothing: no line (its
+        look let the login through; the next look logs the refusal)."""
+        if not self.looks:
+            _log_block(self.request, result, "refused")
+        elif self._peeking:
+            _log_block(self.request, result, "looked at", _LOOK_REFUSES_NOTHING)
 
     def _soft(self, cached: bool) -> frozenset[str]:
         """The soft policies' names when the cache answered (it does not look at them)."""
@@ -658,19 +673,26 @@ def _cache() -> DenialCache | None:
         return None
 
 
-def _log_block(request: HttpRequest, result: LimitResult) -> None:
-    """One line for a request a block refused (staff's, or a policy's ban): the block,
-    not a policy's rate. What the client sent is escaped: its path (``%0A`` is a line
-    break in ``request.path``) and the identity (a header, a username) could otherwise
-    forge lines of the log (as Django escapes the paths it logs)."""
+def _log_block(request: HttpRequest, result: LimitResult, done: str, then: str = "") -> None:
+    """One line for a request a block refused (staff's, or a policy's ban), or one a look
+    found blocked (``done``): the block, not a policy's rate. What the client sent is
+    escaped: its path (``%0A`` is a line break in ``request.path``) and the identity (a
+    header, a username) could otherwise forge lines of the log (as Django escapes the
+    paths it logs)."""
     until = time.time() + result.retry_after
     logger.info(
-        "refused %s %s: %s is blocked (by staff or a ban) until %s UTC",
+        "%s %s %s: %s is blocked (by staff or a ban) until %s UTC%s",
+        done,
         _escaped(request.method or ""),
         _escaped(request.path[:_LOGGED_PATH]),
         label(result.identity),
         time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(until)),
+        then,
     )
+
+
+#: What the line of a look that found a block adds: the look itself refused nothing.
+_LOOK_REFUSES_NOTHING: Final = "; a look refuses nothing itself (the view decides)"
 
 
 # How much of a refused request's path its log line shows.
