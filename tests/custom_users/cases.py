@@ -148,6 +148,39 @@ def behind_ip(client: Any, address: str) -> dict[str, tuple[str, str | None]]:
     return {who.who: (who.text, who.url) for who in page.context["behind"]}
 
 
+@only["EmailUser"]
+@STANDALONE
+def test_an_email_login_with_capitals_is_reset_by_its_own_success_only(site_redis: Any) -> None:
+    """Under an e-mail user model, the address as stored (``Alice@example.com``) is
+    counted folded: her success clears it (it never did); an attacker's own account
+    ``bob@example.com`` beside his victim's ``Bob@example.com`` clears nothing."""
+    from django.test import Client, override_settings
+
+    from django_ratelimits.logins import BACKEND
+
+    def login(email: str, password: str = "wrong") -> int:
+        body = {"username": email, "password": password}
+        return int(Client(REMOTE_ADDR="198.51.100.30").post("/accounts/login/", body).status_code)
+
+    make("Alice@example.com", password="hers")
+    Policy.objects.create(
+        name="logins", rates="3/15m", counts="failed_logins", key="username", reset_on_success=True
+    )
+    get_registry().refresh()
+    backends = [BACKEND, "django.contrib.auth.backends.ModelBackend"]
+    with override_settings(ROOT_URLCONF="tests.login_urls", AUTHENTICATION_BACKENDS=backends):
+        assert [login("alice@example.com"), login("Alice@example.com")] == [200, 200]
+        assert login("Alice@example.com", "hers") == 302
+        assert [login("Alice@example.com") for _ in range(3)] == [200, 200, 200]
+        assert login("Alice@example.com", "hers") == 429
+        make("Bob@example.com", password="unknown to him")
+        make("bob@example.com", password="his")  # two accounts apart by case
+        assert [login("Bob@example.com"), login("Bob@example.com")] == [200, 200]
+        assert login("bob@example.com", "his") == 302
+        assert login("Bob@example.com") == 200
+        assert login("Bob@example.com") == 429  # the 4th guess at Bob's
+
+
 def requests_from(address: str, *people: Any) -> None:
     from django.test import Client
 
