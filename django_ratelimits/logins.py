@@ -41,6 +41,7 @@ from typing import Any, Final
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.db import connections
 from django.http import HttpRequest
 
 from django_ratelimits.decide import Planned, RateLimited, Verdict, aprepare
@@ -282,12 +283,21 @@ def _shared(model: Any, pk: Any, counted: str) -> bool:
     others = model._default_manager.exclude(pk=pk)
     if others.filter(**{f"{field}__iexact": counted}).exists():
         return True
-    if counted.isascii():
+    if counted.isascii() or connections[others.db].vendor != "sqlite":
         return False
     pattern = "".join(re.escape(c) if c.isascii() else "." for c in counted)
     found = others.filter(**{f"{field}__iregex": f"^{pattern}$"})
-    names = found.values_list(field, flat=True)
-    return any(normalize_username(name) == counted for name in names.iterator())
+    names = list(found.values_list(field, flat=True)[: _CANDIDATES_MAX + 1])
+    # A name of few ASCII letters matches many: past the bound, assume one is shared
+    # (no reset) rather than read every account of that length on each login.
+    return len(names) > _CANDIDATES_MAX or any(
+        normalize_username(name) == counted for name in names
+    )
+
+
+#: How many accounts whose username may match a non-ASCII name but for case
+#: (:func:`_shared`, on SQLite) one login reads at most.
+_CANDIDATES_MAX: Final = 100
 
 
 def _planned(

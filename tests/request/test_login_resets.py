@@ -147,3 +147,21 @@ def test_an_attacker_typing_his_victims_name_into_his_own_account_clears_nothing
         assert login("victim", "his") == 302  # signed in as mallory
         assert login("victim") == 200
         assert login("victim") == 429
+
+
+def test_a_non_ascii_name_matching_too_many_accounts_clears_nothing(email_login: Any) -> None:
+    """SQLite's second look (``iregex``, a letter that is not ASCII matching any one)
+    reads at most ``_CANDIDATES_MAX`` accounts a login: a name mostly of such letters
+    would else read every account of its length on each sign-in. Past the bound the
+    count is taken as shared, so the success clears nothing (the safe side)."""
+    from django_ratelimits.logins import _CANDIDATES_MAX
+
+    User.objects.bulk_create(
+        User(username=f"u{n}", email=f"{n:03d}@x.example") for n in range(_CANDIDATES_MAX + 1)
+    )
+    User.objects.create_user("élise", email="ééé@x.example", password="hers")
+    policy("username")
+    assert [login("ééé@x.example"), login("ééé@x.example")] == [200, 200]
+    assert login("ééé@x.example", "hers") == 302
+    assert login("ééé@x.example") == 200
+    assert login("ééé@x.example") == 429  # the 4th failure in the window: none cleared
