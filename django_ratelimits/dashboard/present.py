@@ -19,7 +19,14 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext
 
 from django_ratelimits.engine import Identity, LimitResult
-from django_ratelimits.engine.hits import ANONYMOUS, DENIED, SHADOW, Hit, named_identity
+from django_ratelimits.engine.hits import (
+    ANONYMOUS,
+    DENIED,
+    SHADOW,
+    Hit,
+    named_ident,
+    named_identity,
+)
 from django_ratelimits.engine.offenders import Offender, OffenderDetail
 from django_ratelimits.engine.overrides import BLOCKED_POLICY, Override
 from django_ratelimits.identity import HASHED
@@ -217,16 +224,19 @@ def page_activity(rows: Sequence[Row], now_ms: int) -> Activity:
     second takes, per pair of identities and path, the larger of the two
     lists' counts rather than their sum. (Matching entries one by one would
     fail on a cluster, where the two identities are written by separate
-    script calls whose times may differ by a millisecond.)
+    script calls whose times may differ by a millisecond.) Identities pair by
+    the ident of their keys, not by how they are written: an entry names a user
+    whose id it cannot hold whole by a digest (``user:////…… ~Ab3…``), the row by
+    the id itself.
     """
     seconds = ACTIVITY_SECONDS
     sides: dict[tuple[frozenset[str], str, int], dict[str, list[int]]] = {}
     for row in rows:
-        side = row.offender.label
+        side = row.offender.ident
         for hit in row.hits:
             age = (now_ms - hit.at_ms) // 1000
             if 0 <= age < seconds:
-                key = (frozenset((side, hit.who)), hit.what, age)
+                key = (frozenset((side, named_ident(hit.who))), hit.what, age)
                 tally = sides.setdefault(key, {}).setdefault(side, [0, 0, 0])
                 tally[0] += 1
                 tally[1] += hit.denied

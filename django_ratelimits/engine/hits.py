@@ -39,7 +39,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import unquote
 
-from django_ratelimits.engine.keys import key_part, label, printable
+from django_ratelimits.engine.keys import ident, key_part, label, printable
 from django_ratelimits.engine.limits import Identity
 
 ANONYMOUS = "user:-"
@@ -139,6 +139,14 @@ def named_identity(who: str) -> tuple[Identity, str | None]:
     kind, _, value = who.partition(":")
     digested = _DIGESTED.search(value) if kind in _CUT_KINDS else None
     return Identity(kind, value), None if digested is None else f"{kind}:{digested[1]}"
+
+
+def named_ident(who: str) -> str:
+    """The ident of the keys of the identity ``who`` names (:func:`named_identity`): the
+    one its own metadata list and offender record are kept under, whether an entry names
+    it whole or by a digest."""
+    identity, digest = named_identity(who)
+    return ident(identity) if digest is None else digest
 
 
 def ip_behind(address: str) -> str:

@@ -275,3 +275,38 @@ def test_forgetting_an_address_reaches_the_list_of_a_user_whose_id_holds_a_bar(
     requests_from("198.51.100.24", alice)
     run("forget", f"user:{alice.pk}")
     assert reader.detail(Identity("ip", "198.51.100.24")).hits == ()
+
+
+def listing(client: Any) -> dict[str, Any]:
+    """The dashboard's offenders page, as its JSON endpoint gives it."""
+    from django.urls import reverse
+
+    response = client.get(reverse("admin:django_ratelimits_offenders_json"))
+    assert response.status_code == 200
+    return json.loads(response.content)  # type: ignore[no-any-return]
+
+
+@only["CharPkUser"]
+@STANDALONE
+@pytest.mark.parametrize("user_id", ["|" * 64, "\u2026" * 40, "a" * 151])
+def test_a_request_by_a_user_whose_id_an_entry_holds_cut_counts_once(
+    site_redis: Any, user_id: str
+) -> None:
+    """The IP's list names such a user cut, with a digest (``user:////…… ~Ab3…``), the
+    offenders page names the user's row by its id: the activity chart took them for
+    two pairs of identities and counted each request of the user twice (6 for 3)."""
+    from django.test import Client
+
+    offender = make("offender", id=user_id)
+    Policy.objects.create(
+        name="both", rates="2/m", key="ip_and_user", path="^/api/hello", record_metadata="every"
+    )
+    get_registry().refresh()
+    client = Client(REMOTE_ADDR="198.51.100.25")
+    client.force_login(offender)
+    assert [client.get("/api/hello").status_code for _ in range(3)] == [200, 200, 429]
+    board = listing(staff_client())
+    rows = {row["kind"]: row for row in board["offenders"]}
+    assert set(rows) == {"ip", "user"}  # both rows on the page: each request in both
+    assert rows["user"]["name"] == f"offender (user {user_id})"
+    assert (sum(board["activity"]["hits"]), sum(board["activity"]["denied"])) == (3, 1)
