@@ -149,6 +149,11 @@ def named_ident(who: str) -> str:
     return ident(identity) if digest is None else digest
 
 
+def user_read(pk: object) -> str:
+    """The ``who`` :func:`parse` reads from the entries of user ``pk``'s requests."""
+    return _user_read(user_behind(pk))
+
+
 def ip_behind(address: str) -> str:
     """``ip:<address>`` for the client address behind a request."""
     return _named("ip", address)
@@ -204,7 +209,19 @@ def parse(entry: bytes) -> Hit | None:
 
 def _user_read(who: str) -> str:
     """``who`` as the dashboard labels the user an escaped key names (``user:sub|alice``
-    for ``user:sub%7Calice``, :func:`user_behind`); anyone else's as written."""
+    for ``user:sub%7Calice``, :func:`user_behind`); anyone else's as written.
+
+    An entry writes a key cut with a literal ``…`` (:func:`_cut`), and escapes the ``…``
+    of any key it holds whole, so what it wrote is never in doubt; read back, a key that
+    itself ends as a cut one does (``x… ~`` and 20 characters, which a user may choose)
+    would be taken for one, named by a digest that is not its own (maybe another
+    user's). Such a key reads with its own digest after it, as :func:`~.keys.label`
+    shows a key it cannot show whole: whatever ``who`` ends with a digest names, by
+    that digest, the user it was written for, and no two users read alike."""
     if not who.startswith(_USER) or "%" not in who or _CUT in who:
         return who
-    return label(Identity("user", unquote(who[len(_USER) :], errors="surrogatepass")))
+    pk = unquote(who[len(_USER) :], errors="surrogatepass")
+    read = label(Identity("user", pk))
+    if read == _USER + pk and _DIGESTED.search(pk):
+        return f"{read}{_CUT} {key_part(pk)}"
+    return read

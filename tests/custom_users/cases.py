@@ -310,3 +310,34 @@ def test_a_request_by_a_user_whose_id_an_entry_holds_cut_counts_once(
     assert set(rows) == {"ip", "user"}  # both rows on the page: each request in both
     assert rows["user"]["name"] == f"offender (user {user_id})"
     assert (sum(board["activity"]["hits"]), sum(board["activity"]["denied"])) == (3, 1)
+
+
+@only["CharPkUser"]
+@STANDALONE
+@pytest.mark.parametrize("victim_id", ["|" * 64, "sub|victim\x00"])
+def test_an_id_ending_as_a_cut_one_does_is_its_own_user_behind_an_ip(
+    site_redis: Any, victim_id: str
+) -> None:
+    """A user picking an id that ends as an entry ends an id it holds cut (``…``, a space
+    and a digest: here the digest of another user's id, copied from the dashboard) was
+    read as that other user, cut: both users' requests behind the address were one
+    identity on its page, and forgetting the address dropped it from the victim's list
+    and left it in the attacker's own."""
+    from django_ratelimits.engine import get_engine
+    from django_ratelimits.engine.offenders import OffenderReader
+
+    victim = make("victim", id=victim_id)
+    shown = ("/" * 64) if victim_id == "|" * 64 else "sub|victim\ufffd"
+    attacker = make("attacker", id=f"{shown}\u2026 {key_part(victim_id)}")
+    Policy.objects.create(
+        name="both", rates="100/m", key="ip_and_user", path="^/api/hello", record_metadata="every"
+    )
+    requests_from("198.51.100.26", attacker, victim)
+    behind = behind_ip(staff_client(), "198.51.100.26")
+    assert len(behind) == 2  # two users, never one
+    reader = OffenderReader(get_engine())
+    theirs = reader.detail(Identity("user", str(attacker.pk))).hits
+    assert [hit.who for hit in theirs] == ["ip:198.51.100.26"]
+    run("forget", "ip:198.51.100.26")
+    for user in (attacker, victim):
+        assert reader.detail(Identity("user", str(user.pk))).hits == ()

@@ -10,8 +10,6 @@ sends (:func:`user_behind`, cut and made printable as the engine cuts a head,
 
 from __future__ import annotations
 
-import re
-
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -21,16 +19,27 @@ from django_ratelimits.engine.hits import (
     behind,
     entry_head,
     full_entry,
+    named_ident,
     named_identity,
     parse,
     user_behind,
+    user_read,
 )
-from django_ratelimits.engine.keys import ident, label
+from django_ratelimits.engine.keys import ident, key_part, label
 
 # Ids an entry holds as they are, and the characters that have to be written otherwise.
-HARD = st.text(alphabet=st.sampled_from("ab|/%7C\u2026 ~\x00\n\u00e9"), max_size=80)
-IDS = st.one_of(HARD, st.text(max_size=300))
-LOOKS_CUT = re.compile("\u2026 ~[A-Za-z0-9_-]{20}\\Z")
+HARD = st.text(alphabet=st.sampled_from("ab|/%7C\u2026 ~\x00\n\u00e9\ufffd"), max_size=80)
+# Ids that end as an entry ends a key it holds cut: "…", a space and a digest, of any
+# id (a user picking their own may copy another user's digest off the dashboard).
+LOOKING_CUT = st.builds(
+    lambda shown, of: f"{shown}\u2026 {key_part(of)}",
+    st.one_of(HARD, st.text(max_size=160)),
+    st.one_of(HARD, st.text(min_size=65, max_size=200)),
+)
+IDS = st.one_of(HARD, st.text(max_size=300), LOOKING_CUT)
+PLAIN = st.text(st.characters(blacklist_characters="|%\u2026"), max_size=150).filter(
+    str.isprintable
+)
 
 
 def who_read(pk: str) -> str:
@@ -57,24 +66,37 @@ def test_a_user_read_from_an_entry_is_the_user_who_made_the_request(pk: str) -> 
     for an id no entry holds whole (too long), by a cut form whose digest is the user's
     keys' and which names no user by id."""
     who = who_read(pk)
+    assert who == user_read(pk)
     identity, digest = named_identity(who)
     if digest is None:
         assert who == label(Identity("user", pk))
         assert identity == Identity("user", pk)
-    elif not LOOKS_CUT.search(pk):
+    else:  # named by a digest: always the user's own, never one their id merely ends with
         assert digest == ident(Identity("user", pk))
-    # else a key that itself ends as a cut one does (``… ~`` and 20 characters) reads as
-    # one: named by no user, linked nowhere (the dashboard never names another user).
+    # The user's keys, whichever way the entry names them: what forget and the chart use.
+    assert named_ident(who) == ident(Identity("user", pk))
     # Erasure finds the entries that name the user by what the limiter writes.
     assert behind(Identity("user", pk)) == user_behind(pk)
+
+
+@given(PLAIN)
+def test_an_id_an_entry_holds_as_it_is_is_written_as_before(pk: str) -> None:
+    """Entries already in Redis stay readable: an id of at most 150 printable characters
+    without ``|``, ``%`` or ``…`` is written, and read, as it is."""
+    assert user_behind(pk) == f"user:{pk}" == who_read(pk)
 
 
 @given(IDS, IDS)
 @example("sub|bob", "sub/bob")
 @example("sub%7Cbob", "sub|bob")
 @example("sub%257Cbob", "sub%7Cbob")
+# An id that looks cut, against the id its cut form names: the one written cut (too long
+# once escaped) and one shown with a digest because it holds an unprintable character.
+@example("/" * 64 + "\u2026 " + key_part("|" * 64), "|" * 64)
+@example("x\ufffd\u2026 " + key_part("x\x00"), "x\x00")
 def test_two_users_are_never_read_as_one(pk: str, other: str) -> None:
-    """Before, ``sub|bob`` was written ``user:sub/bob``: the id of another user."""
+    """Before, ``sub|bob`` was written ``user:sub/bob``: the id of another user; and an
+    id ending as a cut one does read as the cut form of the id whose digest it copied."""
     if pk != other:
         assert user_behind(pk) != user_behind(other)
         assert who_read(pk) != who_read(other)
