@@ -11,6 +11,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from types import MappingProxyType
 from typing import Any
 
 from django.utils import timezone
@@ -26,7 +27,9 @@ from django_ratelimits.engine.hits import (
     Hit,
     named_ident,
     named_identity,
+    user_read,
 )
+from django_ratelimits.engine.keys import label
 from django_ratelimits.engine.offenders import Offender, OffenderDetail
 from django_ratelimits.engine.overrides import BLOCKED_POLICY, Override
 from django_ratelimits.identity import HASHED
@@ -36,6 +39,8 @@ from django_ratelimits.policies.labels import ALGORITHM_LABELS, IDENTITY_KIND_LA
 from django_ratelimits.policies.parse import rates_text
 
 UrlFor = Callable[[Identity], str]
+# The users named by a digest that were found (:attr:`~.offenders.Users.ids`): by none.
+NO_IDS: Mapping[str, str] = MappingProxyType({})
 
 ACTIVITY_SECONDS = 60  # the span of the activity charts
 SHOWN_BEHIND = 3  # entries of the "seen with" column before "and N more"
@@ -184,14 +189,20 @@ class QuotaView:
     full_in: str  # "" when whole now
 
 
-def row_view(row: Row, now_ms: int, names: Mapping[str, str], url_for: UrlFor) -> RowView:
+def row_view(
+    row: Row,
+    now_ms: int,
+    names: Mapping[str, str],
+    url_for: UrlFor,
+    ids: Mapping[str, str] = NO_IDS,
+) -> RowView:
     offender = row.offender
     return RowView(
         row=row,
         kind=kind_label(offender.kind),
-        name=display_name(offender.label, names),
+        name=display_name(own_who(row), names),
         url=None if row.identity is None else url_for(row.identity),
-        behind=behind(row.detail(), names, url_for),
+        behind=behind(row.detail(), names, url_for, ids),
         policies=denied_by(offender),
         last_seen=to_datetime(offender.last_ms),
         last_seen_text=ago(offender.last_ms, now_ms),
@@ -200,20 +211,40 @@ def row_view(row: Row, now_ms: int, names: Mapping[str, str], url_for: UrlFor) -
     )
 
 
-def behind(detail: OffenderDetail, names: Mapping[str, str], url_for: UrlFor) -> tuple[Who, ...]:
+def behind(
+    detail: OffenderDetail,
+    names: Mapping[str, str],
+    url_for: UrlFor,
+    ids: Mapping[str, str] = NO_IDS,
+) -> tuple[Who, ...]:
     """The identities seen with this one, most frequent first, linked to their pages."""
-    return tuple(who_view(who, count, names, url_for) for who, count in detail.behind())
+    return tuple(who_view(who, count, names, url_for, ids) for who, count in detail.behind())
 
 
-def who_view(who: str, count: int, names: Mapping[str, str], url_for: UrlFor) -> Who:
+def who_view(
+    who: str, count: int, names: Mapping[str, str], url_for: UrlFor, ids: Mapping[str, str] = NO_IDS
+) -> Who:
     """``who`` of hit entries, linked to its page when it names an identity whole: not
-    a username or a user's key an entry could only hold cut (:func:`~.hits.named_identity`)."""
+    a username or a user's key an entry could only hold cut (:func:`~.hits.named_identity`),
+    unless ``ids`` holds the id of the user it names so (:func:`~.offenders.users`)."""
     kind, _, value = who.partition(":")
     linkable = kind in IDENTITY_KIND_LABELS and value not in ("", "-")
     if linkable and kind in ("username", "user"):
         linkable = named_identity(who)[1] is None
-    url = url_for(Identity(kind, value)) if linkable else None
+    if who in ids:
+        url: str | None = url_for(Identity("user", ids[who]))
+    else:
+        url = url_for(Identity(kind, value)) if linkable else None
     return Who(who, count, display_name(who, names), url)
+
+
+def own_who(row: Row) -> str:
+    """How hit entries name the identity of ``row`` (``names`` holds its name under it):
+    a user by :func:`~.hits.user_read`, never by the row's label, which may end as an id
+    cut does while naming a user whole; anyone else by the label."""
+    if row.identity is not None and row.identity.kind == "user":
+        return user_read(row.identity.value)
+    return row.offender.label
 
 
 def page_activity(rows: Sequence[Row], now_ms: int) -> Activity:
@@ -323,9 +354,16 @@ def display_name(who: str, names: Mapping[str, str]) -> str:
 
 def user_labels(known: Users) -> dict[str, str]:
     """How the dashboard names the ``user:<pk>`` identities ``known`` tells of:
-    ``alice (user 42)``, or ``user 42 (no longer exists)`` for one deleted since."""
+    ``alice (user 42)`` (a user hit entries name by a digest by their id, as a label
+    shows it), or ``user 42 (no longer exists)`` for one deleted since."""
+
+    def shown(who: str) -> str:
+        if who in known.ids:
+            return label(Identity("user", known.ids[who])).partition(":")[2]
+        return who.partition(":")[2]
+
     names = {
-        who: gettext("%(name)s (user %(pk)s)") % {"name": name, "pk": who.partition(":")[2]}
+        who: gettext("%(name)s (user %(pk)s)") % {"name": name, "pk": shown(who)}
         for who, name in known.names.items()
     }
     for who in known.gone:
@@ -365,14 +403,18 @@ def to_datetime(ms: int) -> datetime:
 
 
 def hit_views(
-    hits: Sequence[Hit], now_ms: int, names: Mapping[str, str], url_for: UrlFor
+    hits: Sequence[Hit],
+    now_ms: int,
+    names: Mapping[str, str],
+    url_for: UrlFor,
+    ids: Mapping[str, str] = NO_IDS,
 ) -> tuple[HitView, ...]:
     return tuple(
         HitView(
             hit=hit,
             at=to_datetime(hit.at_ms),
             ago=ago(hit.at_ms, now_ms),
-            who=who_view(hit.who, 1, names, url_for),
+            who=who_view(hit.who, 1, names, url_for, ids),
         )
         for hit in hits
     )

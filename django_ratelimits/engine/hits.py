@@ -51,12 +51,12 @@ _NAME_SEPARATORS = re.compile(r"[|,=]")  # as the script replaces them in policy
 # How much of a username tried an entry shows, the mark of a name shown cut, and the
 # digest of its key after that mark (keys.key_part: "~" and 20 characters).
 _USERNAME_SHOWN = 150
-_CUT = "\u2026"
-_DIGESTED = re.compile(_CUT + r" (~[A-Za-z0-9_-]{20})\Z")
+CUT = "\u2026"  # the mark of a value shown cut, before its digest
+_DIGESTED = re.compile(CUT + r" (~[A-Za-z0-9_-]{20})\Z")
 _CUT_KINDS = ("username", "user")  # the kinds an entry may name by a digest
 # What a user's key cannot hold as it is in an entry: the separator, the escape's own
 # mark and the mark of a value cut (anything unprintable too).
-_ESCAPED = re.compile("[%|" + _CUT + "]")
+_ESCAPED = re.compile("[%|" + CUT + "]")
 _USER = "user:"
 
 
@@ -118,7 +118,7 @@ def username_behind(name: str) -> str:
     such a value): an entry stays short whatever was typed, and still names one
     identity, whose keys erasure finds (:func:`named_identity`) and whose entries it
     drops (:func:`behind`), no other's."""
-    if name == printable(name, _USERNAME_SHOWN) and "|" not in name and _CUT not in name:
+    if name == printable(name, _USERNAME_SHOWN) and "|" not in name and CUT not in name:
         return f"username:{name}"
     return _cut("username", name)
 
@@ -127,7 +127,7 @@ def _cut(kind: str, value: str) -> str:
     """``value`` cut to 150 printable characters without ``|``, ``…``, a space and the
     digest of its key: an entry names it whole by the digest (:func:`named_identity`)."""
     shown = printable(value, _USERNAME_SHOWN).replace("|", "/")
-    return f"{kind}:{shown}{_CUT} {key_part(value)}"
+    return f"{kind}:{shown}{CUT} {key_part(value)}"
 
 
 def named_identity(who: str) -> tuple[Identity, str | None]:
@@ -218,10 +218,10 @@ def _user_read(who: str) -> str:
     user's). Such a key reads with its own digest after it, as :func:`~.keys.label`
     shows a key it cannot show whole: whatever ``who`` ends with a digest names, by
     that digest, the user it was written for, and no two users read alike."""
-    if not who.startswith(_USER) or "%" not in who or _CUT in who:
+    if not who.startswith(_USER) or "%" not in who or CUT in who:
         return who
     pk = unquote(who[len(_USER) :], errors="surrogatepass")
     read = label(Identity("user", pk))
     if read == _USER + pk and _DIGESTED.search(pk):
-        return f"{read}{_CUT} {key_part(pk)}"
+        return f"{read}{CUT} {key_part(pk)}"
     return read

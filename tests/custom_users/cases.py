@@ -19,7 +19,7 @@ from django.core.management import CommandError, call_command
 from django.test import RequestFactory
 
 from django_ratelimits.engine import Identity
-from django_ratelimits.engine.keys import key_part
+from django_ratelimits.engine.keys import key_part, label
 from django_ratelimits.identity import identities
 from django_ratelimits.models import Policy
 from django_ratelimits.offenders.identities import NoSuchIdentity, find_user, parse
@@ -247,10 +247,8 @@ def test_an_id_chosen_to_read_as_another_users_never_names_that_user(
     requests_from("198.51.100.22", offender)
     ((text, url),) = behind_ip(staff_client(), "198.51.100.22").values()
     assert "other" not in text and "no longer exists" not in text
-    if offender_id != BARS:
-        assert (text, url) == (f"offender (user {offender_id})", user_page(offender))
-    else:  # named by a digest: shown as written, linked nowhere
-        assert url is None
+    # Named by a digest (BARS), the user is found by the id their entries read as.
+    assert (text, url) == (f"offender (user {offender_id})", user_page(offender))
 
 
 @only["CharPkUser"]
@@ -310,6 +308,11 @@ def test_a_request_by_a_user_whose_id_an_entry_holds_cut_counts_once(
     assert set(rows) == {"ip", "user"}  # both rows on the page: each request in both
     assert rows["user"]["name"] == f"offender (user {user_id})"
     assert (sum(board["activity"]["hits"]), sum(board["activity"]["denied"])) == (3, 1)
+    # The IP's row names the user as the user's own row does, linked to their page.
+    ((behind,),) = [rows["ip"]["behind"]]
+    assert (behind["name"], behind["count"]) == (f"offender (user {user_id})", 3)
+    shown = behind_ip(staff_client(), "198.51.100.25")
+    assert list(shown.values()) == [(f"offender (user {user_id})", user_page(offender))]
 
 
 @only["CharPkUser"]
@@ -334,7 +337,10 @@ def test_an_id_ending_as_a_cut_one_does_is_its_own_user_behind_an_ip(
     )
     requests_from("198.51.100.26", attacker, victim)
     behind = behind_ip(staff_client(), "198.51.100.26")
-    assert len(behind) == 2  # two users, never one
+    assert sorted(behind.values()) == [  # each user as themselves, never one as the other
+        (f"attacker (user {attacker.pk})", user_page(attacker)),
+        (f"victim (user {label(Identity('user', victim_id))[5:]})", user_page(victim)),
+    ]
     reader = OffenderReader(get_engine())
     theirs = reader.detail(Identity("user", str(attacker.pk))).hits
     assert [hit.who for hit in theirs] == ["ip:198.51.100.26"]

@@ -33,6 +33,7 @@ from django_ratelimits.dashboard.views.common import (
 )
 from django_ratelimits.engine import Identity
 from django_ratelimits.engine.errors import BackendError
+from django_ratelimits.engine.hits import user_read
 from django_ratelimits.engine.keys import label
 from django_ratelimits.offenders import (
     DURATIONS,
@@ -80,16 +81,20 @@ def _report(report: IdentityReport, site: AdminSite) -> dict[str, Any]:
     detail, offender = report.detail, report.detail.offender
     everyone = detail.behind()
     seen_with, hits = everyone[:SHOWN_BEHIND], detail.hits[:SHOWN_HITS]
-    me = label(report.identity)
+    me, identity = label(report.identity), report.identity
+    # The identity as hit entries name it, which names hold it under (a label may end as
+    # an id cut does while naming a user whole).
+    own = user_read(identity.value) if identity.kind == "user" else me
     chart = activity(detail.hits, report.now_ms)
-    names = user_labels(users([me, *(who for who, _ in seen_with), *(hit.who for hit in hits)]))
+    known = users([own, *(who for who, _ in seen_with), *(hit.who for hit in hits)])
+    names = user_labels(known)
     names.update(addresses(detail.hits, me))
 
     def url_for(other: Identity) -> str:
         return detail_url(site, other)
 
     return {
-        "name": display_name(me, names),
+        "name": display_name(own, names),
         "offender": offender,
         "first_denied": to_datetime(offender.first_ms) if offender else None,
         "last_denied": to_datetime(offender.last_ms) if offender else None,
@@ -98,13 +103,13 @@ def _report(report: IdentityReport, site: AdminSite) -> dict[str, Any]:
         "would_deny": denied_by(detail.shadow) if detail.shadow else (),
         "override": detail.override,
         "override_text": override_text(detail.override),
-        "behind": [who_view(who, count, names, url_for) for who, count in seen_with],
+        "behind": [who_view(who, count, names, url_for, known.ids) for who, count in seen_with],
         "more_behind": len(everyone) - len(seen_with),
         "quotas": quota_views(report.quotas),
         "overridden": sorted(report.overridden),
         "tiered": sorted(report.tiered),
         "chart": chart.chart(),
-        "hits": hit_views(hits, report.now_ms, names, url_for),
+        "hits": hit_views(hits, report.now_ms, names, url_for, known.ids),
         "more_hits": len(detail.hits) - len(hits),
     }
 

@@ -18,6 +18,7 @@ from django_ratelimits.dashboard.present import (
     Activity,
     RowView,
     addresses,
+    own_who,
     page_activity,
     row_view,
     user_labels,
@@ -174,17 +175,15 @@ def load(request: HttpRequest, site: AdminSite) -> Board:
     except BackendError as exc:
         message = gettext("Could not read the offenders from Redis: %(error)s") % {"error": exc}
         return Board(form, filters, None, (), None, message, request.GET)
-    names = user_labels(
-        users(
-            who
-            for row in listing.rows
-            for who in (row.offender.label, *(hit.who for hit in row.hits))
-        )
+    known = users(
+        who for row in listing.rows for who in (own_who(row), *(hit.who for hit in row.hits))
     )
+    names = user_labels(known)
     for row in listing.rows:
         names.update(addresses(row.hits, row.offender.label))
     rows = tuple(
-        row_view(row, listing.now_ms, names, lambda i: detail_url(site, i)) for row in listing.rows
+        row_view(row, listing.now_ms, names, lambda i: detail_url(site, i), known.ids)
+        for row in listing.rows
     )
     activity = page_activity(listing.rows, listing.now_ms)
     return Board(form, filters, listing, rows, activity, None, request.GET)
