@@ -337,10 +337,13 @@ def test_an_id_ending_as_a_cut_one_does_is_its_own_user_behind_an_ip(
     )
     requests_from("198.51.100.26", attacker, victim)
     behind = behind_ip(staff_client(), "198.51.100.26")
-    assert sorted(behind.values()) == [  # each user as themselves, never one as the other
-        (f"attacker (user {attacker.pk})", user_page(attacker)),
-        (f"victim (user {label(Identity('user', victim_id))[5:]})", user_page(victim)),
-    ]
+    assert (
+        sorted(behind.values())
+        == [  # each user as themselves, never one as the other
+            (f"attacker (user {attacker.pk})", user_page(attacker)),
+            (f"victim (user {label(Identity('user', victim_id))[5:]})", user_page(victim)),
+        ]
+    )
     reader = OffenderReader(get_engine())
     theirs = reader.detail(Identity("user", str(attacker.pk))).hits
     assert [hit.who for hit in theirs] == ["ip:198.51.100.26"]
