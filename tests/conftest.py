@@ -20,7 +20,7 @@ Contract (other test modules rely on these names):
 
 ``site_redis`` (function, on ``redis_client``)
     The site wired to that clean Redis (``tests.urls``, ``RateLimitMiddleware``);
-    yields the same client. ``frozen_clock`` stops its engine's clock.
+    yields the same client. ``frozen_clock`` stops the clock of every engine the test uses.
 
 Servers live in one temporary directory for the session (each pytest-xdist worker
 has its own, and its own servers). When the session had failures their logs are
@@ -235,19 +235,18 @@ def site_redis(
 
 
 @pytest.fixture
-def frozen_clock(site_redis: object, monkeypatch: pytest.MonkeyPatch) -> FakeClock:
-    """The engine of the ``site_redis`` site on a
-    :class:`~django_ratelimits.testing.FakeClock` stopped at the start of an hour
-    (``EPOCH_US``): time moves only when the test advances it, so a fixed window cannot
-    end between its requests, however slow the machine.
+def frozen_clock(site_redis: object) -> Iterator[FakeClock]:
+    """Every engine of the test on a :class:`~django_ratelimits.testing.FakeClock`
+    stopped at the start of an hour (``EPOCH_US``): time moves only when the test
+    advances it, so a window cannot end between its requests, however slow the machine.
 
-    The engine is the one the settings of the ``site_redis`` fixture build; a test that
-    overrides ``DJANGO_RATELIMITS`` gets another engine, on Redis' clock."""
-    from django_ratelimits.engine import get_engine
+    It is the test kit's :func:`~django_ratelimits.testing.fake_clock`: the engine of the
+    ``site_redis`` settings, and any other the test's settings build (``DJANGO_RATELIMITS``
+    overridden, the ``settings`` fixture), run on it until the test ends."""
+    from django_ratelimits.testing import fake_clock  # imports models: Django set up first
 
-    clock = FakeClock(EPOCH_US)
-    monkeypatch.setattr(get_engine(), "clock", clock)
-    return clock
+    with fake_clock(EPOCH_US) as clock:
+        yield clock
 
 
 CHROMIUM = Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))

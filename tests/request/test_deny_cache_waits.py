@@ -176,8 +176,7 @@ def test_under_the_test_kit_s_clock_the_cache_and_redis_tell_one_time_left(
 ) -> None:
     """What a project's own tests see (docs/testing.md): the kit's clock drives whatever
     engine the settings make, so a test that turns the cache off gets the same answer
-    from Redis as the cache gave. (The ``frozen_clock`` fixture of these tests stops only
-    the engine it finds: under changed settings Redis' own clock decides.)"""
+    from Redis as the cache gave."""
     options: dict[str, Any] = {"group": "g", "key": "ip", "rate": "1/h", "increment": True}
     request = RequestFactory().get("/", REMOTE_ADDR=ADDRESS)
     with fake_clock(start_us=EPOCH_US + 2675 * 1_000_000):

@@ -7,9 +7,11 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
+from django.test import override_settings
 from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException, ResponseError
@@ -17,6 +19,10 @@ from redis.retry import Retry
 
 from devtools import redis_harness
 from devtools.redis_harness import RedisBinaryNotFound, RedisClusterHarness, RedisServer
+from django_ratelimits.engine import Algorithm, Check, Identity, Limit, get_engine
+from django_ratelimits.rates import Rate
+from django_ratelimits.testing import FakeClock
+from tests.engine_helpers import EPOCH_US
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -148,6 +154,26 @@ def test_redis_client_kind(request: pytest.FixtureRequest, redis_client: object)
     kind = request.node.callspec.params["redis_client"]
     assert kind in ("standalone", "cluster")
     assert isinstance(redis_client, RedisCluster) == (kind == "cluster")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("redis_client", ["standalone"], indirect=True)
+def test_frozen_clock_stops_every_engine_the_test_s_settings_build(
+    frozen_clock: FakeClock, settings: Any
+) -> None:
+    """A test that changes the settings gets a new engine: on the frozen clock too, never
+    silently on Redis' own (where a window may end between its requests)."""
+    check = [Check(Identity("ip", "192.0.2.9"), [Limit("p", Rate(1, 1), Algorithm.FIXED_WINDOW)])]
+    first = get_engine()
+    settings.DJANGO_RATELIMITS = {**settings.DJANGO_RATELIMITS, "KEY_PREFIX": "frozen"}
+    engine = get_engine()
+    assert engine is not first and engine.clock is frozen_clock
+    assert engine.now_us() == EPOCH_US
+    assert [engine.check(check).allowed for _ in range(2)] == [True, False]
+    frozen_clock.advance(1)
+    with override_settings(DJANGO_RATELIMITS={**settings.DJANGO_RATELIMITS, "SHARDS": 2}):
+        assert get_engine().clock is frozen_clock
+        assert get_engine().check(check).now_us == EPOCH_US + 1_000_000
 
 
 # --------------------------------------------------------------------------- binary lookup
