@@ -29,6 +29,7 @@ copied to ``test-logs/`` in the repository root; otherwise the directory is dele
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import tempfile
@@ -136,6 +137,49 @@ def redis_client(request: pytest.FixtureRequest) -> Iterator[redis.Redis | Redis
         yield client
     finally:
         client.close()
+
+
+# --------------------------------------------------------------------------- a slow machine
+
+# RATELIMITS_TEST_DELAY=<seconds> (docs/development.md): the engine waits that long
+# before each call it makes on Redis' own clock, as on a busy CI machine, so that a
+# test counting on a window not turning between its checks fails every time instead
+# of one run in a hundred. On a test clock (``frozen_clock``, the kit's ``fake_clock``)
+# it never waits: time moves only when the test says. Off by default.
+DELAY_VARIABLE = "RATELIMITS_TEST_DELAY"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    delay = float(os.environ.get(DELAY_VARIABLE) or 0)
+    if delay > 0:
+        _slow_engine(delay)
+
+
+def _slow_engine(delay: float) -> None:
+    """The engine's calls on Redis' clock (checks and peeks, sync and async, and
+    ``now_us``) start ``delay`` seconds late, in this process."""
+    from django_ratelimits.engine.core import Engine
+
+    execute, aexecute, now_us = Engine._execute, Engine._aexecute, Engine.now_us
+
+    def slow_execute(self: Engine, calls: list[Any]) -> list[Any]:
+        if calls and self.clock is None:
+            time.sleep(delay)
+        return execute(self, calls)
+
+    async def slow_aexecute(self: Engine, calls: list[Any]) -> list[Any]:
+        if calls and self.clock is None:
+            await asyncio.sleep(delay)
+        return await aexecute(self, calls)
+
+    def slow_now_us(self: Engine) -> int:
+        if self.clock is None:
+            time.sleep(delay)
+        return now_us(self)
+
+    Engine._execute = slow_execute  # type: ignore[method-assign]
+    Engine._aexecute = slow_aexecute  # type: ignore[method-assign]
+    Engine.now_us = slow_now_us  # type: ignore[method-assign]
 
 
 # --------------------------------------------------------------------------- markers
