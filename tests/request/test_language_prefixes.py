@@ -20,6 +20,7 @@ from django.test import AsyncClient, Client, override_settings
 from django_ratelimits.logins import BACKEND
 from django_ratelimits.models import Policy
 from django_ratelimits.policies import get_registry
+from django_ratelimits.testing import FakeClock
 
 pytestmark = [
     pytest.mark.django_db,
@@ -38,9 +39,11 @@ def with_locale(middleware: list[str]) -> list[str]:
 
 
 @pytest.fixture(params=[UNPREFIXED, PREFIXED])
-def site(request: pytest.FixtureRequest, site_redis: Any) -> Iterator[str]:
+def site(request: pytest.FixtureRequest, frozen_clock: FakeClock) -> Iterator[str]:
     """The site in three languages, English by default, prefixed or not; yields the
-    English prefix ("" or "/en")."""
+    English prefix ("" or "/en"). On the test clock: the policies' fixed windows (an
+    hour, the lockout's 15 minutes) would start again at their turn on Redis' clock,
+    however close together the requests."""
     with override_settings(
         ROOT_URLCONF=request.param,
         LANGUAGE_CODE="en",
