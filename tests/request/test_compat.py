@@ -31,6 +31,16 @@ from tests.engine_helpers import EPOCH_US, check_calls
 
 pytestmark = pytest.mark.django_db
 
+
+@pytest.fixture(autouse=True)
+def _frozen(request: pytest.FixtureRequest) -> None:
+    """The site's tests on the frozen clock: the compatibility layer's windows are fixed,
+    aligned to the epoch as django-ratelimit's, and on Redis' clock an hour could turn
+    between the requests of a test that counts to its limit."""
+    if "site_redis" in request.fixturenames:
+        request.getfixturevalue("frozen_clock")
+
+
 factory = RequestFactory()
 _groups = itertools.count()
 DEAD = {"REDIS": "redis://127.0.0.1:1/0", "SOCKET_CONNECT_TIMEOUT": 0.2}
