@@ -7,6 +7,7 @@ all recorded hits in one colour and the denied ones over them in another
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -255,29 +256,51 @@ def page_activity(rows: Sequence[Row], now_ms: int) -> Activity:
     second takes, per pair of identities and path, the larger of the two
     lists' counts rather than their sum. (Matching entries one by one would
     fail on a cluster, where the two identities are written by separate
-    script calls whose times may differ by a millisecond.) Identities pair by
-    the ident of their keys, not by how they are written: an entry names a user
-    whose id it cannot hold whole by a digest (``user:////…… ~Ab3…``), the row by
-    the id itself.
+    script calls whose times may differ by a millisecond or more.) An entry of
+    the second list is placed in the second of the first list's nearest entry
+    within :data:`SAME_REQUEST_MS`, so that a request whose two calls fall either
+    side of a second is not counted in both. Identities pair by the ident of their
+    keys, not by how they are written: an entry names a user whose id it cannot
+    hold whole by a digest (``user:////…… ~Ab3…``), the row by the id itself.
     """
     seconds = ACTIVITY_SECONDS
-    sides: dict[tuple[frozenset[str], str, int], dict[str, list[int]]] = {}
+    lists: dict[tuple[frozenset[str], str], dict[str, list[Hit]]] = {}
     for row in rows:
         side = row.offender.ident
         for hit in row.hits:
-            age = (now_ms - hit.at_ms) // 1000
-            if 0 <= age < seconds:
-                key = (frozenset((side, named_ident(hit.who))), hit.what, age)
-                tally = sides.setdefault(key, {}).setdefault(side, [0, 0, 0])
+            if 0 <= now_ms - hit.at_ms < seconds * 1000:
+                key = (frozenset((side, named_ident(hit.who))), hit.what)
+                lists.setdefault(key, {}).setdefault(side, []).append(hit)
+    series = [[0] * seconds for _ in range(3)]
+    for by_side in lists.values():
+        first = sorted(hit.at_ms for hit in next(iter(by_side.values())))
+        tallies: dict[int, list[list[int]]] = {}
+        for n, hits in enumerate(by_side.values()):
+            for hit in hits:
+                at_ms = hit.at_ms if n == 0 else _nearest(first, hit.at_ms)
+                tally = tallies.setdefault((now_ms - at_ms) // 1000, [[0, 0, 0], [0, 0, 0]])[n]
                 tally[0] += 1
                 tally[1] += hit.denied
                 tally[2] += hit.shadow
-    series = [[0] * seconds for _ in range(3)]
-    for (_, _, age), by_side in sides.items():
-        for n, counts in enumerate(series):
-            counts[seconds - 1 - age] += max(t[n] for t in by_side.values())
+        for age, (one, other) in tallies.items():
+            for n, counts in enumerate(series):
+                counts[seconds - 1 - age] += max(one[n], other[n])
     every, denied, shadow = series
     return Activity(tuple(every), tuple(denied), tuple(shadow))
+
+
+#: How far apart a request's entries in two lists may be written (on a cluster its IP
+#: and its user are two script calls, one after the other) for the activity chart to
+#: count them in one second.
+SAME_REQUEST_MS = 250
+
+
+def _nearest(times: list[int], at_ms: int) -> int:
+    """The time among ``times`` (sorted) nearest ``at_ms``, if within
+    :data:`SAME_REQUEST_MS`; else ``at_ms``."""
+    i = bisect.bisect_left(times, at_ms)
+    near = min(times[max(i - 1, 0) : i + 1], key=lambda t: abs(t - at_ms), default=at_ms)
+    return near if abs(near - at_ms) <= SAME_REQUEST_MS else at_ms
 
 
 def activity(hits: Sequence[Hit], now_ms: int) -> Activity:

@@ -138,10 +138,9 @@ def board(site_redis: Any, django_user_model: Any, admin_client: Client) -> dict
 def frozen_board(
     frozen_clock: FakeClock, site_redis: Any, django_user_model: Any, admin_client: Client
 ) -> dict[str, Any]:
-    """The board scripted on the test clock: every request in one second of it. On
-    Redis' clock a cluster writes a request's IP and user entries in two calls, whose
-    milliseconds can fall in two seconds of the activity chart (the request counted
-    twice there)."""
+    """The board scripted on the test clock: every request in one second of it, so the
+    seconds left that a page shows (an allow-listing's 3600) and the activity chart's
+    seconds do not move however slow the machine."""
     return {"users": scripted(django_user_model), "client": admin_client, "redis": site_redis}
 
 
