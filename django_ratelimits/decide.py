@@ -556,13 +556,16 @@ class Planned:
         if decision.allowed:  # nothing denied (a block denies): nothing to log or signal
             return verdict
         announced: set[str] = set()
-        logged: set[Identity] = set()
+        # A blocked identity's first result, and whether a policy that refuses found it
+        # (a shadow check of a blocked identity is denied too, but refuses nothing, and
+        # so does a soft one: the view decides).
+        blocked: dict[Identity, tuple[LimitResult, bool]] = {}
+        soft = self._soft_names()
         for result in decision.results:
             policy = verdict._by_name[result.limit.policy]
-            # A shadow check of a blocked identity is denied too, but refuses nothing.
-            if result.blocked and not policy.shadow and result.identity not in logged:
-                logged.add(result.identity)
-                self._log_block(result)
+            if result.blocked and not policy.shadow:
+                first, refused = blocked.get(result.identity, (result, False))
+                blocked[result.identity] = first, refused or policy.name not in soft
             if not (result.allowed or self.looks) and policy.name not in announced:
                 announced.add(policy.name)
                 self._signal(
@@ -571,22 +574,30 @@ class Planned:
                     result=result,
                     shadow=policy.shadow,
                 )
+        for result, refused in blocked.values():
+            self._log_block(result, refused)
         return verdict
 
-    def _log_block(self, result: LimitResult) -> None:
-        """The line of a block ``result`` found: a refusal's, or a look's when the call
-        refuses nothing (a compat peek: the view decides what to do with its answer).
-        The charge of a failed login refuses nothing and looks at nothing: no line (its
-        look let the login through; the next look logs the refusal)."""
+    def _log_block(self, result: LimitResult, refused: bool) -> None:
+        """The line of a block ``result`` found: a refusal's (``refused``: a policy that
+        refuses found it), or a look's when the call or the policies refuse nothing (a
+        compat peek, a view's ``block=False``: the view decides what to do with the
+        answer). The charge of a failed login refuses nothing and looks at nothing: no
+        line (its look let the login through; the next look logs the refusal)."""
         if not self.looks:
-            _log_block(self.request, result, "refused")
+            if refused:
+                _log_block(self.request, result, "refused")
+            else:
+                _log_block(self.request, result, "let through", _SOFT_REFUSES_NOTHING)
         elif self._peeking:
             _log_block(self.request, result, "looked at", _LOOK_REFUSES_NOTHING)
 
     def _soft(self, cached: bool) -> frozenset[str]:
         """The soft policies' names when the cache answered (it does not look at them)."""
-        if not cached:
-            return frozenset()
+        return self._soft_names() if cached else frozenset()
+
+    def _soft_names(self) -> frozenset[str]:
+        """The names of the policies checked soft (``block=False``): they refuse nothing."""
         return frozenset(limit.policy for c in self.checks if c.soft for limit in c.limits)
 
     def failed(self, error: BackendError, cache: DenialCache | None = None) -> Verdict:
@@ -693,6 +704,8 @@ def _log_block(request: HttpRequest, result: LimitResult, done: str, then: str =
 
 #: What the line of a look that found a block adds: the look itself refused nothing.
 _LOOK_REFUSES_NOTHING: Final = "; a look refuses nothing itself (the view decides)"
+#: What the line of a block only ``block=False`` policies found adds.
+_SOFT_REFUSES_NOTHING: Final = "; its policies here refuse nothing (block=False: the view decides)"
 
 
 # How much of a refused request's path its log line shows.

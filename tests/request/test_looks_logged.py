@@ -2,9 +2,10 @@
 
 A compat look (``is_ratelimited(increment=False)``, ``get_usage``) of a blocked identity
 refuses nothing: its line says it looked, never that it refused; the view deciding on
-its answer (the peek-first login) still leaves a trail. A failed login's charge that
-finds a block logs nothing: its look let the login through, and the next look logs the
-refusal.
+its answer (the peek-first login) still leaves a trail. So does a view whose policies
+are applied with ``block=False``: the request goes on, and its line says so. A failed
+login's charge that finds a block logs nothing: its look let the login through, and the
+next look logs the refusal.
 """
 
 from __future__ import annotations
@@ -14,9 +15,12 @@ import logging
 from typing import Any
 
 import pytest
+from django.http import HttpRequest, HttpResponse
 from django.test import Client, RequestFactory, override_settings
+from django.urls import path
 
 from django_ratelimits.compat import Ratelimited, get_usage, is_ratelimited, ratelimit
+from django_ratelimits.decorators import ratelimit as policy_ratelimit
 from django_ratelimits.engine import Identity, get_engine
 from django_ratelimits.engine.controls import Controls
 from django_ratelimits.logins import BACKEND
@@ -112,3 +116,47 @@ def test_a_failed_logins_charge_that_finds_a_block_logs_no_refusal(
     assert charged == []
     [line] = lines(caplog)
     assert line.startswith("refused POST /json-login: username:alice is blocked (by staff")
+
+
+@policy_ratelimit("lk-soft", rate="5/m", key="ip", block=False)
+def told(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("told")
+
+
+@policy_ratelimit("lk-hard", rate="5/m", key="ip")
+@policy_ratelimit("lk-soft", rate="5/m", key="ip", block=False)
+def refusing(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("refusing")
+
+
+urlpatterns = [path("told", told), path("refusing", refusing)]
+
+
+@pytest.mark.parametrize("cache", [0, 10_000])
+def test_a_block_only_block_false_policies_find_is_logged_as_let_through(
+    site_redis: Any, caplog: pytest.LogCaptureFixture, cache: int
+) -> None:
+    """A view whose only policy is applied with ``block=False`` runs for a blocked address
+    (the view decides): the line says the request was let through, never refused. A view
+    that also applies a policy that refuses is refused, and logged so. With or without
+    the cache of denials (which answers the repeats)."""
+    from django.conf import settings
+
+    Controls(get_engine()).block(Identity("ip", ADDRESS), 300)
+    options = {**settings.DJANGO_RATELIMITS, "DENIAL_CACHE": cache}
+    client = Client(REMOTE_ADDR=ADDRESS)
+    with (
+        override_settings(ROOT_URLCONF=__name__, DJANGO_RATELIMITS=options),
+        caplog.at_level(logging.INFO, logger="django_ratelimits"),
+    ):
+        get_registry().refresh()
+        assert [client.get("/told").status_code for _ in range(2)] == [200, 200]
+        told_lines = lines(caplog)
+        caplog.clear()
+        assert client.get("/refusing").status_code == 429
+        refused = lines(caplog)
+    assert len(told_lines) == 2
+    for line in told_lines:
+        assert line.startswith(f"let through GET /told: ip:{ADDRESS} is blocked (by staff")
+        assert line.endswith("; its policies here refuse nothing (block=False: the view decides)")
+    assert [line.partition(":")[0] for line in refused] == ["refused GET /refusing"]
