@@ -242,8 +242,10 @@ def test_a_request_cancelled_while_a_receiver_awaits_gives_its_slot_back(
     """After the check's reply: the verdict, holding the slot, waits while an async
     ``rate_limited`` receiver runs (a shadow policy denied), and the request is
     cancelled there."""
+    # GCRA: the second request is denied however slow the machine (a fixed window would
+    # start again if the hour turned between the two).
     Policy.objects.create(
-        name="watch", mode="shadow", algorithm="fixed_window", rates="1/h", path=r"^/inflight/"
+        name="watch", mode="shadow", algorithm="gcra", rates="1/h", path=r"^/inflight/"
     )
     get_registry().refresh()
     handler = site

@@ -24,6 +24,7 @@ from django_ratelimits.decide import RateLimited
 from django_ratelimits.engine import get_engine
 from django_ratelimits.logins import BACKEND, _planned
 from django_ratelimits.policies.registry import current
+from django_ratelimits.testing import FakeClock
 from tests.engine_helpers import all_keys
 from tests.request.test_logins import LOGIN, RIGHT, login, policy, refused
 
@@ -173,7 +174,10 @@ def test_an_attempt_ends_its_reservation_when_its_response_ends(site: Any, key: 
     assert all(site.zcard(k) == 0 for k in leftover)
 
 
-def test_attempts_refused_for_those_in_flight_charge_nothing(held: Any) -> None:
+def test_attempts_refused_for_those_in_flight_charge_nothing(
+    held: Any, frozen_clock: FakeClock
+) -> None:
+    # On the test clock: the guesses' fixed window cannot turn between them.
     policy(key="ip_and_username", algorithm="fixed_window")
     reached, _ = guesses_at_once()
     # Three failures counted against each identity, none for the five refused (a fixed
