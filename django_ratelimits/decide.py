@@ -586,11 +586,11 @@ class Planned:
         line (its look let the login through; the next look logs the refusal)."""
         if not self.looks:
             if refused:
-                _log_block(self.request, result, "refused")
+                _write_block_line(self.request, result, "refused")
             else:
-                _log_block(self.request, result, "let through", _SOFT_REFUSES_NOTHING)
+                _write_block_line(self.request, result, "let through", _SOFT_REFUSES_NOTHING)
         elif self._peeking:
-            _log_block(self.request, result, "looked at", _LOOK_REFUSES_NOTHING)
+            _write_block_line(self.request, result, "looked at", _LOOK_REFUSES_NOTHING)
 
     def _soft(self, cached: bool) -> frozenset[str]:
         """The soft policies' names when the cache answered (it does not look at them)."""
@@ -684,7 +684,7 @@ def _cache() -> DenialCache | None:
         return None
 
 
-def _log_block(request: HttpRequest, result: LimitResult, done: str, then: str = "") -> None:
+def _write_block_line(request: HttpRequest, result: LimitResult, done: str, then: str = "") -> None:
     """One line for a request a block refused (staff's, or a policy's ban), or one a look
     found blocked (``done``): the block, not a policy's rate. What the client sent is
     escaped: its path (``%0A`` is a line break in ``request.path``) and the identity (a

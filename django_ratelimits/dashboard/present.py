@@ -28,7 +28,7 @@ from django_ratelimits.engine.hits import (
     Hit,
     named_ident,
     named_identity,
-    user_read,
+    read_as,
 )
 from django_ratelimits.engine.keys import label
 from django_ratelimits.engine.offenders import Offender, OffenderDetail
@@ -241,10 +241,10 @@ def who_view(
 
 def own_who(row: Row) -> str:
     """How hit entries name the identity of ``row`` (``names`` holds its name under it):
-    a user by :func:`~.hits.user_read`, never by the row's label, which may end as an id
-    cut does while naming a user whole; anyone else by the label."""
+    :func:`~.hits.read_as` a user; anyone else, or a row no identity stands behind, by
+    the row's label."""
     if row.identity is not None and row.identity.kind == "user":
-        return user_read(row.identity.value)
+        return read_as(row.identity)
     return row.offender.label
 
 

@@ -154,6 +154,13 @@ def user_read(pk: object) -> str:
     return _user_read(user_behind(pk))
 
 
+def read_as(identity: Identity) -> str:
+    """How hit entries name ``identity``, which the dashboard's names are kept under: a
+    user by :func:`user_read` (never by its label, which may end as a cut id does while
+    naming a user whole), anyone else by its label."""
+    return user_read(identity.value) if identity.kind == "user" else label(identity)
+
+
 def ip_behind(address: str) -> str:
     """``ip:<address>`` for the client address behind a request."""
     return _named("ip", address)

@@ -33,7 +33,7 @@ from django_ratelimits.dashboard.views.common import (
 )
 from django_ratelimits.engine import Identity
 from django_ratelimits.engine.errors import BackendError
-from django_ratelimits.engine.hits import user_read
+from django_ratelimits.engine.hits import read_as
 from django_ratelimits.engine.keys import label
 from django_ratelimits.offenders import (
     DURATIONS,
@@ -81,10 +81,7 @@ def _report(report: IdentityReport, site: AdminSite) -> dict[str, Any]:
     detail, offender = report.detail, report.detail.offender
     everyone = detail.behind()
     seen_with, hits = everyone[:SHOWN_BEHIND], detail.hits[:SHOWN_HITS]
-    me, identity = label(report.identity), report.identity
-    # The identity as hit entries name it, which names hold it under (a label may end as
-    # an id cut does while naming a user whole).
-    own = user_read(identity.value) if identity.kind == "user" else me
+    me, own = label(report.identity), read_as(report.identity)
     chart = activity(detail.hits, report.now_ms)
     known = users([own, *(who for who, _ in seen_with), *(hit.who for hit in hits)])
     names = user_labels(known)

@@ -68,7 +68,7 @@ from django_ratelimits.conf import get_settings
 from django_ratelimits.engine import Engine, Identity, get_engine
 from django_ratelimits.engine.controls import MAX_OVERRIDE
 from django_ratelimits.engine.errors import BackendError
-from django_ratelimits.engine.hits import user_read
+from django_ratelimits.engine.hits import read_as
 from django_ratelimits.engine.keys import label
 from django_ratelimits.engine.memory import memory_of, node_routes
 from django_ratelimits.engine.overrides import BLOCKED_POLICY
@@ -346,8 +346,7 @@ def show(options: dict[str, Any]) -> Report:
     report = Offenders(get_engine).inspect(identity)
     detail = report.detail
     hits = detail.hits[: options["hits"]]
-    # The identity as hit entries name it: its label may end as an id cut does.
-    own = user_read(identity.value) if identity.kind == "user" else label(identity)
+    own = read_as(identity)  # its label may end as a cut id does
     known = users({own, *(h.who for h in detail.hits)})
     names = shown_names(known)
     if own in names:  # a user's list names IPs only: its label is no one else's there
