@@ -28,7 +28,6 @@ from django_ratelimits.engine.hits import (
     Hit,
     named_ident,
     named_identity,
-    read_as,
 )
 from django_ratelimits.engine.keys import label
 from django_ratelimits.engine.offenders import Offender, OffenderDetail
@@ -201,7 +200,7 @@ def row_view(
     return RowView(
         row=row,
         kind=kind_label(offender.kind),
-        name=display_name(own_who(row), names),
+        name=display_name(row.who, names),
         url=None if row.identity is None else url_for(row.identity),
         behind=behind(row.detail(), names, url_for, ids),
         policies=denied_by(offender),
@@ -228,24 +227,13 @@ def who_view(
     """``who`` of hit entries, linked to its page when it names an identity whole: not
     a username or a user's key an entry could only hold cut (:func:`~.hits.named_identity`),
     unless ``ids`` holds the id of the user it names so (:func:`~.offenders.users`)."""
-    kind, _, value = who.partition(":")
-    linkable = kind in IDENTITY_KIND_LABELS and value not in ("", "-")
-    if linkable and kind in ("username", "user"):
-        linkable = named_identity(who)[1] is None
+    named, digest = named_identity(who)
+    linkable = named.kind in IDENTITY_KIND_LABELS and bool(named.value) and who != ANONYMOUS
     if who in ids:
         url: str | None = url_for(Identity("user", ids[who]))
     else:
-        url = url_for(Identity(kind, value)) if linkable else None
+        url = url_for(named) if linkable and digest is None else None
     return Who(who, count, display_name(who, names), url)
-
-
-def own_who(row: Row) -> str:
-    """How hit entries name the identity of ``row`` (``names`` holds its name under it):
-    :func:`~.hits.read_as` a user; anyone else, or a row no identity stands behind, by
-    the row's label."""
-    if row.identity is not None and row.identity.kind == "user":
-        return read_as(row.identity)
-    return row.offender.label
 
 
 def page_activity(rows: Sequence[Row], now_ms: int) -> Activity:
@@ -381,16 +369,15 @@ def user_labels(known: Users) -> dict[str, str]:
     shows it), or ``user 42 (no longer exists)`` for one deleted since."""
 
     def shown(who: str) -> str:
-        if who in known.ids:
-            return label(Identity("user", known.ids[who])).partition(":")[2]
-        return who.partition(":")[2]
+        pk = known.ids[who] if who in known.ids else named_identity(who)[0].value
+        return label(Identity("user", pk)).partition(":")[2]
 
     names = {
         who: gettext("%(name)s (user %(pk)s)") % {"name": name, "pk": shown(who)}
         for who, name in known.names.items()
     }
     for who in known.gone:
-        names[who] = gettext("user %(pk)s (no longer exists)") % {"pk": who.partition(":")[2]}
+        names[who] = gettext("user %(pk)s (no longer exists)") % {"pk": shown(who)}
     return names
 
 

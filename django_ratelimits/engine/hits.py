@@ -4,7 +4,8 @@ This module is the Python side of the format, the one place that writes and
 parses it. An entry reads ``<who>|<what>|<ms>|<outcome>|<policies>``:
 
 - ``who`` is the other identity behind the request: ``user:<pk>`` (``user:-``
-  when anonymous) in an IP's list, or ``username:<name>`` for a login's username
+  when anonymous, so the user whose id is ``-`` is written and read ``user:%2D``) in
+  an IP's list, or ``username:<name>`` for a login's username
   tried (failed-login policies; a name an entry cannot hold as it is is shown cut,
   with its key's digest: :func:`username_behind`), ``ip:<address>`` in anyone else's.
   A text primary key may hold ``|``: :func:`user_behind` escapes it (``%7C``, and
@@ -43,6 +44,9 @@ from django_ratelimits.engine.keys import ident, key_part, label, printable
 from django_ratelimits.engine.limits import Identity
 
 ANONYMOUS = "user:-"
+# The user whose id is "-" (a username a model keyed by username may allow), as entries
+# write and read them: escaped, as "user:-" names anonymous clients.
+DASH_USER = "user:%2D"
 
 
 DENIED, SHADOW, ALLOWED = "D", "S", "A"
@@ -94,11 +98,14 @@ def user_behind(pk: object | None) -> str:
     unprintable) is written with those characters escaped (``%`` and the hex of their
     UTF-8 bytes: ``user:sub%7Calice``), which :func:`parse` reads back; one of over 150
     characters so written is cut to 150, with ``…``, a space and its key's digest, as
-    :func:`username_behind` writes a name. Two keys are never written alike, so the
-    dashboard never names one user for another's requests."""
+    :func:`username_behind` writes a name. The key ``-`` is written :data:`DASH_USER`,
+    never as anonymous. Two keys are never written alike, so the dashboard never names
+    one user for another's requests."""
     if pk is None:
         return ANONYMOUS
     value = str(pk)
+    if value == "-":
+        return DASH_USER
     if len(value) <= _USERNAME_SHOWN and value.isprintable() and not _ESCAPED.search(value):
         return _USER + value  # the usual case: an integer, a UUID, a plain text key
     escaped = "".join(
@@ -136,6 +143,8 @@ def named_identity(who: str) -> tuple[Identity, str | None]:
     :func:`user_behind`: the digest at its end) rather than the value itself (``None``:
     the keys follow from the identity). A user cut names no user by id: the dashboard
     neither names nor links it (:func:`~django_ratelimits.offenders.users.users`)."""
+    if who == DASH_USER:
+        return Identity("user", "-"), None
     kind, _, value = who.partition(":")
     digested = _DIGESTED.search(value) if kind in _CUT_KINDS else None
     return Identity(kind, value), None if digested is None else f"{kind}:{digested[1]}"
@@ -224,8 +233,9 @@ def _user_read(who: str) -> str:
     would be taken for one, named by a digest that is not its own (maybe another
     user's). Such a key reads with its own digest after it, as :func:`~.keys.label`
     shows a key it cannot show whole: whatever ``who`` ends with a digest names, by
-    that digest, the user it was written for, and no two users read alike."""
-    if not who.startswith(_USER) or "%" not in who or CUT in who:
+    that digest, the user it was written for, and no two users read alike. The user
+    whose id is ``-`` reads as written (:data:`DASH_USER`): ``user:-`` is anonymous."""
+    if not who.startswith(_USER) or "%" not in who or CUT in who or who == DASH_USER:
         return who
     pk = unquote(who[len(_USER) :], errors="surrogatepass")
     read = label(Identity("user", pk))

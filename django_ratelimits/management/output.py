@@ -96,10 +96,11 @@ def shown_names(known: Users) -> dict[str, str]:
 
 
 def named(who: str, names: dict[str, str]) -> str:
-    """``user:3 (alice)``; ``user:-`` is how metadata writes an anonymous client."""
-    if who == ANONYMOUS:
-        return "anonymous"
-    return f"{who} ({names[who]})" if who in names else who
+    """``user:3 (alice)``; else ``user:-``, how hit entries write an anonymous client, is
+    ``anonymous`` (``names`` may name the label ``user:-`` of the user whose id is ``-``)."""
+    if who in names:
+        return f"{who} ({names[who]})"
+    return "anonymous" if who == ANONYMOUS else who
 
 
 def by_policy(counts: dict[str, int]) -> str:

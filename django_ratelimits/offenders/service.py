@@ -34,7 +34,7 @@ from django_ratelimits.engine import Check, Engine, Identity, LimitResult, get_e
 from django_ratelimits.engine.controls import ActiveOverrides, Controls
 from django_ratelimits.engine.denials import Denials
 from django_ratelimits.engine.erasure import Erased, Eraser
-from django_ratelimits.engine.hits import Hit
+from django_ratelimits.engine.hits import Hit, read_as
 from django_ratelimits.engine.keys import ident
 from django_ratelimits.engine.offenders import (
     SCAN_LIMIT,
@@ -109,6 +109,16 @@ class Row:
 
     def detail(self) -> OffenderDetail:
         return OffenderDetail(self.offender, self.hits, self.override)
+
+    @property
+    def who(self) -> str:
+        """How hit entries name the row's identity, which the pages' names are kept under:
+        a user by :func:`~django_ratelimits.engine.hits.read_as` (whose label may end as a
+        cut id does, or read ``user:-``, which entries keep for anonymous clients); anyone
+        else, or a row no identity stands behind, by the row's label."""
+        if self.identity is not None and self.identity.kind == "user":
+            return read_as(self.identity)
+        return self.offender.label
 
 
 @dataclass(frozen=True)

@@ -52,15 +52,15 @@ def users(whos: Iterable[str]) -> Users:
     pks: dict[str, Any] = {}
     digested: dict[str, str] = {}
     for who in whos:
-        kind, _, value = who.partition(":")
-        if kind != "user" or who == ANONYMOUS:
+        identity, digest = named_identity(who)
+        if identity.kind != "user" or who == ANONYMOUS:
             continue
-        if named_identity(who)[1] is not None:
+        if digest is not None:
             if len(digested) < DIGESTED_SOUGHT:
-                digested[who] = _certain_start(value)
+                digested[who] = _certain_start(identity.value)
             continue
         try:
-            pks[who] = model._meta.pk.to_python(value)
+            pks[who] = model._meta.pk.to_python(identity.value)
         except ValidationError:
             continue
     try:
@@ -68,8 +68,8 @@ def users(whos: Iterable[str]) -> Users:
         found = _found(model, digested) if digested else {}
     except DatabaseError:
         return Users()
-    known = {pk for pk, _ in rows}
-    names = {f"user:{pk}": str(name) for pk, name in rows}
+    known = dict(rows)
+    names = {who: str(known[pk]) for who, pk in pks.items() if pk in known}
     return Users(
         names=names | {who: name for who, (_, name) in found.items()},
         gone=frozenset(who for who, pk in pks.items() if pk not in known),

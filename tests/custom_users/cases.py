@@ -253,15 +253,17 @@ def test_an_id_chosen_to_read_as_another_users_never_names_that_user(
 
 @only["CharPkUser"]
 @STANDALONE
+@pytest.mark.parametrize("alice_id", ["sub|alice", "-"])
 def test_forgetting_an_address_reaches_the_list_of_a_user_whose_id_holds_a_bar(
-    site_redis: Any,
+    site_redis: Any, alice_id: str
 ) -> None:
     """Forget finds the lists of those an address's entries name: alice's (``sub|alice``)
-    was looked for under ``sub/alice``, and kept the forgotten address."""
+    was looked for under ``sub/alice``, and kept the forgotten address; with the id
+    ``-`` she was written as anonymous (``user:-``), and her list was not looked for."""
     from django_ratelimits.engine import get_engine
     from django_ratelimits.engine.offenders import OffenderReader
 
-    alice = make("alice")
+    alice = make("alice", id=alice_id)
     Policy.objects.create(
         name="both", rates="100/m", key="ip_and_user", path="^/api/hello", record_metadata="every"
     )
@@ -286,7 +288,7 @@ def listing(client: Any) -> dict[str, Any]:
 
 @only["CharPkUser"]
 @STANDALONE
-@pytest.mark.parametrize("user_id", ["|" * 64, "\u2026" * 40, "a" * 151])
+@pytest.mark.parametrize("user_id", ["|" * 64, "\u2026" * 40, "a" * 151, "-"])
 def test_a_request_by_a_user_whose_id_an_entry_holds_cut_counts_once(
     site_redis: Any, user_id: str
 ) -> None:
@@ -350,3 +352,30 @@ def test_an_id_ending_as_a_cut_one_does_is_its_own_user_behind_an_ip(
     run("forget", "ip:198.51.100.26")
     for user in (attacker, victim):
         assert reader.detail(Identity("user", str(user.pk))).hits == ()
+
+
+@only["CharPkUser"]
+@STANDALONE
+def test_a_user_whose_id_is_a_dash_is_named_not_anonymous(site_redis: Any) -> None:
+    """Hit entries write an anonymous client ``user:-``, which was also how they wrote
+    the user whose id is ``-``: the dashboard and the command showed that user as
+    anonymous, behind an address and in their own row. Beside an anonymous client of
+    the same address, each is itself now."""
+    from django.test import Client
+
+    dash = make("dash", id="-")
+    requests_from("198.51.100.27", dash)
+    assert Client(REMOTE_ADDR="198.51.100.27").get("/api/hello").status_code == 200
+    assert behind_ip(staff_client(), "198.51.100.27") == {
+        "user:%2D": ("dash (user -)", user_page(dash)),
+        "user:-": ("anonymous", None),
+    }
+    Policy.objects.create(name="per-user", rates="1/m", key="user", path="^/api/hello")
+    get_registry().refresh()
+    client = Client(REMOTE_ADDR="198.51.100.28")
+    client.force_login(dash)
+    assert [client.get("/api/hello").status_code for _ in range(2)] == [200, 429]
+    rows = {row["kind"]: row for row in listing(staff_client())["offenders"]}
+    assert rows["user"]["name"] == "dash (user -)"
+    assert "user:- (dash)" in run("offenders")
+    assert run("show", "user:-").splitlines()[0] == "user:- (dash)"

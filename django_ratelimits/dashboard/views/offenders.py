@@ -18,7 +18,6 @@ from django_ratelimits.dashboard.present import (
     Activity,
     RowView,
     addresses,
-    own_who,
     page_activity,
     row_view,
     user_labels,
@@ -175,9 +174,7 @@ def load(request: HttpRequest, site: AdminSite) -> Board:
     except BackendError as exc:
         message = gettext("Could not read the offenders from Redis: %(error)s") % {"error": exc}
         return Board(form, filters, None, (), None, message, request.GET)
-    known = users(
-        who for row in listing.rows for who in (own_who(row), *(hit.who for hit in row.hits))
-    )
+    known = users(who for row in listing.rows for who in (row.who, *(hit.who for hit in row.hits)))
     names = user_labels(known)
     for row in listing.rows:
         names.update(addresses(row.hits, row.offender.label))

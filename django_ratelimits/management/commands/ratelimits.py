@@ -297,8 +297,10 @@ def offenders(options: dict[str, Any]) -> Report:
     )
     listing = Offenders(get_engine).listing(query)
     rows = [offender_data(row.offender, row.override) for row in listing.rows]
-    known = users(row.offender.label for row in listing.rows)
-    names = shown_names(known)
+    known = users(row.who for row in listing.rows)
+    found = shown_names(known)
+    # Rows are shown by their labels, which are no one else's here (no row is anonymous).
+    names = {row.offender.label: found[row.who] for row in listing.rows if row.who in found}
     data = {
         "period": period,
         "order": order,
