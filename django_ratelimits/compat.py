@@ -97,7 +97,7 @@ def ratelimit(
             @functools.wraps(fn)
             async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
                 decide = sync_to_async(_usage)
-                usage, verdict = await decide(request, group, fn, key, rate, method, True)
+                usage, verdict = await decide(request, group, fn, key, rate, method, True, block)
                 _enforce(request, usage, verdict, block)
                 return await fn(request, *args, **kwargs)
 
@@ -105,7 +105,7 @@ def ratelimit(
 
         @functools.wraps(fn)
         def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-            usage, verdict = _usage(request, group, fn, key, rate, method, True)
+            usage, verdict = _usage(request, group, fn, key, rate, method, True, block)
             _enforce(request, usage, verdict, block)
             return fn(request, *args, **kwargs)
 
@@ -180,8 +180,10 @@ def _usage(
     rate: RateArg,
     method: Methods,
     increment: bool,
+    refuses: bool = False,
 ) -> tuple[Usage | None, Verdict | None]:
-    """The usage, and the verdict behind it (None when Redis was not asked)."""
+    """The usage, and the verdict behind it (None when Redis was not asked). ``refuses``:
+    the caller raises when limited (``@ratelimit(block=True)``); else it decides itself."""
     if group is None:
         if fn is None:
             raise ImproperlyConfigured(
@@ -202,7 +204,7 @@ def _usage(
         return Usage(count=0, limit=0, should_limit=True, time_left=left), None
     fail_closed = not getattr(settings, "RATELIMIT_FAIL_OPEN", True)
     spec = _spec(_policy_name(group, method), limit, period, fail_closed)
-    verdict = _decide(request, spec, identity, increment)
+    verdict = _decide(request, spec, identity, increment, refuses)
     if verdict.decision is None:
         if not spec.fail_closed:
             return None, verdict
@@ -317,8 +319,11 @@ def _spec(name: str, limit: int, period: int, fail_closed: bool) -> PolicySpec:
     return PolicySpec(name, (rate,), Algorithm.FIXED_WINDOW, fail_closed=fail_closed)
 
 
-def _decide(request: HttpRequest, spec: PolicySpec, identity: Identity, increment: bool) -> Verdict:
+def _decide(
+    request: HttpRequest, spec: PolicySpec, identity: Identity, increment: bool, refuses: bool
+) -> Verdict:
     """One engine call: charge (``increment``) or look; a Redis failure becomes a verdict.
+    A block a charge finds is logged as a refusal only if the caller ``refuses`` on it.
 
     A value the client chooses (a header, a query or form field, a callable's answer, a
     user) passes the client address's identity budget (``IDENTITY_BUDGET``) first, as
@@ -326,7 +331,9 @@ def _decide(request: HttpRequest, spec: PolicySpec, identity: Identity, incremen
     it escapes nothing (``docs/client-ip.md``)."""
     gate = gate_of(request, identity, get_settings().identity_budget_rate)
     check = Check(identity, spec.limits, gate=gate)
-    planned = Planned(request, (spec,), [check], observed=increment, looks=not increment)
+    planned = Planned(
+        request, (spec,), [check], observed=increment, looks=not increment, refuses=refuses
+    )
     return planned.run(
         lambda checks: (get_engine().check if increment else get_engine().peek)(checks),
         charge=increment,

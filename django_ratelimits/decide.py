@@ -343,7 +343,11 @@ class Planned:
     they deny (a view's ``@ratelimit(block=False)``): each is checked apart. ``looks``:
     a call that refuses nothing (a compat peek, or a failed login's charge, whose look
     already refused or let the login through), whose denials send no ``rate_limited``
-    (whether Redis or the cache of denials answers it).
+    (whether Redis or the cache of denials answers it). ``refuses``: whether the package
+    refuses the request when the call denies it; false for a compat charge whose caller
+    decides (``is_ratelimited`` and ``get_usage`` with ``increment=True``, the compat
+    ``@ratelimit(block=False)``), which is planned, signalled and counted as any other,
+    but whose block is logged as let through.
 
     Its signals are sent by :meth:`run` with ``Signal.send``, and by :meth:`arun` with
     ``Signal.asend`` once the verdict is made: on the event loop, ``send`` cannot run
@@ -360,9 +364,11 @@ class Planned:
         observed: bool = True,
         soft: frozenset[str] = frozenset(),
         looks: bool = False,
+        refuses: bool = True,
     ) -> None:
         self.request = request
         self.looks = looks
+        self.refuses = refuses
         # Whether the call run is a peek (``run(charge=False)``): of a call that refuses
         # nothing, a peek's block is logged as a look, a charge's not at all.
         self._peeking = False
@@ -580,12 +586,15 @@ class Planned:
 
     def _log_block(self, result: LimitResult, refused: bool) -> None:
         """The line of a block ``result`` found: a refusal's (``refused``: a policy that
-        refuses found it), or a look's when the call or the policies refuse nothing (a
-        compat peek, a view's ``block=False``: the view decides what to do with the
-        answer). The charge of a failed login refuses nothing and looks at nothing: no
-        line (its look let the login through; the next look logs the refusal)."""
+        refuses found it, on a call that refuses), or a look's when the call or the
+        policies refuse nothing (a compat peek, a compat charge whose caller decides, a
+        view's ``block=False``: the view decides what to do with the answer). The charge
+        of a failed login refuses nothing and looks at nothing: no line (its look let the
+        login through; the next look logs the refusal)."""
         if not self.looks:
-            if refused:
+            if not self.refuses:
+                _write_block_line(self.request, result, "let through", _COUNT_REFUSES_NOTHING)
+            elif refused:
                 _write_block_line(self.request, result, "refused")
             else:
                 _write_block_line(self.request, result, "let through", _SOFT_REFUSES_NOTHING)
@@ -706,6 +715,9 @@ def _write_block_line(request: HttpRequest, result: LimitResult, done: str, then
 _LOOK_REFUSES_NOTHING: Final = "; a look refuses nothing itself (the view decides)"
 #: What the line of a block only ``block=False`` policies found adds.
 _SOFT_REFUSES_NOTHING: Final = "; its policies here refuse nothing (block=False: the view decides)"
+#: What the line of a compat charge whose caller decides adds (``is_ratelimited`` or
+#: ``get_usage`` with ``increment=True``, the compat ``@ratelimit(block=False)``).
+_COUNT_REFUSES_NOTHING: Final = "; a count refuses nothing itself (its caller decides)"
 
 
 # How much of a refused request's path its log line shows.

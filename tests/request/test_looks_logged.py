@@ -3,27 +3,33 @@
 A compat look (``is_ratelimited(increment=False)``, ``get_usage``) of a blocked identity
 refuses nothing: its line says it looked, never that it refused; the view deciding on
 its answer (the peek-first login) still leaves a trail. So does a view whose policies
-are applied with ``block=False``: the request goes on, and its line says so. A failed
-login's charge that finds a block logs nothing: its look let the login through, and the
-next look logs the refusal.
+are applied with ``block=False``: the request goes on, and its line says so; and so does
+a compat charge whose caller decides (``@ratelimit(block=False)``, ``is_ratelimited`` and
+``get_usage`` with ``increment=True``). A failed login's charge that finds a block logs
+nothing: its look let the login through, and the next look logs the refusal.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from django.http import HttpRequest, HttpResponse
 from django.test import Client, RequestFactory, override_settings
 from django.urls import path
+from prometheus_client import CollectorRegistry
 
 from django_ratelimits.compat import Ratelimited, get_usage, is_ratelimited, ratelimit
 from django_ratelimits.decorators import ratelimit as policy_ratelimit
 from django_ratelimits.engine import Identity, get_engine
 from django_ratelimits.engine.controls import Controls
 from django_ratelimits.logins import BACKEND
+from django_ratelimits.metrics import observing
+from django_ratelimits.metrics.prometheus import PREFIX, PrometheusMetrics
 from django_ratelimits.models import Policy
 from django_ratelimits.policies import get_registry
 from django_ratelimits.signals import rate_limited
@@ -160,3 +166,106 @@ def test_a_block_only_block_false_policies_find_is_logged_as_let_through(
         assert line.startswith(f"let through GET /told: ip:{ADDRESS} is blocked (by staff")
         assert line.endswith("; its policies here refuse nothing (block=False: the view decides)")
     assert [line.partition(":")[0] for line in refused] == ["refused GET /refusing"]
+
+
+COUNTED: dict[str, Any] = {"group": "counted", "key": "ip", "rate": "5/m"}
+BLOCKED = f"GET /counted: ip:{ADDRESS} is blocked (by staff or a ban) until "
+
+
+def compat_view(block: bool, asynchronous: bool) -> Callable[[HttpRequest], bool]:
+    """A view under the compat ``@ratelimit(block=block)``, sync or async, called: whether
+    it ran (False: the decorator refused it)."""
+
+    @ratelimit(**COUNTED, block=block)
+    def view(request: HttpRequest) -> HttpResponse:
+        return HttpResponse("ran")
+
+    @ratelimit(**COUNTED, block=block)
+    async def async_view(request: HttpRequest) -> HttpResponse:
+        return HttpResponse("ran")
+
+    def called(request: HttpRequest) -> bool:
+        try:
+            if asynchronous:
+                asyncio.run(async_view(request))
+            else:
+                view(request)
+        except Ratelimited:
+            return False
+        return True
+
+    return called
+
+
+def counted_twice(
+    call: Callable[[HttpRequest], object], cache: int, caplog: pytest.LogCaptureFixture
+) -> tuple[list[object], list[str], int, float | None]:
+    """``call`` twice for a blocked address (the cache of denials, if on, may answer the
+    second): what it returned, the lines logged, the ``rate_limited`` signals sent and the
+    denials the metrics counted."""
+    from django.conf import settings
+
+    Controls(get_engine()).block(Identity("ip", ADDRESS), 300)
+    seen: list[Any] = []
+    rate_limited.connect(lambda **kw: seen.append(kw), weak=False, dispatch_uid="t-counted")
+    registry = CollectorRegistry()
+    options = {**settings.DJANGO_RATELIMITS, "DENIAL_CACHE": cache}
+    try:
+        with (
+            override_settings(DJANGO_RATELIMITS=options),
+            observing(PrometheusMetrics(registry)),
+            caplog.at_level(logging.INFO, logger="django_ratelimits"),
+        ):
+            returned = [call(RequestFactory().get("/counted", REMOTE_ADDR=ADDRESS)) for _ in "12"]
+    finally:
+        rate_limited.disconnect(dispatch_uid="t-counted")
+    labels = {"policy": "counted", "outcome": "denied"}
+    denied = registry.get_sample_value(f"{PREFIX}_decisions_total", labels)
+    return returned, lines(caplog), len(seen), denied
+
+
+@pytest.mark.parametrize("cache", [0, 10_000])
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_a_compat_decorator_logs_a_refusal_only_when_it_refuses(
+    site_redis: Any, caplog: pytest.LogCaptureFixture, asynchronous: bool, cache: int
+) -> None:
+    """The compat ``@ratelimit`` (sync or async view) refuses a blocked address with
+    ``block=True``, and logs the refusal. With ``block=False`` the view runs and decides
+    from ``request.limited``: the line says the request was let through. Both send
+    ``rate_limited`` and count a denial, as before."""
+    refusing = counted_twice(compat_view(True, asynchronous), cache, caplog)
+    caplog.clear()
+    letting = counted_twice(compat_view(False, asynchronous), cache, caplog)
+    ran, refused, signalled, denied = refusing
+    assert ran == [False, False] and signalled == 2 and denied == 2
+    assert len(refused) == 2
+    for line in refused:
+        assert line.startswith(f"refused {BLOCKED}") and line.endswith(" UTC")
+    ran, let_through, signalled, denied = letting
+    assert ran == [True, True] and signalled == 2 and denied == 2
+    assert len(let_through) == 2
+    for line in let_through:
+        assert line.startswith(f"let through {BLOCKED}")
+        assert line.endswith(" UTC; a count refuses nothing itself (its caller decides)")
+
+
+@pytest.mark.parametrize("cache", [0, 10_000])
+@pytest.mark.parametrize("function", [is_ratelimited, get_usage])
+def test_a_compat_count_whose_caller_decides_logs_a_let_through(
+    site_redis: Any, caplog: pytest.LogCaptureFixture, function: Any, cache: int
+) -> None:
+    """``is_ratelimited`` and ``get_usage`` with ``increment=True`` count the request and
+    answer that it is limited; they refuse nothing (the caller decides on the answer), so
+    the line of a blocked address says it was let through, never refused. Each still
+    sends ``rate_limited`` and counts a denial."""
+
+    def limited(request: HttpRequest) -> bool:
+        answer = function(request, **COUNTED, increment=True)
+        return bool(answer if function is is_ratelimited else answer["should_limit"])
+
+    answers, let_through, signalled, denied = counted_twice(limited, cache, caplog)
+    assert answers == [True, True] and signalled == 2 and denied == 2
+    assert len(let_through) == 2
+    for line in let_through:
+        assert line.startswith(f"let through {BLOCKED}")
+        assert line.endswith(" UTC; a count refuses nothing itself (its caller decides)")
