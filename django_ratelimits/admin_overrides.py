@@ -29,6 +29,7 @@ from django_ratelimits.offenders.identities import (
     NoSuchIdentity,
     counted_overrides,
     find_user,
+    override_who,
     parse,
 )
 from django_ratelimits.policies import get_registry
@@ -177,10 +178,11 @@ def shown(rows: Iterable[RateOverride]) -> dict[int, Shown]:
     rows = list(rows)
     known, counted = counted_overrides(rows)
     labels = user_labels(known)
-    return {
-        row.pk: Shown(labels[str(row)] if str(row) in known.gone else str(row), counted[row.pk])
-        for row in rows
-    }
+    found = {}
+    for row in rows:
+        who = override_who(row)
+        found[row.pk] = Shown(labels[who] if who in known.gone else str(row), counted[row.pk])
+    return found
 
 
 @admin.register(RateOverride)

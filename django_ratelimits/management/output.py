@@ -95,6 +95,12 @@ def shown_names(known: Users) -> dict[str, str]:
     return known.names | dict.fromkeys(known.gone, "no longer exists")
 
 
+def row_named(row_label: str, who: str, names: dict[str, str]) -> str:
+    """A row's identity: its label, after it the name ``names`` gives ``who``, how hit
+    entries name the identity (``user:- (dash)``: a row's identity is never anonymous)."""
+    return f"{row_label} ({names[who]})" if who in names else row_label
+
+
 def named(who: str, names: dict[str, str]) -> str:
     """``user:3 (alice)``; else ``user:-``, how hit entries write an anonymous client, is
     ``anonymous`` (``names`` may name the label ``user:-`` of the user whose id is ``-``)."""

@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from django_ratelimits.engine import Identity
 from django_ratelimits.engine.keys import label
-from django_ratelimits.management.output import Data, in_effect, named, shown_names, table
+from django_ratelimits.management.output import Data, in_effect, row_named, shown_names, table
 from django_ratelimits.models import (
     Policy,
     RateOverride,
@@ -34,7 +34,7 @@ from django_ratelimits.models import (
     instant,
     spec_fields,
 )
-from django_ratelimits.offenders.identities import counted_overrides
+from django_ratelimits.offenders.identities import counted_overrides, override_who
 from django_ratelimits.offenders.text import span
 from django_ratelimits.policies import get_registry
 
@@ -133,14 +133,14 @@ def overrides(options: dict[str, Any]) -> Report:
         ("identity", "policy", "rates", "in force", "expires", "reason"),
         [
             (
-                named(d["identity"], marks),
+                row_named(d["identity"], override_who(row), marks),
                 d["policy"],
                 d["rates"],
                 "yes" if d["in_force"] else "no",
                 d["expires_at"],
                 d["reason"],
             )
-            for d in data
+            for d, row in zip(data, rows, strict=True)
         ],
     )
     return {"overrides": data}, lines

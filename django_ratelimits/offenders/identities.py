@@ -36,6 +36,7 @@ from django.utils.translation import gettext, ngettext
 
 from django_ratelimits.conf import get_settings, ip_network
 from django_ratelimits.engine import Identity
+from django_ratelimits.engine.hits import read_as
 from django_ratelimits.identity import (
     HASHED,
     UNKNOWN,
@@ -123,13 +124,21 @@ def ip_value(value: str) -> str:
     return counted_ip(address_group(value), config)
 
 
+def override_who(row: Any) -> str:
+    """How hit entries name the identity of an override ``row`` (``identity_kind``,
+    ``identity_value``), which :func:`~django_ratelimits.offenders.users.users` keeps its
+    user's name under: its label, but for a user whose label is not (``user:-``, which
+    entries keep for anonymous clients, is ``user:%2D`` there)."""
+    return read_as(Identity(row.identity_kind, row.identity_value))
+
+
 def counted_overrides(rows: Iterable[Any]) -> tuple[Users, dict[Any, bool]]:
     """Of identity override ``rows``: what one query says of their users, and by primary
     key whether the limiter counts each row's identity now (:func:`counted_now`, a user
     deleted since not): what admin's list and ``ratelimits overrides`` call in force,
     once not expired."""
     rows = list(rows)
-    known = users(str(row) for row in rows if row.identity_kind == "user")
+    known = users(override_who(row) for row in rows if row.identity_kind == "user")
     counted = {
         row.pk: counted_now(Identity(row.identity_kind, row.identity_value), known.gone)
         for row in rows
@@ -148,7 +157,7 @@ def counted_now(identity: Identity, gone: Container[str] = frozenset()) -> bool:
     :func:`~django_ratelimits.offenders.users.users` found no user has any more (a user
     deleted since: nothing authenticates as it). Without ``gone`` a user is counted."""
     if identity.kind == "user":
-        return f"user:{identity.value}" not in gone
+        return read_as(identity) not in gone
     if identity.kind not in ("ip", "ip_username"):
         return True
     address = identity.value.partition(" ")[0]

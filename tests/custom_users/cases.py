@@ -379,3 +379,24 @@ def test_a_user_whose_id_is_a_dash_is_named_not_anonymous(site_redis: Any) -> No
     assert rows["user"]["name"] == "dash (user -)"
     assert "user:- (dash)" in run("offenders")
     assert run("show", "user:-").splitlines()[0] == "user:- (dash)"
+
+
+@only["CharPkUser"]
+def test_an_override_of_the_user_whose_id_is_a_dash_names_that_user() -> None:
+    """``ratelimits overrides`` showed the override of the user ``-`` as ``anonymous``,
+    and once that user was deleted, admin's list and the command called the override in
+    force: the user was looked for as anonymous, so never found gone."""
+    from django.urls import reverse
+
+    from tests.overrides_helpers import override
+
+    Policy.objects.create(name="api", rates="10/s", key="user", path="^/api/")
+    dash = make("dash", id="-")
+    override("user:-", "100/h", policy=None)
+    (line,) = [line for line in run("overrides").splitlines() if line.startswith("user:-")]
+    assert line.startswith("user:- (dash) ") and " yes " in line
+    dash.delete()
+    (line,) = [line for line in run("overrides").splitlines() if line.startswith("user:-")]
+    assert line.startswith("user:- (no longer exists) ") and " no " in line
+    page = staff_client().get(reverse("admin:django_ratelimits_rateoverride_changelist"))
+    assert "user - (no longer exists)" in page.content.decode()

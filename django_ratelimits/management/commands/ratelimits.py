@@ -80,11 +80,11 @@ from django_ratelimits.management.output import (
     by_policy,
     hit_data,
     in_effect,
-    named,
     offender_data,
     override_data,
     override_text,
     quota_data,
+    row_named,
     show_text,
     shown_names,
     table,
@@ -298,9 +298,7 @@ def offenders(options: dict[str, Any]) -> Report:
     listing = Offenders(get_engine).listing(query)
     rows = [offender_data(row.offender, row.override) for row in listing.rows]
     known = users(row.who for row in listing.rows)
-    found = shown_names(known)
-    # Rows are shown by their labels, which are no one else's here (no row is anonymous).
-    names = {row.offender.label: found[row.who] for row in listing.rows if row.who in found}
+    names = shown_names(known)
     data = {
         "period": period,
         "order": order,
@@ -328,13 +326,13 @@ def offenders(options: dict[str, Any]) -> Report:
         ),
         [
             (
-                named(row["identity"], names),
+                row_named(row["identity"], listed.who, names),
                 str(row["denials"]),
                 by_policy(row["by_policy"]),
                 ago(listing.now_ms, row["last_ms"]),
                 override_text(row["override"]),
             )
-            for row in rows
+            for row, listed in zip(rows, listing.rows, strict=True)
         ],
         right={1},
     )
