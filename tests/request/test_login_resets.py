@@ -11,7 +11,7 @@ the count of another's.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Final
 
 import pytest
 from django.contrib.auth.backends import ModelBackend
@@ -27,6 +27,7 @@ pytestmark = pytest.mark.django_db
 
 LOGIN = "/accounts/login/"
 IP = "198.51.100.7"
+SIGMA = "\u03c3"  # GREEK SMALL LETTER SIGMA, not the Latin o it looks like
 
 
 class EmailOrUsernameBackend(ModelBackend):
@@ -68,6 +69,21 @@ def policy(key: str) -> None:
 def login(username: str, password: str = "wrong", ip: str = IP) -> int:
     response = Client(REMOTE_ADDR=ip).post(LOGIN, {"username": username, "password": password})
     return int(response.status_code)
+
+
+def guesses_around_his_sign_in(victim: str, attacker: str, key: str) -> list[int]:
+    """The answers to two guesses at ``victim``'s password, the attacker's sign-in to his
+    own account ``attacker`` (password ``his``), and two guesses more: from ever new
+    addresses, but for the pair (an address and a name) that ``ip_username`` counts."""
+    ips = iter([IP] * 5 if key == "ip_username" else [f"203.0.113.{n}" for n in range(5)])
+    guesses = [login(victim, ip=next(ips)), login(victim, ip=next(ips))]
+    signed_in = login(attacker, "his", ip=next(ips))
+    return [*guesses, signed_in, login(victim, ip=next(ips)), login(victim, ip=next(ips))]
+
+
+#: What :func:`guesses_around_his_sign_in` answers when his sign-in cleared nothing: the
+#: 4th guess in the window (3/15m) is refused.
+REFUSED_4TH: Final = [200, 200, 302, 200, 429]
 
 
 # --------------------------------------------------------------------------- the user's own
@@ -123,12 +139,7 @@ def test_an_attacker_signing_in_to_an_account_apart_by_case_clears_nothing(
     User.objects.create_user("victim", email=victim, password="unknown to him")
     User.objects.create_user("mallory", email=attacker, password="his")
     policy(key)
-    # Guesses from ever new addresses, but for the pair (an address and a name) counted.
-    ips = iter([IP] * 9 if key == "ip_username" else [f"203.0.113.{n}" for n in range(9)])
-    assert [login(victim, ip=next(ips)), login(victim, ip=next(ips))] == [200, 200]
-    assert login(attacker, "his", ip=next(ips)) == 302
-    assert login(victim, ip=next(ips)) == 200
-    assert login(victim, ip=next(ips)) == 429  # the 4th guess in the window
+    assert guesses_around_his_sign_in(victim, attacker, key) == REFUSED_4TH
 
 
 def test_an_attacker_typing_his_victims_name_into_his_own_account_clears_nothing(
@@ -165,3 +176,135 @@ def test_a_non_ascii_name_matching_too_many_accounts_clears_nothing(email_login:
     assert login("ééé@x.example", "hers") == 302
     assert login("ééé@x.example") == 200
     assert login("ééé@x.example") == 429  # the 4th failure in the window: none cleared
+
+
+# ------------------------------------------------------------------- apart by more than case
+
+
+@pytest.mark.parametrize(
+    ("victim", "attacker"),
+    [
+        ("strauß", "strauss"),  # ß folds to ss
+        ("STRAUẞ", "strauss"),  # so does the capital ẞ
+        ("Élise.strauß", "élise.strauss"),  # a name that is not ASCII: SQLite's second look
+        ("İstanbul", "i\u0307stanbul"),  # İ lower-cases to two characters
+        ("ἑρμῆ\u03c2", "ἑρμῆ\u03c3"),  # a final sigma folds to the medial one
+    ],
+)
+@pytest.mark.parametrize("key", ["username", "ip_username", "ip_and_username"])
+def test_an_attacker_signing_in_to_an_account_apart_by_more_than_case_clears_nothing(
+    site: Any, victim: str, attacker: str, key: str
+) -> None:
+    """``strauß`` and ``strauss`` are two accounts that Django stores side by side (its
+    database compares neither ``ß`` to ``ss`` nor, on SQLite, any letter that is not
+    ASCII by case), both counted as ``username:strauss``. The attacker owns the one whose
+    name is the counted text but for case, and signs in to it between guesses at the
+    other: were that to clear the count, he would guess without end."""
+    User.objects.create_user(victim, password="unknown to him")
+    User.objects.create_user(attacker, password="his")
+    policy(key)
+    assert guesses_around_his_sign_in(victim, attacker, key) == REFUSED_4TH
+
+
+@pytest.mark.parametrize("name", ["strauss", "ἑρμῆ\u03c3", "i\u0307stanbul"])
+def test_a_user_whose_name_others_could_fold_to_gets_the_reset_while_none_does(
+    site: Any, name: str
+) -> None:
+    """``strauss`` with no account ``strauß`` (nor ``STRAUẞ``...) beside it: the count
+    is his alone, and his success clears it."""
+    User.objects.create_user(name, password="his")
+    User.objects.create_user("strausss", password="another's")  # folds to another name
+    policy("username")
+    assert [login(name), login(name)] == [200, 200]
+    assert login(name, "his") == 302
+    assert [login(name) for _ in range(3)] == [200, 200, 200]
+    assert login(name, "his") == 429
+
+
+def test_a_name_of_many_foldable_letters_clears_nothing(email_login: Any) -> None:
+    """``s`` 200 times has more ways to be spelt with ``ß`` and ``ẞ`` than there are atoms
+    in the universe: the victim ``ß`` 100 times is one, and no query looks for them all.
+    Past ``_SPELLINGS_MAX`` spellings the count is taken as shared (as past
+    ``_CANDIDATES_MAX`` accounts), so the attacker's success clears nothing."""
+    victim, attacker = "ß" * 100 + "@x.example", "s" * 200 + "@x.example"
+    User.objects.create_user("victim", email=victim, password="unknown to him")
+    User.objects.create_user("mallory", email=attacker, password="his")
+    policy("username")
+    assert guesses_around_his_sign_in(victim, attacker, "username") == REFUSED_4TH
+
+
+def test_an_attacker_whose_name_is_the_victims_cut_short_clears_nothing(
+    email_login: Any,
+) -> None:
+    """A counted name is cut at 254 characters: the victim's address of 254, with an
+    ``ß`` in it, folds to 255 and is counted as its first 254, the attacker's address.
+    None of its spellings is the victim's, so a name of 254 characters is taken as
+    shared: its success clears nothing."""
+    victim = "a" * 243 + "ß@x.example"
+    attacker = "a" * 243 + "ss@x.exampl"
+    assert len(victim) == len(attacker) == 254
+    User.objects.create_user("victim", email=victim, password="unknown to him")
+    User.objects.create_user("mallory", email=attacker, password="his")
+    policy("username")
+    assert guesses_around_his_sign_in(victim, attacker, "username") == REFUSED_4TH
+
+
+def test_the_spellings_looked_for_are_bounded() -> None:
+    """The spellings of a counted name whose substrings another character folds to are
+    enumerated up to ``_SPELLINGS_MAX``; past it, none (the caller takes the name as
+    shared). A name without such a substring is its one spelling."""
+    from django_ratelimits.identity import normalize_username
+    from django_ratelimits.logins import _SPELLINGS_MAX, _spellings
+
+    assert _spellings("alice@example.com") == ["alice@example.com"]
+    assert sorted(_spellings("strauss") or ()) == ["strauss", "strauß", "strauẞ"]
+    assert sorted(_spellings("sss") or ()) == sorted(["sss", "ßs", "ẞs", "sß", "sẞ"])
+    assert _spellings("s" * 200) is None
+    assert _spellings("s" * 254) is None
+    for length in range(1, 12):
+        found = _spellings(f"{SIGMA}s" * length)
+        assert found is None or 1 <= len(found) <= _SPELLINGS_MAX
+        assert found is None or all(normalize_username(v) == f"{SIGMA}s" * length for v in found)
+    # 6 sigmas are spelt 2**6 = 64 ways (either may be final); 7, 128.
+    assert len(_spellings(SIGMA * 6) or ()) == 64 == _SPELLINGS_MAX
+    assert _spellings(SIGMA * 7) is None
+
+
+@pytest.mark.parametrize(
+    ("counted", "queries"),
+    [("alice", 1), ("strauss", 1), ("élise", 1), ("s" * 200, 0)],
+)
+def test_a_success_looks_for_look_alikes_in_one_query_at_most(
+    django_assert_num_queries: Any, counted: str, queries: int
+) -> None:
+    """However many spellings a name has (and on SQLite, a name that is not ASCII), one
+    query looks for every other account that could share its count; none past the
+    bound."""
+    from django_ratelimits.logins import _shared
+
+    me = User.objects.create_user("me")
+    with django_assert_num_queries(queries):
+        _shared(User, me.pk, counted)
+
+
+def test_the_characters_that_fold_by_more_than_case_are_every_one() -> None:
+    """The map of folds is built from blocks of code points whose case and NFKC forms
+    say nothing folds in them (about 0.1 s once a process): it holds what looking at
+    every code point finds."""
+    import sys
+    import unicodedata
+
+    from django_ratelimits.identity import normalize_username
+    from django_ratelimits.logins import _folds
+
+    every: dict[str, list[str]] = {}
+    for point in range(sys.maxunicode + 1):
+        char = chr(point)
+        if 0xD800 <= point < 0xE000 or unicodedata.normalize("NFKC", char) != char:
+            continue
+        folded = normalize_username(char)
+        if folded is not None and (folded != char.lower() or len(char.lower()) != 1):
+            every.setdefault(folded, []).append(char)
+    assert _folds() == {folded: tuple(chars) for folded, chars in every.items()}
+    assert _folds()["ss"] == ("ß", "ẞ")
+    assert _folds()[SIGMA] == ("\u03c2",)  # the final sigma
