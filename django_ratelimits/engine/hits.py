@@ -234,11 +234,13 @@ def _user_read(who: str) -> str:
     user's). Such a key reads with its own digest after it, as :func:`~.keys.label`
     shows a key it cannot show whole: whatever ``who`` ends with a digest names, by
     that digest, the user it was written for, and no two users read alike. The user
-    whose id is ``-`` reads as written (:data:`DASH_USER`): ``user:-`` is anonymous."""
+    whose id is ``-`` reads as written (:data:`DASH_USER`): ``user:-`` is anonymous; so
+    the user whose id is ``%2D`` reads with its digest after it, as a key ending as a
+    cut one does."""
     if not who.startswith(_USER) or "%" not in who or CUT in who or who == DASH_USER:
         return who
     pk = unquote(who[len(_USER) :], errors="surrogatepass")
     read = label(Identity("user", pk))
-    if read == _USER + pk and _DIGESTED.search(pk):
-        return f"{read}{CUT} {key_part(pk)}"
+    if read == _USER + pk and (_DIGESTED.search(pk) or read == DASH_USER):
+        return f"{read}{CUT} {key_part(pk)}"  # the user "%2D" is not the user "-"
     return read

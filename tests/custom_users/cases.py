@@ -234,6 +234,8 @@ BARS = "|" * 64  # an id no entry can hold whole: written cut, with its key's di
         ("sub|bob", "sub/bob"),  # the bar an entry cannot hold, as it was replaced
         ("sub%7Cbob", "sub|bob"),  # an escape written out by hand
         ("sub%257Cbob", "sub%7Cbob"),  # and an escaped escape
+        ("-", "%2D"),  # the user "-" is written user:%2D, as "-" is anonymous's
+        ("%2D", "-"),
         (BARS, "/" * 64 + "\u2026 " + key_part(BARS)),  # the form the entry cuts it to
     ],
 )

@@ -92,6 +92,7 @@ def test_an_id_an_entry_holds_as_it_is_is_written_as_before(pk: str) -> None:
 @example("sub|bob", "sub/bob")
 @example("sub%7Cbob", "sub|bob")
 @example("sub%257Cbob", "sub%7Cbob")
+@example("-", "%2D")  # the user "-" is written, and read, user:%2D
 # An id that looks cut, against the id its cut form names: the one written cut (too long
 # once escaped) and one shown with a digest because it holds an unprintable character.
 @example("/" * 64 + "\u2026 " + key_part("|" * 64), "|" * 64)
