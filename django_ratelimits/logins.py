@@ -260,22 +260,22 @@ def _counts_only(user: Any, counted: str | None) -> bool:
     Normalising folds distinct usernames into one counter (``Alice`` and ``alice``;
     ``straße`` and ``strasse``): a success of one account must not clear the failures
     guessed against another (an attacker's own account whose name folds to his
-    victim's). So the account's username must be the counted text but for case
-    (``Alice@Example.com`` for ``alice@example.com``: :func:`_case_only`), and no other
-    account's username may fold to it, by case or by more (``strauß`` beside
-    ``strauss``): one query on a login at most (:func:`_shared`). ``docs/logins.md``
-    says what it does not find."""
-    if user is None or counted is None or not _case_only(user.get_username(), counted):
+    victim's). So the account's username must be counted as ``counted``
+    (``Alice@Example.com`` for ``alice@example.com``, ``Strauß`` for ``strauss``:
+    :func:`_counted_as`), and no other account's username may fold to it, by case or by
+    more (``strauß`` beside ``strauss``): one query on a login at most
+    (:func:`_shared`). ``docs/logins.md`` says what it does not find."""
+    if user is None or counted is None or not _counted_as(user.get_username(), counted):
         return False
     return not _shared(type(user), user.pk, counted)
 
 
-def _case_only(username: object, counted: str) -> bool:
-    """Whether ``username`` (an account's, as stored) is ``counted`` but for the case of
-    its letters: what the normaliser does beyond lower-casing (``ß`` to ``ss``,
-    full-width letters, spaces) makes no reset, so an account whose name only folds to
-    another's by it never clears that one's count."""
-    return isinstance(username, str) and username.lower() == counted
+def _counted_as(username: object, counted: str) -> bool:
+    """Whether ``username`` (an account's, as stored) is counted as ``counted``: a
+    success names the count of the account that signed in, not of a name typed that
+    signs in another (a backend that takes an e-mail address for a username). Whether
+    that count is the account's alone is :func:`_shared`'s to say."""
+    return isinstance(username, str) and normalize_username(username) == counted
 
 
 def _shared(model: Any, pk: Any, counted: str) -> bool:

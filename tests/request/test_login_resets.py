@@ -189,6 +189,11 @@ def test_a_non_ascii_name_matching_too_many_accounts_clears_nothing(email_login:
         ("Élise.strauß", "élise.strauss"),  # a name that is not ASCII: SQLite's second look
         ("İstanbul", "i\u0307stanbul"),  # İ lower-cases to two characters
         ("ἑρμῆ\u03c2", "ἑρμῆ\u03c3"),  # a final sigma folds to the medial one
+        # And the other way: the attacker's name is the one that folds by more than
+        # case, which a success may clear for since the user it counts is that account.
+        ("strauss", "strauß"),
+        ("ἑρμῆ\u03c3", "ἑρμῆ\u03c2"),
+        ("i\u0307stanbul", "İstanbul"),
     ],
 )
 @pytest.mark.parametrize("key", ["username", "ip_username", "ip_and_username"])
@@ -219,6 +224,28 @@ def test_a_user_whose_name_others_could_fold_to_gets_the_reset_while_none_does(
     assert login(name, "his") == 302
     assert [login(name) for _ in range(3)] == [200, 200, 200]
     assert login(name, "his") == 429
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "Strauß",  # counted as strauss
+        "STRAUẞ",
+        "Νίκος",  # a final sigma: counted with the medial one
+        "ΟΔΟΣ",  # lower-cased, a final capital sigma ends as a final sigma; folded, not
+        "ᏣᎳᎩ",  # Cherokee: folded to capitals, lower-cased to small letters
+    ],
+)
+def test_a_user_whose_name_folds_by_more_than_case_gets_the_reset(site: Any, name: str) -> None:
+    """The account's name had to be the counted text but for case: ``Strauß``, counted as
+    ``strauss``, and every Greek name ending in a sigma never had their own failures
+    cleared by their success, though no other account shares their count."""
+    User.objects.create_user(name, password="hers")
+    policy("username")
+    assert [login(name), login(name)] == [200, 200]
+    assert login(name, "hers") == 302
+    assert [login(name) for _ in range(3)] == [200, 200, 200]
+    assert login(name, "hers") == 429
 
 
 def test_a_name_of_many_foldable_letters_clears_nothing(email_login: Any) -> None:
