@@ -112,13 +112,10 @@ class Row:
 
     @property
     def who(self) -> str:
-        """How hit entries name the row's identity, which the pages' names are kept under:
-        a user by :func:`~django_ratelimits.engine.hits.read_as` (whose label may end as a
-        cut id does, or read ``user:-``, which entries keep for anonymous clients); anyone
-        else, or a row no identity stands behind, by the row's label."""
-        if self.identity is not None and self.identity.kind == "user":
-            return read_as(self.identity)
-        return self.offender.label
+        """How hit entries name the row's identity (:func:`~django_ratelimits.engine.hits.
+        read_as`), which the pages' names are kept under; a row no identity stands behind,
+        by its label."""
+        return self.offender.label if self.identity is None else read_as(self.identity)
 
 
 @dataclass(frozen=True)
