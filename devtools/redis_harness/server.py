@@ -82,6 +82,25 @@ def free_port(*, with_bus: bool = False) -> int:
     raise RuntimeError("could not find a free port on 127.0.0.1")
 
 
+# Sockets bound, never listening, for as long as this process runs: see dead_port.
+_HELD: list[socket.socket] = []
+
+
+def dead_port() -> int:
+    """A loopback port where a connection is refused for as long as this process runs.
+
+    A port that was merely free when looked at (:func:`free_port`) can be taken a moment
+    later by any other process on the machine (another test worker's gunicorn, say), and
+    a test that meant "nothing answers there" then talks to a web server. This one stays
+    bound to a socket that never listens, so nobody else can take it and the kernel
+    refuses every connection to it at once (Linux answers a reset).
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind((HOST, 0))
+    _HELD.append(sock)
+    return int(sock.getsockname()[1])
+
+
 # --------------------------------------------------------------------------- processes
 
 

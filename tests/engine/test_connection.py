@@ -16,7 +16,7 @@ from redis.cluster import RedisCluster
 from redis.retry import Retry
 from redis.sentinel import SentinelConnectionPool
 
-from devtools.redis_harness import RedisClusterHarness, free_port
+from devtools.redis_harness import RedisClusterHarness, dead_port
 from devtools.redis_harness import RedisServer as HarnessServer
 from django_ratelimits.conf import RateLimitSettings, RedisServer, get_settings
 from django_ratelimits.engine import Check, Engine, Identity, KeySpace, Limit, wire
@@ -211,7 +211,7 @@ def test_url_client_takes_the_timeout_settings(redis_standalone: HarnessServer) 
 
 
 def test_url_client_is_made_without_touching_the_network() -> None:
-    port = free_port()  # nothing listens there
+    port = dead_port()  # every connection there is refused
     client = redis_for(REDIS=f"redis://127.0.0.1:{port}/0")
     with pytest.raises(redis.ConnectionError):
         client.ping()
@@ -324,7 +324,7 @@ def test_cluster_options_reach_the_client(redis_cluster: RedisClusterHarness) ->
 
 
 def test_an_unreachable_cluster_is_a_backend_error_not_a_configuration_error() -> None:
-    port = free_port()
+    port = dead_port()
     with override_settings(
         DJANGO_RATELIMITS={"REDIS": {"URL": f"redis://127.0.0.1:{port}", "CLUSTER": True}}
     ):

@@ -19,7 +19,7 @@ from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 from django.test import override_settings
 
-from devtools.redis_harness import RedisClusterHarness, RedisServer, free_port
+from devtools.redis_harness import RedisClusterHarness, RedisServer, dead_port
 from django_ratelimits import checks, identity
 from django_ratelimits.checks import REDIS_TAG, TAG, redis_server
 from django_ratelimits.conf import get_settings
@@ -32,7 +32,7 @@ OURS = "django_ratelimits.middleware.RateLimitMiddleware"
 AUTH = "django.contrib.auth.middleware.AuthenticationMiddleware"
 SESSION = "django.contrib.sessions.middleware.SessionMiddleware"
 PING_THREAD = "django_ratelimits-check-redis"  # the thread that asks Redis, left waiting
-DEAD_URL = f"redis://127.0.0.1:{free_port()}/0"
+DEAD_URL = f"redis://127.0.0.1:{dead_port()}/0"
 APP = "django_ratelimits"
 
 

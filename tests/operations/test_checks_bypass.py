@@ -10,7 +10,7 @@ import pytest
 from django.core.checks import CheckMessage, run_checks
 from django.test import AsyncClient, Client, override_settings
 
-from devtools.redis_harness import free_port
+from devtools.redis_harness import dead_port
 from django_ratelimits.checks import TAG
 from django_ratelimits.conf import InvalidSettings, get_settings
 from django_ratelimits.contrib.drf import PolicyThrottle
@@ -20,7 +20,7 @@ from django_ratelimits.policies import get_registry
 from django_ratelimits.signals import backend_failed
 from tests.operations.test_checks import django_redis_cache
 
-DEAD_URL = f"redis://127.0.0.1:{free_port()}/0"
+DEAD_URL = f"redis://127.0.0.1:{dead_port()}/0"
 
 
 def found(check_id: str) -> list[CheckMessage]:

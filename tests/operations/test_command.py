@@ -20,7 +20,7 @@ from django.http import HttpRequest, HttpResponse
 from django.test import RequestFactory, override_settings
 from redis.cluster import RedisCluster
 
-from devtools.redis_harness import RedisClusterHarness, free_port
+from devtools.redis_harness import RedisClusterHarness, dead_port
 from django_ratelimits.compat import ratelimit as compat_ratelimit
 from django_ratelimits.engine import Check, Engine, Identity, get_engine
 from django_ratelimits.engine.controls import Controls
@@ -527,7 +527,7 @@ ACTIONS = [
 @pytest.mark.parametrize("args", ACTIONS, ids=lambda args: args[0])
 def test_an_unreachable_redis_is_a_clear_error(args: list[str]) -> None:
     with (
-        override_settings(DJANGO_RATELIMITS={"REDIS": f"redis://127.0.0.1:{free_port()}/0"}),
+        override_settings(DJANGO_RATELIMITS={"REDIS": f"redis://127.0.0.1:{dead_port()}/0"}),
         pytest.raises(CommandError, match=r"^Redis failed: .*(refused|connecting)"),
     ):
         run(*args)
@@ -536,7 +536,7 @@ def test_an_unreachable_redis_is_a_clear_error(args: list[str]) -> None:
 def test_on_the_command_line_a_failure_is_one_line_and_exit_status_1(tmp_path: Path) -> None:
     (tmp_path / "unreachable_settings.py").write_text(
         "from tests.settings import *  # noqa: F403\n"
-        f"DJANGO_RATELIMITS = {{'REDIS': 'redis://127.0.0.1:{free_port()}/0'}}\n"
+        f"DJANGO_RATELIMITS = {{'REDIS': 'redis://127.0.0.1:{dead_port()}/0'}}\n"
     )
     env = {
         **os.environ,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -61,6 +62,18 @@ def test_a_port_is_never_handed_out_twice() -> None:
     # A cluster's three nodes get their ports before any of them binds one.
     ports = [redis_harness.free_port(with_bus=True) for _ in range(300)]
     assert len(set(ports)) == len(ports)
+
+
+def test_a_dead_port_refuses_at_once_and_nobody_else_can_take_it() -> None:
+    # Once, a port that was free when a test module was imported ("nothing listens
+    # there") was taken by another worker's web server before the test ran: the check
+    # under test read an HTTP answer instead of a refused connection, and CI failed.
+    port = redis_harness.dead_port()
+    with pytest.raises(redis.ConnectionError, match="refused"):
+        redis.Redis(port=port, retry=Retry(NoBackoff(), 0)).ping()
+    with socket.socket() as other, pytest.raises(OSError, match="in use"):
+        other.bind(("127.0.0.1", port))
+    assert redis_harness.dead_port() != port
 
 
 def test_a_server_whose_port_another_holds_does_not_pass_for_started(

@@ -14,7 +14,7 @@ from django.core.management import CommandError, call_command
 from django.test import override_settings
 
 import django_ratelimits
-from devtools.redis_harness import free_port
+from devtools.redis_harness import dead_port
 from devtools.simulate.__main__ import main
 from devtools.simulate.traffic import USERS
 from django_ratelimits.engine import Identity, get_engine
@@ -145,7 +145,7 @@ def test_unbounded_or_malformed_runs_are_refused(
 def test_an_unreachable_redis_stops_it_before_any_request(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    with override_settings(DJANGO_RATELIMITS={"REDIS": f"redis://127.0.0.1:{free_port()}/0"}):
+    with override_settings(DJANGO_RATELIMITS={"REDIS": f"redis://127.0.0.1:{dead_port()}/0"}):
         status, out, err = simulate(capsys, "--requests", "20")
     assert status == 1 and out == ""
     assert "Redis failed" in err and "Traceback" not in err
