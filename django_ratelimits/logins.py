@@ -330,16 +330,24 @@ def _spellings(counted: str) -> list[str] | None:
     than case (:func:`_folds`) written with that character (``strauss``: ``strauß`` and
     ``strauẞ``). None if there are more than :data:`_SPELLINGS_MAX`: ``ss`` a hundred
     times has more spellings than can be looked for, so they are counted first, from the
-    end (each position's count capped), and enumerated only under the bound."""
-    folds, starts = _folds(), _fold_starts()
-    size, longest = len(counted), max(map(len, folds), default=1)
-    # ways[i]: what may stand for counted[i:]'s start, and the position after it
+    end (each position's count capped), and enumerated only under the bound.
+
+    The runs are looked for in ``counted`` decomposed (NFD), and each spelling is
+    composed again (NFKC, as Django stores a username): a folding character followed by
+    a combining mark folds to a text that NFKC composes with the mark (``straß`` and a
+    combining acute to ``strasś``), so ``strasś`` holds no ``ss`` to find until its
+    ``ś`` is ``s`` and the acute."""
+    starts = _fold_starts()
+    decomposed = unicodedata.normalize("NFD", counted)
+    size = len(decomposed)
+    longest = max((len(text) for texts in starts.values() for text, _ in texts), default=1)
+    # ways[i]: what may stand for decomposed[i:]'s start, and the position after it
     ways: list[list[tuple[str, int]]] = []
-    for i, char in enumerate(counted):
+    for i, char in enumerate(decomposed):
         here = [(char, i + 1)]
-        for folded in starts.get(char, ()):
-            if counted.startswith(folded, i):
-                here.extend((by, i + len(folded)) for by in folds[folded])
+        for folded, chars in starts.get(char, ()):
+            if decomposed.startswith(folded, i):
+                here.extend((by, i + len(folded)) for by in chars)
         ways.append(here)
     count = [0] * size + [1]
     for i in reversed(range(size)):
@@ -351,7 +359,7 @@ def _spellings(counted: str) -> list[str] | None:
     for i in reversed(range(size)):
         ends[i] = [by + end for by, after in ways[i] for end in ends[after]]
         ends.pop(i + longest, None)
-    return ends[0]
+    return list(dict.fromkeys(unicodedata.normalize("NFKC", text) for text in ends[0]))
 
 
 @functools.cache
@@ -386,11 +394,13 @@ def _folds() -> dict[str, tuple[str, ...]]:
 
 
 @functools.cache
-def _fold_starts() -> dict[str, tuple[str, ...]]:
-    """The texts of :func:`_folds`, by their first character."""
-    starts: dict[str, list[str]] = {}
-    for folded in _folds():
-        starts.setdefault(folded[0], []).append(folded)
+def _fold_starts() -> dict[str, tuple[tuple[str, tuple[str, ...]], ...]]:
+    """The texts of :func:`_folds` decomposed (NFD), each with the characters that fold
+    to it, by their first character."""
+    starts: dict[str, list[tuple[str, tuple[str, ...]]]] = {}
+    for folded, chars in _folds().items():
+        text = unicodedata.normalize("NFD", folded)
+        starts.setdefault(text[0], []).append((text, chars))
     return {first: tuple(texts) for first, texts in starts.items()}
 
 

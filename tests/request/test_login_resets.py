@@ -189,11 +189,14 @@ def test_a_non_ascii_name_matching_too_many_accounts_clears_nothing(email_login:
         ("Élise.strauß", "élise.strauss"),  # a name that is not ASCII: SQLite's second look
         ("İstanbul", "i\u0307stanbul"),  # İ lower-cases to two characters
         ("ἑρμῆ\u03c2", "ἑρμῆ\u03c3"),  # a final sigma folds to the medial one
+        # ß and a combining acute fold to ss and the acute, which NFKC composes: sś.
+        ("straß\u0301", "stras\u015b"),
         # And the other way: the attacker's name is the one that folds by more than
         # case, which a success may clear for since the user it counts is that account.
         ("strauss", "strauß"),
         ("ἑρμῆ\u03c3", "ἑρμῆ\u03c2"),
         ("i\u0307stanbul", "İstanbul"),
+        ("stras\u015b", "straß\u0301"),
     ],
 )
 @pytest.mark.parametrize("key", ["username", "ip_username", "ip_and_username"])
@@ -286,6 +289,13 @@ def test_the_spellings_looked_for_are_bounded() -> None:
     assert _spellings("alice@example.com") == ["alice@example.com"]
     assert sorted(_spellings("strauss") or ()) == ["strauss", "strauß", "strauẞ"]
     assert sorted(_spellings("sss") or ()) == sorted(["sss", "ßs", "ẞs", "sß", "sẞ"])
+    # Looked for decomposed, stored composed: strasś is ß or ẞ and a combining acute.
+    assert sorted(_spellings("stras\u015b") or ()) == [
+        "stras\u015b",
+        "straß\u0301",
+        "straẞ\u0301",
+    ]
+    assert "\u1fb3" in (_spellings("\u03b1\u03b9") or ())  # alpha with iota subscript
     assert _spellings("s" * 200) is None
     assert _spellings("s" * 254) is None
     for length in range(1, 12):
