@@ -4,7 +4,8 @@
 what happened to each request: each applied policy's :class:`Outcome`, the
 policies that allowed it with less than a tenth of their quota left, the ones
 whose denial the local denial cache gave without Redis, how long the engine
-call took, and whether the circuit breaker is open. ``DJANGO_RATELIMITS
+call took, and whether the circuit breaker is open; the policy registry tells it
+whether the database could be read at each refresh. ``DJANGO_RATELIMITS
 ["METRICS"]`` chooses the observer: ``False`` (the default) none, and then
 :func:`observer` is ``None`` and a request pays one module lookup and a few
 ``is None`` tests; ``"prometheus"`` the counters of
@@ -26,6 +27,7 @@ from django.dispatch import receiver
 
 from django_ratelimits.conf import SETTING_NAME, get_settings
 from django_ratelimits.engine import Decision
+from django_ratelimits.policies.registry import on_refresh
 from django_ratelimits.policies.spec import PolicySpec
 
 __all__ = [
@@ -70,6 +72,10 @@ class Observer(Protocol):
     def breaker(self, is_open: bool) -> None:
         """The circuit breaker's state after an engine call succeeded or failed."""
 
+    def policies_unread(self, failed: bool) -> None:
+        """Whether the last refresh of the policies could not read the database (the
+        worker then keeps those it read before, or code defaults alone)."""
+
 
 _chosen: tuple[Observer | None] | None = None  # the settings' observer, once chosen
 _override: Observer | None = None  # observing()'s
@@ -94,6 +100,17 @@ def _choose() -> tuple[Observer | None]:
         found = default_metrics()
     _chosen = (found,)
     return _chosen
+
+
+def _policies_refreshed(failed: bool) -> None:
+    to = observer()
+    if to is not None:
+        to.policies_unread(failed)
+
+
+# A refresh that cannot read the database matches no request to a policy of its rows:
+# no decision would tell the metrics, so the registry does.
+on_refresh(_policies_refreshed)
 
 
 @receiver(setting_changed)

@@ -1,4 +1,4 @@
-"""The Prometheus observer: counters, a histogram and a gauge (``pip install
+"""The Prometheus observer: counters, a histogram and two gauges (``pip install
 django-ratelimits[prometheus]``; ``docs/metrics.md`` lists them and the queries).
 
 Under gunicorn with several workers, set ``PROMETHEUS_MULTIPROC_DIR`` for the
@@ -18,6 +18,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 
 from django_ratelimits.breaker import breaker
 from django_ratelimits.metrics import Outcome
+from django_ratelimits.policies.registry import get_registry
 
 __all__ = ["ENGINE_BUCKETS", "PREFIX", "PrometheusMetrics", "default_metrics", "multiprocess_dir"]
 
@@ -79,6 +80,15 @@ class PrometheusMetrics:
         )
         self._open = breaker.is_open
         self.breaker_open.set(int(self._open))
+        self.policies_unreadable = Gauge(
+            f"{PREFIX}_policies_unread",
+            "Processes whose last refresh of the policies could not read the database "
+            "(1 per process; summed over live processes in multiprocess mode).",
+            multiprocess_mode="livesum",
+            registry=registry,
+        )
+        self._unread = get_registry().failure is not None
+        self.policies_unreadable.set(int(self._unread))
 
     def decided(self, policy: str, outcome: Outcome) -> None:
         self.decisions.inc(policy, outcome)
@@ -96,6 +106,11 @@ class PrometheusMetrics:
         if is_open is not self._open:
             self._open = is_open
             self.breaker_open.set(int(is_open))
+
+    def policies_unread(self, failed: bool) -> None:
+        if failed is not self._unread:
+            self._unread = failed
+            self.policies_unreadable.set(int(failed))
 
     def exposed(self) -> CollectorRegistry:
         """What a scrape shows: every process's values in multiprocess mode (a new

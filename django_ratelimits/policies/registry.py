@@ -386,6 +386,23 @@ class PolicyRegistry:
 
 _registry = PolicyRegistry()
 
+# Told after each refresh of the process's registry whether it could not read the
+# database (the metrics' gauge: django_ratelimits.metrics, a layer above, listens).
+_refresh_listeners: list[Callable[[bool], None]] = []
+
+
+def on_refresh(listener: Callable[[bool], None]) -> None:
+    """Call ``listener(failed)`` after each refresh of the process's registry:
+    ``failed`` when it could not read the database (:attr:`PolicyRegistry.failure`)."""
+    if listener not in _refresh_listeners:
+        _refresh_listeners.append(listener)
+
+
+def _refreshed(registry: PolicyRegistry) -> None:
+    failed = registry.failure is not None
+    for listener in _refresh_listeners:
+        listener(failed)
+
 
 def get_registry() -> PolicyRegistry:
     """The registry of this process."""
@@ -394,13 +411,17 @@ def get_registry() -> PolicyRegistry:
 
 def current() -> PolicyRegistry:
     """The registry of this process, refreshed first if stale (sync code only)."""
-    if _registry.is_stale():
-        _registry.refresh()
-    return _registry
+    registry = _registry
+    if registry.is_stale():
+        registry.refresh()
+        _refreshed(registry)
+    return registry
 
 
 async def acurrent() -> PolicyRegistry:
     """:func:`current` for async code: the database is read in a worker thread."""
-    if _registry.is_stale():
-        await sync_to_async(_registry.refresh)()
-    return _registry
+    registry = _registry
+    if registry.is_stale():
+        await sync_to_async(registry.refresh)()
+        _refreshed(registry)
+    return registry

@@ -120,6 +120,7 @@ def test_a_scrape_sums_every_worker_s_counts(site: Site) -> None:
         assert calls + cached == len(replies)
         assert samples[("django_ratelimits_near_limit_total", (("policy", "api"),))] == clients
         assert samples[("django_ratelimits_breaker_open", ())] == 0
+        assert samples[("django_ratelimits_policies_unread", ())] == 0
 
 
 def test_a_dead_worker_s_counts_stay_and_its_live_gauge_goes(site: Site, tmp_path: Path) -> None:

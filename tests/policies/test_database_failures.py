@@ -3,6 +3,7 @@ refresh after, and under the commands that report on it."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -10,8 +11,11 @@ from typing import Any
 import pytest
 from django.db import Error, InterfaceError, OperationalError, connection
 from django.test import Client
+from prometheus_client import CollectorRegistry
 
-from django_ratelimits.models import Policy
+from django_ratelimits.metrics import observing
+from django_ratelimits.metrics.prometheus import PREFIX, PrometheusMetrics
+from django_ratelimits.models import Policy, PolicyVersion
 from django_ratelimits.policies import registry as policies
 from tests.operations.test_command import run, run_json
 
@@ -83,3 +87,53 @@ def test_a_database_unreachable_since_start_is_logged_and_reported_by_status(
     codes = [client.get("/api/hello").status_code for _ in range(3)]
     assert codes == [200, 200, 429]
     assert run_json("status")["database_error"] is None and fresh.loaded
+
+
+@pytest.fixture
+def gauges() -> Iterator[CollectorRegistry]:
+    """A Prometheus observer on a registry of this test's own."""
+    fresh = CollectorRegistry()
+    with observing(PrometheusMetrics(fresh)):
+        yield fresh
+
+
+def unread(gauges: CollectorRegistry) -> float | None:
+    return gauges.get_sample_value(f"{PREFIX}_policies_unread")
+
+
+def test_the_metrics_say_while_a_worker_cannot_read_its_policies(
+    fresh: policies.PolicyRegistry, gauges: CollectorRegistry
+) -> None:
+    # A worker that never read the database matches no request to a policy of its
+    # rows, so no decision is counted: only the gauge says its limits are not applied.
+    client = Client()
+    assert unread(gauges) == 0
+    with connection.execute_wrapper(failing(OperationalError)):
+        assert [client.get("/api/hello").status_code for _ in range(3)] == [200] * 3
+    assert unread(gauges) == 1
+    fresh._refreshed_at = None  # the interval has passed: the database answers again
+    assert [client.get("/api/hello").status_code for _ in range(3)] == [200, 200, 429]
+    assert unread(gauges) == 0
+    fresh._refreshed_at = None  # and fails again at a later refresh: the loaded ones hold
+    with connection.execute_wrapper(failing(InterfaceError)):
+        assert client.get("/api/hello").status_code == 429
+    assert unread(gauges) == 1
+
+
+def test_an_async_request_tells_the_metrics_too(
+    fresh: policies.PolicyRegistry, gauges: CollectorRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The async refresh reads the database in a worker thread (its own connection).
+    def down() -> None:
+        raise OperationalError("server closed the connection unexpectedly")
+
+    async def refreshed() -> policies.PolicyRegistry:
+        return await policies.acurrent()
+
+    with monkeypatch.context() as patch:
+        patch.setattr(PolicyVersion, "current", down)
+        assert asyncio.run(refreshed()) is fresh and not fresh.loaded
+    assert unread(gauges) == 1
+    fresh._refreshed_at = None  # (the sync path: this test's database is in a transaction
+    assert policies.current().loaded  # that a worker thread's connection cannot read)
+    assert unread(gauges) == 0
