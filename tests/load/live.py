@@ -324,6 +324,12 @@ class Traffic:
         with self._lock:
             return [r for r in self.replies if r.started < end and r.started + r.seconds > start]
 
+    def slowest_before(self, start: float) -> float:
+        """The slowest request answered before ``start`` (a request a fault caught
+        mid-flight is not one): how busy the machine is, 0 if none was."""
+        before = self.during(-math.inf, start)
+        return max((r.seconds for r in before if r.started + r.seconds <= start), default=0.0)
+
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         for thread in self._threads:
@@ -416,11 +422,6 @@ def observe(
     last = max((r.started + r.seconds for r in undecided), default=end)
     stood = [traffic.stalled(r.started, r.started + r.seconds) for r in during]
     seconds = [r.seconds - still for r, still in zip(during, stood, strict=True)] or [0.0]
-    # Answered before the fault began: a request it caught mid-flight is not healthy.
-    healthy = [
-        r.seconds for r in traffic.during(-math.inf, start) if r.started + r.seconds <= start
-    ]
-    healthy = healthy or [0.0]
     return Outcome(
         served=len(during),
         failed_open=sum(1 for r in during if r.status == 200 and not r.decided),
@@ -428,7 +429,7 @@ def observe(
         p99=percentile(seconds, 0.99),
         worst=max(seconds),
         recovery=last - end - traffic.stalled(end, last),
-        healthy=max(healthy),
+        healthy=traffic.slowest_before(start),
         stalled=max(stood, default=0.0),
     )
 
