@@ -32,6 +32,7 @@ from devtools.redis_harness.server import (
     RedisStartError,
     dead_port,
     free_port,
+    reserved_port,
     stop_all,
     temporary_workdir,
 )
@@ -55,6 +56,7 @@ __all__ = [
     "free_port",
     "make_tls_files",
     "node_id",
+    "reserved_port",
     "stop_all",
     "temporary_workdir",
     "tls_unavailable",

@@ -82,7 +82,8 @@ def free_port(*, with_bus: bool = False) -> int:
     raise RuntimeError("could not find a free port on 127.0.0.1")
 
 
-# Sockets bound, never listening, for as long as this process runs: see dead_port.
+# Sockets bound, never listening, for as long as this process runs: see dead_port and
+# reserved_port.
 _HELD: list[socket.socket] = []
 
 
@@ -95,7 +96,27 @@ def dead_port() -> int:
     bound to a socket that never listens, so nobody else can take it and the kernel
     refuses every connection to it at once (Linux answers a reset).
     """
+    return _held(reusable=False)
+
+
+def reserved_port() -> int:
+    """A loopback port kept for a server this process starts there later: until then
+    (and after it stops) every connection is refused, as at a :func:`dead_port`.
+
+    The socket that holds it lets the address be reused (``SO_REUSEADDR``), as
+    redis-server binds its own: a server may take the port while it is held, but no
+    other process can, as they bind without (:func:`free_port`'s probe, so no server
+    started through it). A :func:`free_port` port given to a server started seconds
+    later (a Redis that comes up while a site already runs) could meanwhile be
+    taken by another test worker's server, which the site would then talk to.
+    """
+    return _held(reusable=True)
+
+
+def _held(*, reusable: bool) -> int:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    if reusable:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((HOST, 0))
     _HELD.append(sock)
     return int(sock.getsockname()[1])

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from devtools.redis_harness import RedisServer, debug_command_args, free_port
+from devtools.redis_harness import RedisServer, debug_command_args, free_port, reserved_port
 from tests.load.live import (
     POLICIES,
     SLOWDOWN,
@@ -192,7 +192,10 @@ def test_redis_refusing_connections_at_startup(
     bench: Bench, redis_binary: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A site that starts before its Redis serves at once and decides once Redis is there."""
-    redis_port, port = free_port(), free_port()
+    # Refused until the late Redis takes it, however long the traffic runs before: a
+    # port merely free could meanwhile be another worker's server's, which the site
+    # would talk to (no refused connection to see) and late.start() then find in use.
+    redis_port, port = reserved_port(), free_port()
     workdir = bench.workdir / "cold"
     workdir.mkdir()
     env = {**bench.env, "RATELIMITS_SERVER_REDIS": f"redis://127.0.0.1:{redis_port}/0"}

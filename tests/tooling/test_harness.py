@@ -76,6 +76,31 @@ def test_a_dead_port_refuses_at_once_and_nobody_else_can_take_it() -> None:
     assert redis_harness.dead_port() != port
 
 
+def test_a_reserved_port_refuses_until_its_server_takes_it_and_nobody_else_can(
+    tmp_path: Path,
+) -> None:
+    # The Redis a site starts without (tests/load/test_faults.py) comes up seconds after
+    # the site first asked for it: a port merely free then could be another worker's
+    # server's by the time, which the site would have talked to meanwhile.
+    port = redis_harness.reserved_port()
+
+    def refused() -> None:
+        with pytest.raises(redis.ConnectionError, match="refused"):
+            redis.Redis(port=port, retry=Retry(NoBackoff(), 0)).ping()
+        with socket.socket() as other, pytest.raises(OSError, match="in use"):
+            other.bind(("127.0.0.1", port))
+
+    refused()
+    late = RedisServer(tmp_path, port=port, name="late").start()
+    try:
+        with late.client() as conn:
+            assert conn.ping()
+    finally:
+        late.stop()
+    refused()
+    assert redis_harness.reserved_port() != port
+
+
 def test_a_server_whose_port_another_holds_does_not_pass_for_started(
     redis_standalone: RedisServer, tmp_path: Path
 ) -> None:
