@@ -74,9 +74,13 @@ def test_a_flood_costs_no_check_per_denied_request_and_every_refusal_is_counted(
         ran, seconds = scripts_run(client) - before, time.monotonic() - started
     # At most: a batch per BATCH_REQUESTS refusals, one per BATCH_US of the flood and
     # one at exit per process, each perhaps loading its script first (3 commands).
-    batches = 2 * FLOOD / BATCH_REQUESTS + 2 * (seconds / (BATCH_US / 1e6) + 1)
+    per_interval = seconds / (BATCH_US / 1e6)
+    batches = 2 * FLOOD / BATCH_REQUESTS + 2 * (per_interval + 1)
     assert ran <= 3 * batches, (ran, seconds)
-    assert ran < FLOOD / 10  # a call per denied request would be 2 * FLOOD
+    # A call per denied request would be 2 * FLOOD. Fewer than a tenth of FLOOD, plus
+    # the batches the flood's time brings (a busy machine's flood takes longer, and
+    # each process records one per BATCH_US: a fixed bound failed a slow enough run).
+    assert ran < FLOOD / 10 + 2 * per_interval, (ran, seconds)
     # Both processes exited: what they refused is in the record, every request once.
     with override_settings(
         DJANGO_RATELIMITS={**settings.DJANGO_RATELIMITS, "REDIS": redis_standalone.url}
