@@ -114,12 +114,23 @@ def reserved_port() -> int:
 
 
 def _held(*, reusable: bool) -> int:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    if reusable:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((HOST, 0))
+    sock = _bound(0, reusable=reusable)
     _HELD.append(sock)
     return int(sock.getsockname()[1])
+
+
+def _bound(port: int, *, reusable: bool) -> socket.socket:
+    """A socket bound to ``port`` (0: any), never listening; ``reusable``: with
+    ``SO_REUSEADDR``, so that a server binding with it too may take the port meanwhile."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        if reusable:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((HOST, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 # --------------------------------------------------------------------------- processes
@@ -175,6 +186,7 @@ class RedisServer:
         self.tls = tls
         self.log_path = self.workdir / "redis.log"
         self.process: subprocess.Popen[bytes] | None = None
+        self._holding: list[socket.socket] = []  # its ports while stopped: see stop()
         self._version: tuple[int, ...] | None = None
 
     def __repr__(self) -> str:
@@ -246,11 +258,19 @@ class RedisServer:
                     continue
                 raise
             _LIVE.add(self)
+            self._let_go()
             return self
         raise AssertionError("unreachable")
 
     def stop(self, timeout: float = STOP_TIMEOUT) -> None:
-        """SIGTERM, then SIGKILL if the process is still there after ``timeout``."""
+        """SIGTERM, then SIGKILL if the process is still there after ``timeout``.
+
+        Its ports stay this process's until it starts again (bound, never listening,
+        with ``SO_REUSEADDR`` as redis-server binds its own): every connection is
+        refused meanwhile, as with no server, and no other process can take them. A
+        restart then comes back where its clients (a site's servers) look for it: a port
+        merely left free could be another test worker's by then, and the start moved on
+        to a new one."""
         _LIVE.discard(self)
         proc = self.process
         if proc is None:
@@ -263,6 +283,16 @@ class RedisServer:
                 proc.kill()
                 proc.wait()
         self.process = None
+        self._hold()
+
+    def _hold(self) -> None:
+        for port in (self.port, self.port + 10000) if self.cluster_bus else (self.port,):
+            with contextlib.suppress(OSError):  # taken in the blink since the exit: as before
+                self._holding.append(_bound(port, reusable=True))
+
+    def _let_go(self) -> None:
+        while self._holding:
+            self._holding.pop().close()
 
     def _spawn(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -101,6 +101,31 @@ def test_a_reserved_port_refuses_until_its_server_takes_it_and_nobody_else_can(
     assert redis_harness.reserved_port() != port
 
 
+@pytest.mark.parametrize("bus", [False, True], ids=["standalone", "cluster-node"])
+def test_a_stopped_server_keeps_its_ports_for_its_restart(tmp_path: Path, bus: bool) -> None:
+    # A test stops its Redis for seconds (an outage under a site's traffic) and starts it
+    # again: a port merely left free could be another worker's server's by then, and the
+    # restart moved on to a new port, where the site never looked.
+    cluster = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
+    server = RedisServer(
+        tmp_path, name="restarted", cluster_bus=bus, extra_args=cluster if bus else ()
+    ).start()
+    port = server.port
+    server.stop()
+    try:
+        with pytest.raises(redis.ConnectionError, match="refused"):
+            redis.Redis(port=port, retry=Retry(NoBackoff(), 0)).ping()
+        for taken in (port, port + 10000) if bus else (port,):
+            with socket.socket() as other, pytest.raises(OSError, match="in use"):
+                other.bind(("127.0.0.1", taken))
+        server.start()
+        assert server.port == port
+        with server.client() as conn:
+            assert conn.ping()
+    finally:
+        server.stop()
+
+
 def test_a_server_whose_port_another_holds_does_not_pass_for_started(
     redis_standalone: RedisServer, tmp_path: Path
 ) -> None:
