@@ -104,11 +104,12 @@ def reserved_port() -> int:
     (and after it stops) every connection is refused, as at a :func:`dead_port`.
 
     The socket that holds it lets the address be reused (``SO_REUSEADDR``), as
-    redis-server binds its own: a server may take the port while it is held, but no
-    other process can, as they bind without (:func:`free_port`'s probe, so no server
-    started through it). A :func:`free_port` port given to a server started seconds
-    later (a Redis that comes up while a site already runs) could meanwhile be
-    taken by another test worker's server, which the site would then talk to.
+    redis-server, gunicorn and uvicorn bind their own: such a server may take the port
+    while it is held, but no other process can, as they bind without
+    (:func:`free_port`'s probe, so no server started through it). A :func:`free_port`
+    port given to a server started later (a Redis that comes up while a site already
+    runs, or a site's own port, between the look and the bind) could meanwhile be
+    taken by another test worker's server, which the test would then talk to.
     """
     return _held(reusable=True)
 

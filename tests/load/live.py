@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from devtools.redis_harness import RedisServer, free_port
+from devtools.redis_harness import RedisServer, reserved_port
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKERS = 2  # gunicorn's worker processes in the reliability tests
@@ -173,7 +173,7 @@ def gunicorn_site(
     if not redis.is_running():
         redis.start()
     env = prepare(workdir, redis.url, policies)
-    port = free_port()
+    port = reserved_port()
     argv = [*gunicorn(port, workdir, workers), *options]
     with serve("gunicorn", argv, env, workdir, port, workers) as served:
         yield served

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from devtools.redis_harness import RedisClusterHarness, RedisServer, free_port, node_id
+from devtools.redis_harness import RedisClusterHarness, RedisServer, node_id, reserved_port
 from django_ratelimits.conf import get_settings
 from django_ratelimits.engine import Identity, KeySpace
 from tests.load.live import (
@@ -68,7 +68,7 @@ def site(cluster: RedisClusterHarness, tmp_path_factory: pytest.TempPathFactory)
         DJANGO_SETTINGS_MODULE="tests.fault_settings",
         RATELIMITS_SERVER_CLUSTER="1",
     )
-    port = free_port()
+    port = reserved_port()
     with serve("gunicorn", gunicorn(port, workdir, WORKERS), env, workdir, port, WORKERS) as served:
         yield served
     assert_no_server_error(served)

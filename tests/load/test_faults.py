@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from devtools.redis_harness import RedisServer, debug_command_args, free_port, reserved_port
+from devtools.redis_harness import RedisServer, debug_command_args, reserved_port
 from tests.load.live import (
     POLICIES,
     SLOWDOWN,
@@ -71,7 +71,7 @@ def bench(redis_binary: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
         extra_args=debug_command_args(redis_binary),
     ).start()
     env = prepare(workdir, redis.url, POLICIES, DJANGO_SETTINGS_MODULE="tests.fault_settings")
-    port = free_port()
+    port = reserved_port()
     try:
         with serve(
             "gunicorn", gunicorn(port, workdir, WORKERS), env, workdir, port, WORKERS
@@ -195,7 +195,7 @@ def test_redis_refusing_connections_at_startup(
     # Refused until the late Redis takes it, however long the traffic runs before: a
     # port merely free could meanwhile be another worker's server's, which the site
     # would talk to (no refused connection to see) and late.start() then find in use.
-    redis_port, port = reserved_port(), free_port()
+    redis_port, port = reserved_port(), reserved_port()
     workdir = bench.workdir / "cold"
     workdir.mkdir()
     env = {**bench.env, "RATELIMITS_SERVER_REDIS": f"redis://127.0.0.1:{redis_port}/0"}

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from devtools.redis_harness import RedisServer, free_port
+from devtools.redis_harness import RedisServer, reserved_port
 from tests.load.live import (
     POLICIES,
     ROOT,
@@ -86,7 +86,7 @@ def site(bench: Bench) -> Iterator[Site]:
     with bench.redis.client() as client:
         client.config_set("maxmemory", "0")
         client.flushall()
-    port = free_port()
+    port = reserved_port()
     with serve(
         "gunicorn", gunicorn(port, bench.workdir, WORKERS), bench.env, bench.workdir, port, WORKERS
     ) as served:

@@ -25,7 +25,7 @@ from functools import partial
 
 import pytest
 
-from devtools.redis_harness import RedisServer, free_port
+from devtools.redis_harness import RedisServer, reserved_port
 from tests.load.live import (
     SLOWDOWN,
     Reply,
@@ -79,7 +79,7 @@ def servers(
     # POLICY_REFRESH (docs/flood.md). The cache has servers of its own:
     # test_servers_deny_cache.py.
     env = prepare(workdir, redis_standalone.url, POLICIES, RATELIMITS_SERVER_DENIAL_CACHE="0")
-    wsgi_port, asgi_port = free_port(), free_port()
+    wsgi_port, asgi_port = reserved_port(), reserved_port()
     with ExitStack() as stack:
         sites = {
             "gunicorn": stack.enter_context(

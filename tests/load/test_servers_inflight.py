@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from devtools.redis_harness import RedisServer, free_port
+from devtools.redis_harness import RedisServer, reserved_port
 from tests.load.inflight_views import GATE
 from tests.load.live import Reply, Site, assert_no_server_error, gunicorn, prepare, serve, uvicorn
 
@@ -45,7 +45,7 @@ def site_of(kind: str, redis_server: RedisServer, workdir: Path, lease: int) -> 
         policies(lease),
         DJANGO_SETTINGS_MODULE="tests.load.inflight_settings",
     )
-    port = free_port()
+    port = reserved_port()
     if kind == "gunicorn":  # one worker, threads: the held requests share one process
         argv = [*gunicorn(port, workdir, workers=1), "--threads", "8"]
         with serve(kind, argv, env, workdir, port, workers=1) as site:

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from devtools.redis_harness import RedisServer, free_port
+from devtools.redis_harness import RedisServer, reserved_port
 from tests.load.live import (
     Reply,
     Site,
@@ -61,7 +61,7 @@ def site(redis_standalone: RedisServer, tmp_path: Path) -> Iterator[Site]:
         PROMETHEUS_MULTIPROC_DIR=str(shared),
         RATELIMITS_SERVER_METRICS_TOKEN=METRICS_TOKEN,
     )
-    port = free_port()
+    port = reserved_port()
     argv = [*gunicorn(port, tmp_path, WORKERS), "--config", "python:tests.load.gunicorn_metrics"]
     with serve("gunicorn", argv, env, tmp_path, port, WORKERS) as served:
         yield served

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from devtools.redis_harness import RedisServer, free_port
+from devtools.redis_harness import RedisServer, reserved_port
 from tests.load.live import (
     POLICIES,
     TARGETS,
@@ -81,7 +81,7 @@ def servers(redis_binary: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
     workdir = tmp_path_factory.mktemp("soak")
     redis = RedisServer(workdir / "redis", binary=redis_binary, name="soak").start()
     env = prepare(workdir, redis.url, POLICIES)
-    wsgi, asgi = free_port(), free_port()
+    wsgi, asgi = reserved_port(), reserved_port()
     try:
         with ExitStack() as stack:
             sites = [
