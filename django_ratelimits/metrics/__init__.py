@@ -27,7 +27,7 @@ from django.dispatch import receiver
 
 from django_ratelimits.conf import SETTING_NAME, get_settings
 from django_ratelimits.engine import Decision
-from django_ratelimits.policies.registry import on_refresh
+from django_ratelimits.policies.registry import refreshed
 from django_ratelimits.policies.spec import PolicySpec
 
 __all__ = [
@@ -102,15 +102,13 @@ def _choose() -> tuple[Observer | None]:
     return _chosen
 
 
-def _policies_refreshed(failed: bool) -> None:
+# A refresh that cannot read the database matches no request to a policy of its rows:
+# no decision would tell the metrics, so the registry does.
+@receiver(refreshed)
+def _policies_refreshed(*, failed: bool, **kwargs: object) -> None:
     to = observer()
     if to is not None:
         to.policies_unread(failed)
-
-
-# A refresh that cannot read the database matches no request to a policy of its rows:
-# no decision would tell the metrics, so the registry does.
-on_refresh(_policies_refreshed)
 
 
 @receiver(setting_changed)

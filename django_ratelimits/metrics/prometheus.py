@@ -87,8 +87,7 @@ class PrometheusMetrics:
             multiprocess_mode="livesum",
             registry=registry,
         )
-        self._unread = get_registry().failure is not None
-        self.policies_unreadable.set(int(self._unread))
+        self.policies_unread(get_registry().failure is not None)
 
     def decided(self, policy: str, outcome: Outcome) -> None:
         self.decisions.inc(policy, outcome)
@@ -108,9 +107,8 @@ class PrometheusMetrics:
             self.breaker_open.set(int(is_open))
 
     def policies_unread(self, failed: bool) -> None:
-        if failed is not self._unread:
-            self._unread = failed
-            self.policies_unreadable.set(int(failed))
+        # Told once a refresh (POLICY_REFRESH), not per request: no state kept to skip it.
+        self.policies_unreadable.set(int(failed))
 
     def exposed(self) -> CollectorRegistry:
         """What a scrape shows: every process's values in multiprocess mode (a new

@@ -48,6 +48,7 @@ from asgiref.sync import sync_to_async
 from django.core.exceptions import ValidationError
 from django.db import Error as DatabaseFailure
 from django.db import router, transaction
+from django.dispatch import Signal
 
 from django_ratelimits.conf import get_settings
 from django_ratelimits.engine import Identity, Limit
@@ -386,22 +387,14 @@ class PolicyRegistry:
 
 _registry = PolicyRegistry()
 
-# Told after each refresh of the process's registry whether it could not read the
-# database (the metrics' gauge: django_ratelimits.metrics, a layer above, listens).
-_refresh_listeners: list[Callable[[bool], None]] = []
-
-
-def on_refresh(listener: Callable[[bool], None]) -> None:
-    """Call ``listener(failed)`` after each refresh of the process's registry:
-    ``failed`` when it could not read the database (:attr:`PolicyRegistry.failure`)."""
-    if listener not in _refresh_listeners:
-        _refresh_listeners.append(listener)
+#: Sent after each refresh of the process's registry, with ``failed``: whether it could
+#: not read the database (:attr:`PolicyRegistry.failure`). The metrics' gauge listens
+#: (django_ratelimits.metrics, a layer above).
+refreshed = Signal()
 
 
 def _refreshed(registry: PolicyRegistry) -> None:
-    failed = registry.failure is not None
-    for listener in _refresh_listeners:
-        listener(failed)
+    refreshed.send(sender=PolicyRegistry, failed=registry.failure is not None)
 
 
 def get_registry() -> PolicyRegistry:
